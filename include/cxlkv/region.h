@@ -1,0 +1,291 @@
+// Copyright cxlkv authors.
+//
+// Region: a KV-block store whose directory lives inside a shared memory
+// region (a file such as /dev/shm/cxlkv/<name>, or a devdax device). Any
+// process that maps the region can look up, load and store blocks with
+// ordinary loads, stores and atomics: there is no metadata service (BRIEF §1,
+// paper §3.2). On-media format: docs/region_format.md.
+//
+// Thread-safety: a Region is safe for concurrent use by any number of threads
+// and processes. Leases and PinSets are single-owner values; each must be
+// used by one thread at a time and must not outlive its Region.
+//
+// Write protocol (one slot):
+//   FREE/READY --BeginWrite--> WRITING --fill data()--> CommitWrite --> READY
+//                                      \--AbortWrite / lease dropped / writer
+//                                         dies (reclaimed) --> FREE
+// Read protocol:
+//   BeginRead (slot READY, pinned, generation g noted) --> copy/DMA data()
+//   --> EndRead: OK only if the slot is still READY with key and generation g
+//   (and, when asked, the copied bytes match the stored CRC32C).
+#ifndef CXLKV_REGION_H_
+#define CXLKV_REGION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cxlkv/key.h"
+#include "cxlkv/options.h"
+#include "cxlkv/stats.h"
+#include "cxlkv/status.h"
+
+namespace cxlkv {
+
+class Region;
+
+// Geometry and configuration of an attached region (immutable after Open).
+struct RegionInfo {
+  std::string path;
+  std::string backend;         // "file" or "devdax"
+  uint64_t offset = 0;         // bytes into the file/device
+  uint64_t size = 0;           // bytes of the region
+  uint32_t layout_version = 0;
+  uint64_t slot_size = 0;      // payload bytes per slot
+  uint64_t slot_stride = 0;    // bytes between slot starts (>= slot_size)
+  uint64_t num_slots = 0;
+  uint64_t num_sets = 0;       // directory sets (each key may live in 2)
+  uint32_t ways = 0;           // slots per set
+  uint64_t data_offset = 0;    // region-relative offset of slot 0's bytes
+  RegionConfig config;         // as recorded in the region
+  uint64_t format_epoch = 0;   // random id of this format of the region
+  int32_t participant = -1;    // this process's participant index, -1: observer
+};
+
+struct ParticipantInfo {
+  uint32_t index = 0;
+  uint64_t incarnation = 0;     // bumps each time the index is reused
+  uint32_t pid = 0;             // informational: pids are per host/namespace
+  std::string host;             // informational
+  uint64_t heartbeat = 0;       // the counter others watch
+  uint64_t heartbeat_interval_ns = 0;
+  bool reclaiming = false;      // judged dead; its slots/pins being reclaimed
+  bool self = false;
+  Counters counters;
+};
+
+enum class StoreOutcome : uint8_t {
+  kStored = 0,     // Status OK
+  kDuplicate = 1,  // Status OK: the key was already READY (nothing written)
+  kFull = 2,       // Status kNoSpace
+  kTooLarge = 3,   // Status kInvalidArgument
+  kLostRace = 4,   // Status kBusy: another participant is storing this key
+};
+
+struct LoadOptions {
+  // Verify the copied bytes against the slot's CRC32C. Costs a pass over the
+  // bytes (fused with the copy); turn off only where another check covers
+  // integrity. Default true.
+  bool verify_crc = true;
+};
+
+struct LoadInfo {
+  size_t len = 0;                    // bytes copied
+  uint32_t writer_participant = 0;   // index of the participant that stored it
+  bool cross_participant = false;    // stored by a participant other than us
+};
+
+// A reserved slot being filled. Move-only. Dropping an open lease aborts it.
+class WriteLease {
+ public:
+  WriteLease() = default;
+  WriteLease(WriteLease&& o) noexcept { *this = std::move(o); }
+  WriteLease& operator=(WriteLease&& o) noexcept;
+  WriteLease(const WriteLease&) = delete;
+  WriteLease& operator=(const WriteLease&) = delete;
+  ~WriteLease();
+
+  bool open() const { return region_ != nullptr; }
+  // Slot bytes to fill; valid until CommitWrite/AbortWrite.
+  void* data() const { return data_; }
+  size_t len() const { return len_; }
+
+ private:
+  friend class Region;
+  Region* region_ = nullptr;
+  void* data_ = nullptr;
+  size_t len_ = 0;
+  uint64_t slot_ = 0;
+  uint64_t state_word_ = 0;  // the WRITING word we installed
+};
+
+// A slot being read. Move-only. Holds a pin (when this process is a
+// participant) so the slot cannot be evicted until EndRead or destruction.
+class ReadLease {
+ public:
+  ReadLease() = default;
+  ReadLease(ReadLease&& o) noexcept { *this = std::move(o); }
+  ReadLease& operator=(ReadLease&& o) noexcept;
+  ReadLease(const ReadLease&) = delete;
+  ReadLease& operator=(const ReadLease&) = delete;
+  ~ReadLease();
+
+  bool open() const { return region_ != nullptr; }
+  // Region bytes of the block; valid until EndRead. May change under a
+  // zombie writer: never trust them before EndRead returned OK.
+  const void* data() const { return data_; }
+  size_t len() const { return len_; }
+  uint32_t crc32c() const { return crc_; }           // as recorded at commit
+  uint32_t writer_participant() const { return writer_; }
+
+ private:
+  friend class Region;
+  Region* region_ = nullptr;
+  const void* data_ = nullptr;
+  size_t len_ = 0;
+  uint64_t slot_ = 0;
+  uint64_t state_word_ = 0;  // the READY word observed at BeginRead
+  uint32_t crc_ = 0;
+  uint32_t writer_ = 0;
+  bool pinned_ = false;
+};
+
+// Pins on the leading hits of a block chain (PinPrefix). A pinned slot is
+// never evicted; pins of a process that dies are released by whoever
+// reclaims it. Move-only; released on destruction.
+class PinSet {
+ public:
+  PinSet() = default;
+  PinSet(PinSet&& o) noexcept { *this = std::move(o); }
+  PinSet& operator=(PinSet&& o) noexcept;
+  PinSet(const PinSet&) = delete;
+  PinSet& operator=(const PinSet&) = delete;
+  ~PinSet() { Release(); }
+
+  size_t size() const { return slots_.size(); }
+  void Release();
+
+ private:
+  friend class Region;
+  Region* region_ = nullptr;
+  std::vector<uint64_t> slots_;
+};
+
+class Region {
+ public:
+  // Maps the region at `path` (a file, created when missing, or a devdax
+  // character device), formats it if unformatted and allowed, validates the
+  // header, and registers this process as a participant.
+  // Returns kInvalidArgument for options that can never work or a region
+  // whose recorded config differs from options.config (message names the
+  // field and both values); kUnsupported for another layout version or an
+  // unimplemented coherence mode; kCorruption for header/config bytes that
+  // fail validation; kNotFound for an unformatted region with
+  // create_if_missing=false; kNoSpace when all participant entries are live;
+  // kBusy when another process's format did not finish in format_wait_ns;
+  // kIOError when the OS refuses (message names path and errno).
+  static Status Open(const std::string& path, const RegionOptions& options,
+                     std::unique_ptr<Region>* out);
+
+  // Deregisters: aborts this process's open writes and releases its pins.
+  virtual ~Region();
+
+  virtual const RegionInfo& info() const = 0;
+
+  // Finds or creates the namespace `desc` in the region's namespace table.
+  // kInvalidArgument for over-long fields; kNoSpace when the table is full.
+  virtual Status RegisterNamespace(const NamespaceDesc& desc, NamespaceId* id) = 0;
+
+  // ---- Writes ----
+
+  // Copies `len` bytes into a slot for (ns, key) and publishes it.
+  // OK with *outcome kStored or kDuplicate; kNoSpace (full, nothing
+  // evictable), kInvalidArgument (len > slot_size), kBusy (lost a race with
+  // another writer of the same key); every non-stored outcome is counted.
+  // REQUIRES: this process is a participant.
+  virtual Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
+                       StoreOutcome* outcome = nullptr) = 0;
+
+  // Reserves a slot for (ns, key) and len bytes (evicting with CLOCK if
+  // needed); the caller fills lease->data() (e.g. by DMA) and then commits.
+  // Same codes as Store; kDuplicate comes back as OK with !lease->open().
+  virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
+                            WriteLease* lease, StoreOutcome* outcome = nullptr) = 0;
+  // Publishes the slot. `crc32c` is the CRC32C of the filled bytes if the
+  // caller computed it (e.g. on the GPU); null = compute it from the slot.
+  // kNotFound if this participant was reclaimed meanwhile (judged dead).
+  virtual Status CommitWrite(WriteLease* lease, const uint32_t* crc32c = nullptr) = 0;
+  virtual void AbortWrite(WriteLease* lease) = 0;
+
+  // ---- Lookups ----
+
+  // OK if (ns, key) is READY now; kNotFound otherwise.
+  virtual Status Lookup(NamespaceId ns, const BlockKey& key) = 0;
+  // Number of leading keys of the chain keys[0..n) that are READY.
+  virtual size_t LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) = 0;
+  // Like LookupPrefix, and pins each of the leading hits for this
+  // participant until `pins` is released. REQUIRES: participant.
+  virtual Status PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, PinSet* pins) = 0;
+
+  // ---- Reads ----
+
+  // Copies the block into dst (capacity bytes). A hit only if the key, state
+  // and generation are unchanged after the copy and (if asked) the CRC32C of
+  // the copied bytes verifies. kNotFound on a miss or a slot that changed
+  // during the copy; kCorruption on a CRC mismatch (the slot is then dropped
+  // so it can be stored again); kInvalidArgument if capacity is too small.
+  virtual Status Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
+                      const LoadOptions& options = {}, LoadInfo* info = nullptr) = 0;
+  // Zero-copy read: exposes the slot's bytes (e.g. for DMA). kNotFound on
+  // a miss. The caller copies lease->data(), then calls EndRead.
+  virtual Status BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) = 0;
+  // OK if the slot did not change since BeginRead (the copy is valid);
+  // kNotFound otherwise. If `copied` is given, also verifies its CRC32C
+  // (kCorruption on mismatch). Closes the lease in all cases.
+  virtual Status EndRead(ReadLease* lease, const void* copied = nullptr) = 0;
+
+  // ---- Maintenance ----
+
+  // Drops (ns, key) if READY and unpinned. kNotFound if absent, kBusy if pinned.
+  virtual Status Drop(NamespaceId ns, const BlockKey& key) = 0;
+
+  struct ScrubReport {
+    uint64_t ready = 0, verified = 0, crc_failures = 0, dropped = 0, skipped_changed = 0;
+  };
+  // Re-reads every READY slot and checks its CRC32C; corrupt slots are
+  // dropped when `drop_corrupt`. Safe while others are attached.
+  virtual Status Verify(bool drop_corrupt, ScrubReport* report) = 0;
+
+  struct WipeReport {
+    uint64_t dropped = 0, pinned = 0, writing = 0;
+  };
+  // Drops every READY, unpinned slot. Safe while others are attached:
+  // writes in flight and pinned slots are left alone and counted.
+  virtual Status Wipe(WipeReport* report) = 0;
+
+  // Counters of this participant (zero for observers), and of the whole
+  // region (every participant's block plus those retired by leavers).
+  virtual Counters ProcessCounters() const = 0;
+  virtual Counters RegionCounters() const = 0;
+
+  // Participants currently registered (alive or being reclaimed).
+  virtual std::vector<ParticipantInfo> Participants() const = 0;
+
+  // Runs one liveness pass now (normally done by the heartbeat thread every
+  // heartbeat interval): reclaims participants judged dead. Returns the
+  // number of participants reclaimed.
+  virtual size_t ReapDeadParticipants() = 0;
+
+ protected:
+  Region() = default;
+  // Lease plumbing for implementations.
+  static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
+                             uint64_t word);
+  static void InitReadLease(ReadLease* l, Region* r, const void* data, size_t len, uint64_t slot,
+                            uint64_t word, uint32_t crc, uint32_t writer, bool pinned);
+  static void InitPinSet(PinSet* p, Region* r, std::vector<uint64_t> slots);
+  static void CloseWriteLease(WriteLease* l) { l->region_ = nullptr; }
+  static void CloseReadLease(ReadLease* l) { l->region_ = nullptr; }
+  static uint64_t LeaseSlot(const WriteLease& l) { return l.slot_; }
+  static uint64_t LeaseWord(const WriteLease& l) { return l.state_word_; }
+  static uint64_t LeaseSlot(const ReadLease& l) { return l.slot_; }
+  static uint64_t LeaseWord(const ReadLease& l) { return l.state_word_; }
+  static bool LeasePinned(const ReadLease& l) { return l.pinned_; }
+  virtual void UnpinSlots(const std::vector<uint64_t>& slots) = 0;
+};
+
+}  // namespace cxlkv
+
+#endif  // CXLKV_REGION_H_
