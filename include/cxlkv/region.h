@@ -269,6 +269,7 @@ class Region {
   virtual size_t ReapDeadParticipants() = 0;
 
  protected:
+  friend class PinSet;
   Region() = default;
   // Lease plumbing for implementations.
   static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,

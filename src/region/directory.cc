@@ -1,0 +1,223 @@
+// Copyright cxlkv authors.
+//
+// The in-region directory: a set-associative table with two candidate sets
+// per key ("two choices" keeps sets evenly filled, so a region sized for N
+// blocks holds N blocks without conflict misses). Each set has a tag line
+// (one cache line of 16 fingerprints) so a lookup touches two cache lines on
+// a miss and three on a hit. Slot i's metadata and data are at fixed
+// offsets: no separate allocator, nothing to leak.
+#include <immintrin.h>
+
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finaliser
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+namespace {
+
+inline uint64_t Reduce(uint64_t h, uint64_t n) {  // uniform h -> [0, n)
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * n) >> 64);
+}
+
+}  // namespace
+
+KeyPlace RegionImpl::Place(NamespaceId ns, const BlockKey& key) const {
+  // Keys are hashes already, but mix anyway: trace ids and test keys are not.
+  const uint64_t a = Mix64(key.lo ^ (uint64_t(ns) * 0x9E3779B97F4A7C15ull));
+  const uint64_t b = Mix64(key.hi + a);
+  KeyPlace p;
+  p.set[0] = Reduce(a, geo_.num_sets);
+  p.set[1] = Reduce(b, geo_.num_sets);
+  p.tag = static_cast<uint32_t>(b >> 32) | 1u;  // never 0 (0 = empty way)
+  return p;
+}
+
+bool RegionImpl::KeyMatches(uint64_t slot, NamespaceId ns, const BlockKey& key) const {
+  const SlotMeta& m = meta_[slot];
+  return m.key_lo.load(std::memory_order_relaxed) == key.lo &&
+         m.key_hi.load(std::memory_order_relaxed) == key.hi &&
+         m.ns.load(std::memory_order_relaxed) == ns;
+}
+
+int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
+                         uint64_t* word, bool ready_only) const {
+  const int nsets = place.set[0] == place.set[1] ? 1 : 2;
+  for (int k = 0; k < nsets; ++k) {
+    const uint64_t set = place.set[k];
+    const SetTags& t = tags_[set];
+    for (uint32_t way = 0; way < geo_.ways; ++way) {
+      if (t.tag[way].load(std::memory_order_relaxed) != place.tag) continue;
+      const uint64_t slot = set * geo_.ways + way;
+      std::atomic<uint64_t>& st = meta_[slot].state;
+      const uint64_t w = st.load(std::memory_order_acquire);
+      const uint8_t s = WordState(w);
+      if (s == static_cast<uint8_t>(SlotState::kReady) ||
+          (!ready_only && s == static_cast<uint8_t>(SlotState::kWriting))) {
+        if (!KeyMatches(slot, ns, key)) continue;
+        // The key fields are only meaningful if the state did not change
+        // while we read them (a writer reusing the slot bumps the word).
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (st.load(std::memory_order_relaxed) != w) continue;
+        *word = w;
+        return static_cast<int64_t>(slot);
+      }
+    }
+  }
+  return -1;
+}
+
+int64_t RegionImpl::FindReadySlot(NamespaceId ns, const BlockKey& key) const {
+  uint64_t w;
+  return Find(ns, key, Place(ns, key), &w, true);
+}
+
+void RegionImpl::Touch(uint64_t slot) const {
+  // CLOCK reference bit; written only when clear to avoid bouncing the line.
+  std::atomic<uint32_t>& r = meta_[slot].referenced;
+  if (r.load(std::memory_order_relaxed) == 0) r.store(1, std::memory_order_relaxed);
+}
+
+// ---- pins ----
+//
+// A pin is bit `self` in the slot's pin words. Pinning and evicting follow
+// Dekker's pattern: the reader sets its bit then re-reads the state word;
+// the evictor moves the state to EVICTING then reads the pin words; both
+// sequentially consistent, so at least one of them sees the other.
+bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
+  const uint64_t bit = 1ull << (self_index() % 64);
+  std::atomic<uint64_t>& pw = PinWords(slot)[self_index() / 64];
+  const int stripe = static_cast<int>(slot % kPinStripes);
+  std::lock_guard<std::mutex> l(pin_mu_[stripe]);
+  uint32_t& count = pin_counts_[stripe][slot];
+  if (count == 0) pw.fetch_or(bit, std::memory_order_seq_cst);
+  if (meta_[slot].state.load(std::memory_order_seq_cst) != word) {
+    if (count == 0) {
+      pw.fetch_and(~bit, std::memory_order_release);
+      pin_counts_[stripe].erase(slot);
+    }
+    return false;
+  }
+  ++count;
+  return true;
+}
+
+void RegionImpl::UnpinSlot(uint64_t slot) {
+  const uint64_t bit = 1ull << (self_index() % 64);
+  std::atomic<uint64_t>& pw = PinWords(slot)[self_index() / 64];
+  const int stripe = static_cast<int>(slot % kPinStripes);
+  std::lock_guard<std::mutex> l(pin_mu_[stripe]);
+  auto it = pin_counts_[stripe].find(slot);
+  if (it == pin_counts_[stripe].end()) return;
+  if (--it->second == 0) {
+    pin_counts_[stripe].erase(it);
+    pw.fetch_and(~bit, std::memory_order_release);
+  }
+}
+
+void RegionImpl::UnpinSlots(const std::vector<uint64_t>& slots) {
+  if (self_ < 0) return;
+  for (uint64_t s : slots) UnpinSlot(s);
+}
+
+bool RegionImpl::SlotPinned(uint64_t slot) const {
+  const std::atomic<uint64_t>* pw = PinWords(slot);
+  for (uint32_t k = 0; k < geo_.pin_words; ++k) {
+    if (pw[k].load(std::memory_order_seq_cst) != 0) return true;
+  }
+  return false;
+}
+
+bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
+  std::atomic<uint64_t>& st = meta_[slot].state;
+  const uint64_t evicting =
+      PackWord(WordGen(word), self_index(), static_cast<uint8_t>(SlotState::kEvicting));
+  uint64_t expected = word;
+  if (!st.compare_exchange_strong(expected, evicting, std::memory_order_seq_cst)) return false;
+  if (SlotPinned(slot)) {
+    // Restore the exact READY word (writer and generation unchanged).
+    expected = evicting;
+    st.compare_exchange_strong(expected, word, std::memory_order_seq_cst);
+    return false;
+  }
+  return true;
+}
+
+void RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
+  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(0, std::memory_order_relaxed);
+  uint64_t expected = owned_word;
+  meta_[slot].state.compare_exchange_strong(
+      expected, PackWord(WordGen(owned_word), 0, static_cast<uint8_t>(SlotState::kFree)),
+      std::memory_order_acq_rel);
+}
+
+// ---- lookups ----
+
+Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
+  Count(Counter::kLookups);
+  uint64_t w;
+  const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
+  if (slot < 0) return Status::NotFound("block not in region");
+  Touch(static_cast<uint64_t>(slot));
+  return Status::OK();
+}
+
+size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) {
+  // Prefetch the tag lines of the next key while checking this one.
+  size_t hits = 0;
+  KeyPlace next = n ? Place(ns, keys[0]) : KeyPlace{};
+  for (size_t i = 0; i < n; ++i) {
+    const KeyPlace cur = next;
+    if (i + 1 < n) {
+      next = Place(ns, keys[i + 1]);
+      _mm_prefetch(reinterpret_cast<const char*>(&tags_[next.set[0]]), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(&tags_[next.set[1]]), _MM_HINT_T0);
+    }
+    uint64_t w;
+    const int64_t slot = Find(ns, keys[i], cur, &w, true);
+    if (slot < 0) break;
+    Touch(static_cast<uint64_t>(slot));
+    ++hits;
+  }
+  Count(Counter::kLookups, hits < n ? hits + 1 : n);
+  return hits;
+}
+
+Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, PinSet* pins) {
+  CXLKV_RETURN_IF_ERROR(CheckWritable());
+  std::vector<uint64_t> slots;
+  slots.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t w;
+    const int64_t slot = Find(ns, keys[i], Place(ns, keys[i]), &w, true);
+    if (slot < 0 || !PinSlot(static_cast<uint64_t>(slot), w)) break;
+    Touch(static_cast<uint64_t>(slot));
+    slots.push_back(static_cast<uint64_t>(slot));
+  }
+  Count(Counter::kLookups, slots.size() < n ? slots.size() + 1 : n);
+  pins->Release();
+  InitPinSet(pins, this, std::move(slots));
+  return Status::OK();
+}
+
+Status RegionImpl::CheckWritable() const {
+  if (self_ < 0) {
+    return Status::InvalidArgument("region " + info_.path +
+                                   " was opened as an observer (register_participant=false)");
+  }
+  if (fenced_.load(std::memory_order_acquire)) {
+    return Status::Busy("region " + info_.path +
+                        ": this participant was judged dead and reclaimed (paused longer than "
+                        "the liveness timeout?); reopen the region");
+  }
+  return Status::OK();
+}
+
+}  // namespace cxlkv::internal

@@ -1,0 +1,167 @@
+// Copyright cxlkv authors.
+#include "geometry.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace cxlkv::internal {
+namespace {
+
+constexpr uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Bytes needed for `n` slots (all metadata plus data), given the rest.
+bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t region_size,
+            Geometry* g) {
+  g->num_slots = n;
+  g->ways = n >= kMaxWays ? kMaxWays : static_cast<uint32_t>(n);
+  g->num_sets = g->ways ? n / g->ways : 0;
+  g->num_slots = g->num_sets * g->ways;
+  g->pin_words = max_participants / 64;
+  // 64-byte stride keeps slot starts cache-line aligned; page-sized slots
+  // stay page aligned so DMA engines see whole pages.
+  g->slot_stride = slot_size >= 4096 ? RoundUp(slot_size, 4096) : RoundUp(slot_size, 64);
+  // Large regions align the data area to 2 MiB (huge pages, devdax align).
+  g->data_align = region_size >= (64ull << 20) ? (2ull << 20) : 4096;
+  uint64_t off = kSuperblockBytes;
+  g->registry_off = off;
+  off += uint64_t(max_participants) * sizeof(ParticipantRecord);
+  g->namespaces_off = off;
+  off += uint64_t(kNamespaceEntries) * sizeof(NamespaceRecord);
+  g->retired_off = off;
+  off += sizeof(CounterBlock);
+  g->tags_off = off;
+  off += g->num_sets * sizeof(SetTags);
+  g->meta_off = off;
+  off += g->num_slots * sizeof(SlotMeta);
+  g->pins_off = off;
+  off += g->num_slots * g->pin_words * 8;
+  g->data_off = RoundUp(off, g->data_align);
+  return g->data_off <= region_size &&
+         g->num_slots * g->slot_stride <= region_size - g->data_off;
+}
+
+}  // namespace
+
+Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                       Geometry* out) {
+  if (slot_size < kMinSlotSize || slot_size > kMaxSlotSize) {
+    return Status::InvalidArgument("slot_size " + std::to_string(slot_size) +
+                                   " out of range [64, 2^40]");
+  }
+  if (max_participants < 64 || max_participants > kMaxParticipantsLimit ||
+      max_participants % 64 != 0) {
+    return Status::InvalidArgument("max_participants " + std::to_string(max_participants) +
+                                   " must be a multiple of 64 in [64, 1024]");
+  }
+  if (region_size > (1ull << 50)) {
+    return Status::InvalidArgument("region_size " + std::to_string(region_size) +
+                                   " larger than 1 PiB");
+  }
+  Geometry g;
+  g.region_size = region_size;
+  g.slot_size = slot_size;
+  g.max_participants = max_participants;
+  // Layout() is monotone in the slot count, so binary-search the largest
+  // count that fits; the data-only bound is an upper limit.
+  const uint64_t stride = slot_size >= 4096 ? RoundUp(slot_size, 4096) : RoundUp(slot_size, 64);
+  uint64_t lo = 0, hi = region_size / stride + 1;
+  while (lo + 1 < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    Geometry probe;
+    if (Layout(mid, slot_size, max_participants, region_size, &probe)) lo = mid;
+    else hi = mid;
+  }
+  uint64_t n = lo;
+  if (n > 0) Layout(n, slot_size, max_participants, region_size, &g);
+  if (n == 0 || g.num_slots == 0) {
+    Geometry one;
+    Layout(1, slot_size, max_participants, ~0ull >> 1, &one);
+    return Status::InvalidArgument("region of " + FormatBytes(region_size) +
+                                   " cannot hold one slot of " + FormatBytes(slot_size) +
+                                   " (needs at least " +
+                                   FormatBytes(one.data_off + one.slot_stride) + ")");
+  }
+  *out = g;
+  return Status::OK();
+}
+
+Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out) {
+  if (sb.region_size > mapped_bytes) {
+    return Status::Corruption("header says region_size " + std::to_string(sb.region_size) +
+                              " but only " + std::to_string(mapped_bytes) +
+                              " bytes are mapped");
+  }
+  Geometry g;
+  Status s = ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants, &g);
+  if (!s.ok()) return Status::Corruption("header geometry invalid: " + s.message());
+  auto check = [](const char* field, uint64_t recorded, uint64_t derived) -> Status {
+    if (recorded == derived) return Status::OK();
+    return Status::Corruption(std::string("header field ") + field + " is " +
+                              std::to_string(recorded) + ", geometry requires " +
+                              std::to_string(derived));
+  };
+  CXLKV_RETURN_IF_ERROR(check("num_slots", sb.num_slots, g.num_slots));
+  CXLKV_RETURN_IF_ERROR(check("num_sets", sb.num_sets, g.num_sets));
+  CXLKV_RETURN_IF_ERROR(check("ways", sb.ways, g.ways));
+  CXLKV_RETURN_IF_ERROR(check("pin_words", sb.pin_words, g.pin_words));
+  CXLKV_RETURN_IF_ERROR(check("slot_stride", sb.slot_stride, g.slot_stride));
+  CXLKV_RETURN_IF_ERROR(check("data_align", sb.data_align, g.data_align));
+  CXLKV_RETURN_IF_ERROR(check("registry_off", sb.registry_off, g.registry_off));
+  CXLKV_RETURN_IF_ERROR(check("namespaces_off", sb.namespaces_off, g.namespaces_off));
+  CXLKV_RETURN_IF_ERROR(check("retired_off", sb.retired_off, g.retired_off));
+  CXLKV_RETURN_IF_ERROR(check("tags_off", sb.tags_off, g.tags_off));
+  CXLKV_RETURN_IF_ERROR(check("meta_off", sb.meta_off, g.meta_off));
+  CXLKV_RETURN_IF_ERROR(check("pins_off", sb.pins_off, g.pins_off));
+  CXLKV_RETURN_IF_ERROR(check("data_off", sb.data_off, g.data_off));
+  *out = g;
+  return Status::OK();
+}
+
+Status ParseSize(const std::string& text, uint64_t* bytes) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) return Status::InvalidArgument("size '" + text + "' does not start with a number");
+  double num = 0;
+  try {
+    num = std::stod(text.substr(0, i));
+  } catch (...) {
+    return Status::InvalidArgument("size '" + text + "' is not a number");
+  }
+  std::string suf = text.substr(i);
+  while (!suf.empty() && suf.front() == ' ') suf.erase(0, 1);
+  double mul = 1;
+  if (suf.empty() || suf == "B") mul = 1;
+  else if (suf == "KiB" || suf == "K" || suf == "k") mul = 1024.0;
+  else if (suf == "MiB" || suf == "M") mul = 1024.0 * 1024;
+  else if (suf == "GiB" || suf == "G") mul = 1024.0 * 1024 * 1024;
+  else if (suf == "TiB" || suf == "T") mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (suf == "KB" || suf == "kB") mul = 1e3;
+  else if (suf == "MB") mul = 1e6;
+  else if (suf == "GB") mul = 1e9;
+  else if (suf == "TB") mul = 1e12;
+  else return Status::InvalidArgument("size '" + text + "': unknown suffix '" + suf +
+                                      "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  double v = num * mul;
+  if (!(v >= 0) || v > 9.2e18) return Status::InvalidArgument("size '" + text + "' out of range");
+  *bytes = static_cast<uint64_t>(std::llround(v));
+  return Status::OK();
+}
+
+std::string FormatBytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 5 && std::fmod(v, 1.0) == 0 && v / 1024 >= 1) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (std::fmod(v, 1.0) == 0) std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace cxlkv::internal

@@ -1,0 +1,54 @@
+// Copyright cxlkv authors.
+//
+// Region geometry: where each array lives, derived deterministically from
+// (region_size, slot_size, max_participants). The formatter records the
+// result; an attacher recomputes it from the recorded inputs and refuses the
+// region unless every recorded offset matches, so no offset read from the
+// region is ever used without having been derived locally.
+#ifndef CXLKV_SRC_REGION_GEOMETRY_H_
+#define CXLKV_SRC_REGION_GEOMETRY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "cxlkv/status.h"
+#include "layout.h"
+
+namespace cxlkv::internal {
+
+struct Geometry {
+  uint64_t region_size = 0;
+  uint64_t slot_size = 0;
+  uint32_t max_participants = 0;
+  uint64_t num_slots = 0;
+  uint64_t num_sets = 0;
+  uint32_t ways = 0;
+  uint32_t pin_words = 0;
+  uint64_t slot_stride = 0;
+  uint64_t data_align = 0;
+  uint64_t registry_off = 0;
+  uint64_t namespaces_off = 0;
+  uint64_t retired_off = 0;
+  uint64_t tags_off = 0;
+  uint64_t meta_off = 0;
+  uint64_t pins_off = 0;
+  uint64_t data_off = 0;
+};
+
+// Computes the geometry. kInvalidArgument if the inputs are out of range or
+// the region cannot hold at least one slot (message says how much is needed).
+Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                       Geometry* out);
+
+// Checks a superblock's recorded geometry against a recomputation.
+// kCorruption naming the first field that differs. `mapped_bytes` is how
+// much of the region this process actually mapped.
+Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out);
+
+// Parses "512MiB", "2GiB", "4096", "1.5GiB" (IEC and SI suffixes).
+Status ParseSize(const std::string& text, uint64_t* bytes);
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace cxlkv::internal
+
+#endif  // CXLKV_SRC_REGION_GEOMETRY_H_

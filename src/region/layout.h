@@ -1,0 +1,165 @@
+// Copyright cxlkv authors.
+//
+// The on-media ABI of a region (layout version 1). Everything a process
+// reads from the region is untrusted: attach validates the whole superblock
+// and recomputes the geometry before touching anything else (geometry.cc).
+// Prose description: docs/region_format.md.
+//
+//   [superblock 4 KiB: Superblock | config JSON]
+//   [participant registry: max_participants x ParticipantRecord]
+//   [namespace table: kNamespaceEntries x NamespaceRecord]
+//   [retired counters: one CounterBlock]
+//   [set tags: num_sets x SetTags]          one cache line per set
+//   [slot meta: num_slots x SlotMeta]       one cache line per slot
+//   [pins: num_slots x pin_words x u64]     bit p = participant p pins it
+//   [pad to data_align]
+//   [data: num_slots x slot_stride]
+#ifndef CXLKV_SRC_REGION_LAYOUT_H_
+#define CXLKV_SRC_REGION_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "cxlkv/stats.h"
+
+namespace cxlkv::internal {
+
+inline constexpr uint64_t kMagic = 0x31474552564B4C43ull;  // "CLKVREG1" little-endian
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint64_t kSuperblockBytes = 4096;
+inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
+inline constexpr uint32_t kMaxWays = 16;
+inline constexpr uint32_t kNamespaceEntries = 256;
+inline constexpr uint32_t kCounterCount = static_cast<uint32_t>(Counter::kCount);
+inline constexpr uint64_t kMinSlotSize = 64;
+inline constexpr uint64_t kMaxSlotSize = 1ull << 40;
+
+// ---- Superblock ----
+//
+// Words touched by the format protocol are atomics; the rest is written once
+// by the formatter (before `magic`) and covered by `header_crc`.
+struct alignas(64) Superblock {
+  std::atomic<uint64_t> magic;            // kMagic once formatted; written last
+  std::atomic<uint64_t> format_lock;      // 0 = unclaimed, else formatter nonce
+  std::atomic<uint64_t> format_progress;  // formatter advances while working
+  uint32_t layout_version;
+  uint32_t superblock_bytes;
+  // Geometry inputs (everything else is derived from these).
+  uint64_t region_size;
+  uint64_t slot_size;
+  uint32_t max_participants;
+  uint32_t coherence;                     // CoherenceMode
+  uint64_t hash_seed_fingerprint;
+  char hash_algorithm[32];                // NUL-terminated
+  uint64_t format_epoch;                  // random per format
+  // Derived geometry, recorded so attach can cross-check it.
+  uint64_t num_slots;
+  uint64_t num_sets;
+  uint32_t ways;
+  uint32_t pin_words;
+  uint64_t slot_stride;
+  uint64_t data_align;
+  uint64_t registry_off;
+  uint64_t namespaces_off;
+  uint64_t retired_off;
+  uint64_t tags_off;
+  uint64_t meta_off;
+  uint64_t pins_off;
+  uint64_t data_off;
+  uint64_t config_json_off;
+  uint32_t config_json_len;
+  uint32_t config_json_crc;
+  uint8_t reserved[292];
+  uint32_t header_crc;  // CRC32C of bytes [offsetof(layout_version), offsetof(header_crc))
+};
+static_assert(sizeof(Superblock) == 512);
+static_assert(offsetof(Superblock, magic) == 0);
+static_assert(offsetof(Superblock, layout_version) == 24);
+static_assert(offsetof(Superblock, header_crc) == 508);
+
+// ---- Participant registry ----
+//
+// state word: [incarnation:48][reclaimer:12][state:4]
+enum class ParticipantState : uint8_t { kFree = 0, kActive = 1, kReclaiming = 2 };
+
+struct alignas(64) CounterBlock {
+  std::atomic<uint64_t> v[kCounterCount];
+};
+static_assert(sizeof(CounterBlock) == 128);
+
+struct alignas(64) ParticipantRecord {
+  std::atomic<uint64_t> state;
+  std::atomic<uint64_t> heartbeat;       // advanced by the owner only
+  std::atomic<uint64_t> heartbeat_interval_ns;
+  std::atomic<uint32_t> pid;
+  uint32_t reserved0;
+  char host[32];                         // informational; written with relaxed stores
+  uint8_t reserved[64];
+  CounterBlock counters;
+};
+static_assert(sizeof(ParticipantRecord) == 256);
+
+// ---- Namespace table ----
+//
+// state word: [owner:12][state:4]; FREE -> WRITING(owner) -> READY.
+enum class NamespaceState : uint8_t { kFree = 0, kWriting = 1, kReady = 2 };
+
+struct alignas(64) NamespaceRecord {
+  std::atomic<uint64_t> state;
+  uint32_t tp_rank;
+  uint32_t kv_group;
+  char model[128];
+  char dtype[24];
+  char kv_layout[64];
+  uint32_t desc_crc;  // CRC32C of the descriptor fields, checked on use
+  uint8_t reserved[20];
+};
+static_assert(sizeof(NamespaceRecord) == 256);
+
+// ---- Directory ----
+//
+// Slot state word: [generation:48][owner:12][state:4].
+// FREE --CAS--> WRITING(g+1, writer) --CAS--> READY(g+1, writer)
+// READY --CAS--> EVICTING(g, evictor) --pins clear--> WRITING(g+1, evictor)
+//                                     \--pinned------> READY(g)
+// The generation changes on every reuse, so a reader that saw READY(g)
+// before its copy and READY(g) after knows the bytes were not replaced.
+enum class SlotState : uint8_t { kFree = 0, kWriting = 1, kReady = 2, kEvicting = 3 };
+
+struct alignas(64) SetTags {
+  // Per way: nonzero fingerprint of (namespace, key) while the way holds a
+  // key, 0 when empty. A hint only; the slot's state and key are the truth.
+  std::atomic<uint32_t> tag[kMaxWays];
+};
+static_assert(sizeof(SetTags) == 64);
+
+struct alignas(64) SlotMeta {
+  std::atomic<uint64_t> state;
+  std::atomic<uint64_t> key_hi;
+  std::atomic<uint64_t> key_lo;
+  std::atomic<uint32_t> ns;
+  std::atomic<uint32_t> len;
+  std::atomic<uint32_t> crc;
+  std::atomic<uint32_t> referenced;  // CLOCK reference bit
+  uint8_t reserved[24];
+};
+static_assert(sizeof(SlotMeta) == 64);
+
+// ---- Word encodings ----
+inline constexpr uint64_t kStateMask = 0xF;
+inline constexpr uint64_t kOwnerShift = 4;
+inline constexpr uint64_t kOwnerMask = 0xFFF;
+inline constexpr uint64_t kGenShift = 16;
+inline constexpr uint32_t kMaxParticipantsLimit = 1024;  // fits the 12-bit owner field
+
+constexpr uint64_t PackWord(uint64_t gen, uint32_t owner, uint8_t state) {
+  return (gen << kGenShift) | ((uint64_t(owner) & kOwnerMask) << kOwnerShift) | state;
+}
+constexpr uint8_t WordState(uint64_t w) { return uint8_t(w & kStateMask); }
+constexpr uint32_t WordOwner(uint64_t w) { return uint32_t((w >> kOwnerShift) & kOwnerMask); }
+constexpr uint64_t WordGen(uint64_t w) { return w >> kGenShift; }
+
+}  // namespace cxlkv::internal
+
+#endif  // CXLKV_SRC_REGION_LAYOUT_H_

@@ -1,0 +1,108 @@
+// Copyright cxlkv authors.
+//
+// Maintenance that is safe while other participants are attached: drop one
+// block, scrub every READY slot's CRC, wipe all unpinned blocks.
+#include "crc32c.h"
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+namespace {
+
+constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
+constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
+constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
+
+#if defined(__SANITIZE_THREAD__) || defined(CXLKV_TSAN)
+__attribute__((no_sanitize("thread")))
+#endif
+uint32_t RegionBytesCrc(const uint8_t* p, size_t n) {
+  return Crc32c(p, n);
+}
+
+}  // namespace
+
+Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
+  CXLKV_RETURN_IF_ERROR(CheckWritable());
+  uint64_t w;
+  const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
+  if (slot < 0) return Status::NotFound("block not in region");
+  if (!TakeReadySlot(static_cast<uint64_t>(slot), w)) {
+    return Status::Busy("block is pinned or changed concurrently");
+  }
+  ReleaseOwnedSlot(static_cast<uint64_t>(slot), PackWord(WordGen(w), self_index(), kEvicting));
+  return Status::OK();
+}
+
+Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
+  *report = ScrubReport{};
+  if (drop_corrupt) CXLKV_RETURN_IF_ERROR(CheckWritable());
+  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+    std::atomic<uint64_t>& st = meta_[s].state;
+    const uint64_t w = st.load(std::memory_order_acquire);
+    const uint8_t state = WordState(w);
+    bool corrupt = false;
+    if (state > kEvicting || ((state == kWriting || state == kEvicting) &&
+                              WordOwner(w) >= geo_.max_participants)) {
+      corrupt = true;  // impossible word: nobody could ever finish or reclaim it
+    } else if (state == kReady) {
+      ++report->ready;
+      const uint32_t len = meta_[s].len.load(std::memory_order_relaxed);
+      const uint32_t crc = meta_[s].crc.load(std::memory_order_relaxed);
+      if (len > geo_.slot_size) {
+        corrupt = true;
+      } else {
+        const uint32_t got = RegionBytesCrc(SlotData(s), len);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (st.load(std::memory_order_relaxed) != w) {
+          ++report->skipped_changed;
+          continue;
+        }
+        if (got == crc) {
+          ++report->verified;
+          continue;
+        }
+        corrupt = true;
+      }
+    } else {
+      continue;
+    }
+    ++report->crc_failures;
+    Count(Counter::kCrcFailures);
+    if (!drop_corrupt) continue;
+    if (state == kReady) {
+      if (TakeReadySlot(s, w)) {
+        ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting));
+        ++report->dropped;
+      }
+    } else {
+      uint64_t expected = w;
+      if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0), std::memory_order_acq_rel)) {
+        tags_[s / geo_.ways].tag[s % geo_.ways].store(0, std::memory_order_relaxed);
+        ++report->dropped;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status RegionImpl::Wipe(WipeReport* report) {
+  *report = WipeReport{};
+  CXLKV_RETURN_IF_ERROR(CheckWritable());
+  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+    const uint64_t w = meta_[s].state.load(std::memory_order_acquire);
+    const uint8_t state = WordState(w);
+    if (state == kWriting || state == kEvicting) {
+      ++report->writing;
+    } else if (state == kReady) {
+      if (TakeReadySlot(s, w)) {
+        ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting));
+        ++report->dropped;
+      } else {
+        ++report->pinned;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace cxlkv::internal

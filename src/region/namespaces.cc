@@ -1,0 +1,133 @@
+// Copyright cxlkv authors.
+//
+// The namespace table: descriptors stored in full in the region, found by
+// open addressing from a hash of the descriptor. Two processes registering
+// the same descriptor start probing at the same entry; the one that loses
+// the claim waits for the winner's READY and finds the match, so one
+// descriptor never gets two ids. Entries are never removed.
+#include <cstring>
+#include <thread>
+
+#include "crc32c.h"
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+namespace {
+
+constexpr uint8_t kNsFree = static_cast<uint8_t>(NamespaceState::kFree);
+constexpr uint8_t kNsWriting = static_cast<uint8_t>(NamespaceState::kWriting);
+constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
+
+struct Image {  // the descriptor fields as stored, for hashing and compare
+  uint32_t tp_rank;
+  uint32_t kv_group;
+  char model[128];
+  char dtype[24];
+  char kv_layout[64];
+};
+
+Image MakeImage(const NamespaceDesc& d) {
+  Image im;
+  std::memset(&im, 0, sizeof im);
+  im.tp_rank = d.tp_rank;
+  im.kv_group = d.kv_group;
+  std::memcpy(im.model, d.model.data(), d.model.size());
+  std::memcpy(im.dtype, d.dtype.data(), d.dtype.size());
+  std::memcpy(im.kv_layout, d.kv_layout.data(), d.kv_layout.size());
+  return im;
+}
+
+// Reads a record's descriptor with relaxed atomic byte loads (another
+// process may be writing it), for comparison and checksum.
+Image ReadImage(const NamespaceRecord& r) {
+  Image im;
+  auto load = [](const char* src, char* dst, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      dst[i] = reinterpret_cast<const std::atomic<char>*>(src + i)->load(std::memory_order_relaxed);
+  };
+  im.tp_rank = reinterpret_cast<const std::atomic<uint32_t>*>(&r.tp_rank)->load(std::memory_order_relaxed);
+  im.kv_group = reinterpret_cast<const std::atomic<uint32_t>*>(&r.kv_group)->load(std::memory_order_relaxed);
+  load(r.model, im.model, sizeof im.model);
+  load(r.dtype, im.dtype, sizeof im.dtype);
+  load(r.kv_layout, im.kv_layout, sizeof im.kv_layout);
+  return im;
+}
+
+void WriteImage(NamespaceRecord& r, const Image& im) {
+  auto store = [](char* dst, const char* src, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      reinterpret_cast<std::atomic<char>*>(dst + i)->store(src[i], std::memory_order_relaxed);
+  };
+  reinterpret_cast<std::atomic<uint32_t>*>(&r.tp_rank)->store(im.tp_rank, std::memory_order_relaxed);
+  reinterpret_cast<std::atomic<uint32_t>*>(&r.kv_group)->store(im.kv_group, std::memory_order_relaxed);
+  store(r.model, im.model, sizeof im.model);
+  store(r.dtype, im.dtype, sizeof im.dtype);
+  store(r.kv_layout, im.kv_layout, sizeof im.kv_layout);
+  reinterpret_cast<std::atomic<uint32_t>*>(&r.desc_crc)
+      ->store(Crc32c(&im, sizeof im), std::memory_order_relaxed);
+}
+
+bool Matches(const NamespaceRecord& r, const Image& want) {
+  Image got = ReadImage(r);
+  const uint32_t stored =
+      reinterpret_cast<const std::atomic<uint32_t>*>(&r.desc_crc)->load(std::memory_order_relaxed);
+  // A damaged record never matches (and is skipped), so a corrupted table
+  // cannot merge two namespaces.
+  return std::memcmp(&got, &want, sizeof got) == 0 && Crc32c(&got, sizeof got) == stored;
+}
+
+}  // namespace
+
+Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
+  if (d.model.size() > 127 || d.dtype.size() > 23 || d.kv_layout.size() > 63) {
+    return Status::InvalidArgument("namespace field too long (model <= 127, dtype <= 23, "
+                                   "kv_layout <= 63 bytes): " + d.ToString());
+  }
+  if (d.model.find('\0') != std::string::npos || d.dtype.find('\0') != std::string::npos ||
+      d.kv_layout.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("namespace fields must not contain NUL bytes");
+  }
+  const Image want = MakeImage(d);
+  const uint32_t start = Crc32c(&want, sizeof want) % kNamespaceEntries;
+  for (uint32_t probe = 0; probe < kNamespaceEntries; ++probe) {
+    const uint32_t i = (start + probe) % kNamespaceEntries;
+    NamespaceRecord& r = nss_[i];
+    for (;;) {
+      uint64_t w = r.state.load(std::memory_order_acquire);
+      const uint8_t st = WordState(w);
+      if (st == kNsReady) {
+        if (Matches(r, want)) {
+          *id = i;
+          return Status::OK();
+        }
+        break;  // next probe
+      }
+      if (st == kNsWriting) {
+        // Someone is registering here; wait for READY unless they died
+        // (the reclaimer frees a dead participant's WRITING entry).
+        if (!ParticipantActive(WordOwner(w))) {
+          r.state.compare_exchange_strong(w, 0, std::memory_order_acq_rel);
+        }
+        std::this_thread::yield();
+        continue;
+      }
+      if (st != kNsFree) break;  // damaged state word: skip the entry
+      if (self_ < 0) {
+        return Status::NotFound("namespace " + d.ToString() + " is not registered in region " +
+                                info_.path);
+      }
+      if (!r.state.compare_exchange_strong(w, PackWord(0, self_index(), kNsWriting),
+                                           std::memory_order_acq_rel)) {
+        continue;
+      }
+      WriteImage(r, want);
+      r.state.store(PackWord(0, 0, kNsReady), std::memory_order_release);
+      *id = i;
+      return Status::OK();
+    }
+  }
+  return Status::NoSpace("namespace table of region " + info_.path + " is full (" +
+                         std::to_string(kNamespaceEntries) + " entries)");
+}
+
+}  // namespace cxlkv::internal

@@ -1,0 +1,388 @@
+// Copyright cxlkv authors.
+//
+// Open: map, format-or-attach, validate, register, prefault.
+//
+// Format protocol (atomic, crash-tolerant, no file locks so it also works on
+// a device shared by several hosts):
+//   1. magic == kMagic          -> formatted: validate and attach.
+//   2. CAS format_lock 0->nonce -> we format: zero the metadata (advancing
+//      format_progress as we go), write the header image, CAS
+//      format_lock nonce->nonce|1, and only then store magic (release).
+//   3. otherwise someone is formatting: wait for magic. If (format_lock,
+//      format_progress) does not change for format_stall_ns, the formatter
+//      is presumed dead: CAS its nonce -> ours and format again. The final
+//      CAS in step 2 makes "finish" and "take over" mutually exclusive.
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "crc32c.h"
+#include "failpoint.h"
+#include "region_impl.h"
+
+namespace cxlkv {
+
+using internal::kLayoutVersion;
+using internal::kMagic;
+
+Status Region::Open(const std::string& path, const RegionOptions& options,
+                    std::unique_ptr<Region>* out) {
+  if (path.empty()) return Status::InvalidArgument("region path is empty");
+  if (options.register_participant &&
+      options.liveness_timeout_ns < 4 * options.heartbeat_interval_ns) {
+    return Status::InvalidArgument("liveness_timeout_ns must be at least 4 x heartbeat_interval_ns");
+  }
+  std::unique_ptr<internal::Mapping> map;
+  CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(path, options.offset, options.size,
+                                                options.create_if_missing, options.sysfs_root,
+                                                &map));
+  if (map->size() < internal::kSuperblockBytes) {
+    return Status::InvalidArgument("region " + path + " is " + std::to_string(map->size()) +
+                                   " bytes, smaller than its 4096-byte header");
+  }
+  auto impl = std::make_unique<internal::RegionImpl>(std::move(map), options);
+  CXLKV_RETURN_IF_ERROR(impl->Init());
+  *out = std::move(impl);
+  return Status::OK();
+}
+
+namespace internal {
+namespace {
+
+uint64_t RandomNonZero() {
+  std::random_device rd;
+  uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^
+               uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  v = Mix64(v ^ uint64_t(::getpid()));
+  return v == 0 ? 1 : v & ~1ull;  // low bit marks "format finished"
+}
+
+uint32_t HeaderCrc(const Superblock& sb) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&sb);
+  return Crc32c(p + offsetof(Superblock, layout_version),
+                offsetof(Superblock, header_crc) - offsetof(Superblock, layout_version));
+}
+
+std::string FieldMismatch(const std::string& path, const char* field, const std::string& region,
+                          const std::string& mine) {
+  return "region " + path + ": " + field + " mismatch: the region has " + region +
+         ", this process expects " + mine;
+}
+
+}  // namespace
+
+RegionImpl::RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options)
+    : map_(std::move(map)), opts_(options) {
+  base_ = map_->base();
+  sb_ = reinterpret_cast<Superblock*>(base_);
+}
+
+Status RegionImpl::Init() {
+  const RegionConfig& c = opts_.config;
+  if (c.hash_algorithm.size() > 31) {
+    return Status::InvalidArgument("hash_algorithm '" + c.hash_algorithm + "' longer than 31 bytes");
+  }
+  if (c.metadata_json.size() > 2048) {
+    return Status::InvalidArgument("metadata_json is " + std::to_string(c.metadata_json.size()) +
+                                   " bytes, more than 2048");
+  }
+  CXLKV_RETURN_IF_ERROR(FormatOrWait());
+  CXLKV_RETURN_IF_ERROR(Validate());
+  obs_.resize(geo_.max_participants);
+  if (opts_.register_participant) {
+    CXLKV_RETURN_IF_ERROR(RegisterSelf());
+    heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  }
+  StartPrefault();
+  return Status::OK();
+}
+
+Status RegionImpl::FormatOrWait() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(opts_.format_wait_ns);
+  uint64_t seen_lock = ~0ull, seen_progress = ~0ull;
+  auto seen_since = Clock::now();
+  for (;;) {
+    if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
+    if (!opts_.create_if_missing) {
+      return Status::NotFound("region " + map_->path() + " is not formatted");
+    }
+    if (opts_.config.slot_size == 0) {
+      return Status::InvalidArgument("region " + map_->path() +
+                                     " is not formatted and no slot_size was given to format it");
+    }
+    uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
+    uint64_t progress = sb_->format_progress.load(std::memory_order_acquire);
+    const auto now = Clock::now();
+    bool claim = false;
+    uint64_t expected = lock;
+    if (lock == 0) {
+      claim = true;
+    } else if (lock != seen_lock || progress != seen_progress) {
+      seen_lock = lock;
+      seen_progress = progress;
+      seen_since = now;
+    } else if (now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns)) {
+      claim = true;  // formatter stalled: presumed dead, take over
+    }
+    if (claim) {
+      const uint64_t nonce = RandomNonZero();
+      if (sb_->format_lock.compare_exchange_strong(expected, nonce, std::memory_order_acq_rel)) {
+        Status s = Format(nonce);
+        if (s.ok() || !s.IsBusy()) return s;
+        // Busy: someone took the format over from us; wait for theirs.
+      }
+      seen_since = Clock::now();
+      continue;
+    }
+    if (now > deadline) {
+      return Status::Busy("region " + map_->path() + ": another process's format did not finish within " +
+                          std::to_string(opts_.format_wait_ns / 1000000) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status RegionImpl::Format(uint64_t nonce) {
+  const RegionConfig& c = opts_.config;
+  if (c.coherence != CoherenceMode::kHardware) {
+    sb_->format_lock.store(0, std::memory_order_release);
+    return Status::Unsupported(std::string("coherence mode '") + CoherenceModeName(c.coherence) +
+                               "' is not implemented by layout version 1 (see docs/coherence.md)");
+  }
+  Geometry g;
+  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
+  if (!s.ok()) {
+    sb_->format_lock.store(0, std::memory_order_release);
+    return s.WithContext("format region " + map_->path());
+  }
+  nlohmann::json meta = nlohmann::json::object();
+  if (!c.metadata_json.empty()) {
+    try {
+      meta = nlohmann::json::parse(c.metadata_json);
+    } catch (const std::exception& e) {
+      sb_->format_lock.store(0, std::memory_order_release);
+      return Status::InvalidArgument(std::string("metadata_json is not valid JSON: ") + e.what());
+    }
+  }
+  CXLKV_FAILPOINT_HIT("format.after_lock");
+
+  // Zero all metadata after the superblock (data slots need no zeroing: a
+  // slot is only read after a READY state word is published for it).
+  const uint64_t chunk = 1ull << 20;
+  for (uint64_t off = kSuperblockBytes; off < g.data_off; off += chunk) {
+    const uint64_t n = std::min(chunk, g.data_off - off);
+    std::memset(base_ + off, 0, n);
+    sb_->format_progress.fetch_add(1, std::memory_order_release);
+    if (off == kSuperblockBytes) CXLKV_FAILPOINT_HIT("format.mid_zero");
+    if (sb_->format_lock.load(std::memory_order_acquire) != nonce) {
+      return Status::Busy("format of " + map_->path() + " was taken over");
+    }
+  }
+
+  // Build the header image privately, then copy it in at once.
+  Superblock img;
+  std::memset(static_cast<void*>(&img), 0, sizeof img);
+  img.layout_version = kLayoutVersion;
+  img.superblock_bytes = kSuperblockBytes;
+  img.region_size = g.region_size;
+  img.slot_size = g.slot_size;
+  img.max_participants = g.max_participants;
+  img.coherence = static_cast<uint32_t>(c.coherence);
+  img.hash_seed_fingerprint = c.hash_seed_fingerprint;
+  std::memcpy(img.hash_algorithm, c.hash_algorithm.data(), c.hash_algorithm.size());
+  img.format_epoch = RandomNonZero();
+  img.num_slots = g.num_slots;
+  img.num_sets = g.num_sets;
+  img.ways = g.ways;
+  img.pin_words = g.pin_words;
+  img.slot_stride = g.slot_stride;
+  img.data_align = g.data_align;
+  img.registry_off = g.registry_off;
+  img.namespaces_off = g.namespaces_off;
+  img.retired_off = g.retired_off;
+  img.tags_off = g.tags_off;
+  img.meta_off = g.meta_off;
+  img.pins_off = g.pins_off;
+  img.data_off = g.data_off;
+
+  nlohmann::json cfg = {
+      {"layout_version", kLayoutVersion},
+      {"slot_size", g.slot_size},
+      {"hash_algorithm", c.hash_algorithm},
+      {"hash_seed_fingerprint", c.hash_seed_fingerprint},
+      {"coherence", CoherenceModeName(c.coherence)},
+      {"max_participants", g.max_participants},
+      {"metadata", meta},
+  };
+  const std::string text = cfg.dump();
+  if (text.size() > kConfigJsonMax) {
+    sb_->format_lock.store(0, std::memory_order_release);
+    return Status::InvalidArgument("config JSON is " + std::to_string(text.size()) +
+                                   " bytes, more than " + std::to_string(kConfigJsonMax));
+  }
+  img.config_json_off = sizeof(Superblock);
+  img.config_json_len = static_cast<uint32_t>(text.size());
+  img.config_json_crc = Crc32c(text.data(), text.size());
+  img.header_crc = HeaderCrc(img);
+
+  std::memset(base_ + sizeof(Superblock), 0, kSuperblockBytes - sizeof(Superblock));
+  std::memcpy(base_ + sizeof(Superblock), text.data(), text.size());
+  std::memcpy(reinterpret_cast<uint8_t*>(sb_) + offsetof(Superblock, layout_version),
+              reinterpret_cast<const uint8_t*>(&img) + offsetof(Superblock, layout_version),
+              sizeof(Superblock) - offsetof(Superblock, layout_version));
+  uint64_t expected = nonce;
+  if (!sb_->format_lock.compare_exchange_strong(expected, nonce | 1, std::memory_order_acq_rel)) {
+    return Status::Busy("format of " + map_->path() + " was taken over");
+  }
+  // Magic last: everything above is visible to whoever sees it (release).
+  sb_->magic.store(kMagic, std::memory_order_release);
+  return Status::OK();
+}
+
+Status RegionImpl::Validate() {
+  const std::string& path = map_->path();
+  // Validate a private copy: the region can change under us.
+  Superblock sb;
+  std::memcpy(static_cast<void*>(&sb), sb_, sizeof sb);
+  if (sb.layout_version != kLayoutVersion) {
+    return Status::Unsupported("region " + path + " has layout version " +
+                               std::to_string(sb.layout_version) +
+                               "; this build reads layout version " +
+                               std::to_string(kLayoutVersion));
+  }
+  const uint32_t crc = HeaderCrc(sb);
+  if (crc != sb.header_crc) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "stored 0x%08x, computed 0x%08x", sb.header_crc, crc);
+    return Status::Corruption("region " + path + ": header checksum mismatch (" + buf +
+                              "); the header was damaged: reformat with `cxlkv format --force`");
+  }
+  if (sb.superblock_bytes != kSuperblockBytes) {
+    return Status::Corruption("region " + path + ": superblock_bytes " +
+                              std::to_string(sb.superblock_bytes) + ", expected 4096");
+  }
+  Status s = CheckRecordedGeometry(sb, map_->size(), &geo_);
+  if (!s.ok()) return s.WithContext("region " + path);
+  if (sb.coherence != static_cast<uint32_t>(CoherenceMode::kHardware) &&
+      sb.coherence != static_cast<uint32_t>(CoherenceMode::kSoftware)) {
+    return Status::Corruption("region " + path + ": unknown coherence mode " +
+                              std::to_string(sb.coherence));
+  }
+  if (std::memchr(sb.hash_algorithm, 0, sizeof sb.hash_algorithm) == nullptr) {
+    return Status::Corruption("region " + path + ": hash_algorithm is not terminated");
+  }
+  // Config JSON: bounds, checksum, parse, agreement with the binary header.
+  if (sb.config_json_off != sizeof(Superblock) || sb.config_json_len > kConfigJsonMax) {
+    return Status::Corruption("region " + path + ": config JSON at offset " +
+                              std::to_string(sb.config_json_off) + " length " +
+                              std::to_string(sb.config_json_len) + " is out of bounds");
+  }
+  std::string text(reinterpret_cast<const char*>(base_) + sb.config_json_off, sb.config_json_len);
+  if (Crc32c(text.data(), text.size()) != sb.config_json_crc) {
+    return Status::Corruption("region " + path + ": config JSON checksum mismatch");
+  }
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(text);
+    if (cfg.at("slot_size").get<uint64_t>() != sb.slot_size ||
+        cfg.at("layout_version").get<uint32_t>() != sb.layout_version ||
+        cfg.at("max_participants").get<uint32_t>() != sb.max_participants ||
+        cfg.at("hash_algorithm").get<std::string>() != std::string(sb.hash_algorithm) ||
+        cfg.at("hash_seed_fingerprint").get<uint64_t>() != sb.hash_seed_fingerprint) {
+      return Status::Corruption("region " + path + ": config JSON disagrees with the header");
+    }
+  } catch (const std::exception& e) {
+    return Status::Corruption("region " + path + ": config JSON unreadable: " + e.what());
+  }
+
+  // Region-level fields every attacher must match.
+  const RegionConfig& want = opts_.config;
+  auto num = [](uint64_t v) { return std::to_string(v); };
+  if (want.slot_size != 0 && want.slot_size != sb.slot_size) {
+    return Status::InvalidArgument(FieldMismatch(path, "slot_size", num(sb.slot_size), num(want.slot_size)));
+  }
+  if (!want.hash_algorithm.empty() && want.hash_algorithm != sb.hash_algorithm) {
+    return Status::InvalidArgument(FieldMismatch(path, "hash_algorithm",
+                                                 "'" + std::string(sb.hash_algorithm) + "'",
+                                                 "'" + want.hash_algorithm + "'"));
+  }
+  if (want.hash_seed_fingerprint != 0 && want.hash_seed_fingerprint != sb.hash_seed_fingerprint) {
+    return Status::InvalidArgument(FieldMismatch(path, "hash_seed_fingerprint",
+                                                 num(sb.hash_seed_fingerprint),
+                                                 num(want.hash_seed_fingerprint)) +
+                                   " (is PYTHONHASHSEED / the hash seed the same everywhere?)");
+  }
+  const auto region_coherence = static_cast<CoherenceMode>(sb.coherence);
+  if (want.coherence != region_coherence) {
+    return Status::InvalidArgument(FieldMismatch(path, "coherence", CoherenceModeName(region_coherence),
+                                                 CoherenceModeName(want.coherence)));
+  }
+  if (region_coherence != CoherenceMode::kHardware) {
+    return Status::Unsupported("region " + path + ": coherence mode 'software' is not implemented");
+  }
+  // max_participants: 64 is the default, so only an explicit non-default
+  // value is a demand the region must meet.
+  if (want.max_participants != 0 && want.max_participants != 64 &&
+      want.max_participants != sb.max_participants) {
+    return Status::InvalidArgument(FieldMismatch(path, "max_participants", num(sb.max_participants),
+                                                 num(want.max_participants)));
+  }
+
+  parts_ = reinterpret_cast<ParticipantRecord*>(base_ + geo_.registry_off);
+  nss_ = reinterpret_cast<NamespaceRecord*>(base_ + geo_.namespaces_off);
+  retired_ = reinterpret_cast<CounterBlock*>(base_ + geo_.retired_off);
+  tags_ = reinterpret_cast<SetTags*>(base_ + geo_.tags_off);
+  meta_ = reinterpret_cast<SlotMeta*>(base_ + geo_.meta_off);
+  pins_ = reinterpret_cast<std::atomic<uint64_t>*>(base_ + geo_.pins_off);
+  data_ = base_ + geo_.data_off;
+
+  info_.path = path;
+  info_.backend = map_->is_devdax() ? "devdax" : "file";
+  info_.offset = map_->offset();
+  info_.size = geo_.region_size;
+  info_.layout_version = sb.layout_version;
+  info_.slot_size = geo_.slot_size;
+  info_.slot_stride = geo_.slot_stride;
+  info_.num_slots = geo_.num_slots;
+  info_.num_sets = geo_.num_sets;
+  info_.ways = geo_.ways;
+  info_.data_offset = geo_.data_off;
+  info_.config.slot_size = sb.slot_size;
+  info_.config.hash_algorithm = sb.hash_algorithm;
+  info_.config.hash_seed_fingerprint = sb.hash_seed_fingerprint;
+  info_.config.coherence = region_coherence;
+  info_.config.max_participants = sb.max_participants;
+  info_.config.metadata_json = cfg.contains("metadata") ? cfg["metadata"].dump() : "{}";
+  info_.format_epoch = sb.format_epoch;
+  return Status::OK();
+}
+
+void RegionImpl::StartPrefault() {
+  if (opts_.prefault == Prefault::kNone) return;
+  // Populate the metadata first (every lookup touches it), then the data.
+  auto work = [this] {
+    map_->Prefault(0, geo_.region_size);
+  };
+  if (opts_.prefault == Prefault::kAtAttach) {
+    // Split across a few threads: populate is bound by page-table work,
+    // which scales with cores.
+    const unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+    const uint64_t per = (geo_.region_size / n + 4095) / 4096 * 4096;
+    std::vector<std::thread> ts;
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t b = i * per, e = std::min(geo_.region_size, b + per);
+      if (b < e) ts.emplace_back([this, b, e] { map_->Prefault(b, e); });
+    }
+    for (auto& t : ts) t.join();
+  } else {
+    prefault_ = std::thread(work);
+  }
+}
+
+}  // namespace internal
+}  // namespace cxlkv

@@ -1,0 +1,176 @@
+// Copyright cxlkv authors.
+//
+// RegionImpl: the implementation behind cxlkv::Region. Split by phase:
+// open.cc (format-or-attach, validation), registry.cc (participants,
+// heartbeat, liveness, reclaim), namespaces.cc, directory.cc (hashing, find,
+// pins), write.cc, read.cc, maintenance.cc.
+#ifndef CXLKV_SRC_REGION_REGION_IMPL_H_
+#define CXLKV_SRC_REGION_REGION_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cxlkv/region.h"
+#include "geometry.h"
+#include "layout.h"
+#include "mapping.h"
+
+namespace cxlkv::internal {
+
+// Where a key can live: two candidate sets ("two choices"), and the
+// fingerprint stored in the set's tag line.
+struct KeyPlace {
+  uint64_t set[2];
+  uint32_t tag;
+};
+
+class RegionImpl final : public Region {
+ public:
+  RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options);
+  ~RegionImpl() override;
+
+  // Format-or-attach, validation, registration, prefault. Called once by
+  // Region::Open before the object is handed out.
+  Status Init();
+
+  const RegionInfo& info() const override { return info_; }
+  Status RegisterNamespace(const NamespaceDesc& desc, NamespaceId* id) override;
+
+  Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
+               StoreOutcome* outcome) override;
+  Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
+                    StoreOutcome* outcome) override;
+  Status CommitWrite(WriteLease* lease, const uint32_t* crc32c) override;
+  void AbortWrite(WriteLease* lease) override;
+
+  Status Lookup(NamespaceId ns, const BlockKey& key) override;
+  size_t LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) override;
+  Status PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, PinSet* pins) override;
+
+  Status Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
+              const LoadOptions& options, LoadInfo* info) override;
+  Status BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) override;
+  Status EndRead(ReadLease* lease, const void* copied) override;
+
+  Status Drop(NamespaceId ns, const BlockKey& key) override;
+  Status Verify(bool drop_corrupt, ScrubReport* report) override;
+  Status Wipe(WipeReport* report) override;
+
+  Counters ProcessCounters() const override;
+  Counters RegionCounters() const override;
+  std::vector<ParticipantInfo> Participants() const override;
+  size_t ReapDeadParticipants() override;
+
+  // ---- internal, for tests and tools (region_internal.h) ----
+  uint8_t* SlotData(uint64_t slot) const { return data_ + slot * geo_.slot_stride; }
+  SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
+  // Slot currently READY for (ns, key), or -1.
+  int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
+
+ protected:
+  void UnpinSlots(const std::vector<uint64_t>& slots) override;
+
+ private:
+  // open.cc
+  Status FormatOrWait();
+  Status Format(uint64_t nonce);
+  Status Validate();
+  void StartPrefault();
+
+  // registry.cc
+  Status RegisterSelf();
+  void Deregister();
+  void HeartbeatLoop();
+  // Frees everything participant `index` held (slots it was writing or
+  // evicting, its pins, its namespace claims) and retires its counters.
+  // REQUIRES: caller has moved the record to RECLAIMING (or owns it).
+  void SweepParticipant(uint32_t index);
+  bool TryReclaim(uint32_t index, uint64_t observed_word);
+  bool ParticipantActive(uint32_t index) const;
+
+  // directory.cc
+  KeyPlace Place(NamespaceId ns, const BlockKey& key) const;
+  // Finds a slot holding (ns, key) in one of `want` states; returns the slot
+  // and the state word observed (consistent with the key), or -1.
+  int64_t Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* word,
+               bool ready_only) const;
+  bool KeyMatches(uint64_t slot, NamespaceId ns, const BlockKey& key) const;
+  // Pins `slot` for this participant and confirms it still holds `word`.
+  bool PinSlot(uint64_t slot, uint64_t word);
+  void UnpinSlot(uint64_t slot);
+  bool SlotPinned(uint64_t slot) const;
+  // READY(word) -> EVICTING -> (pins clear) caller owns the slot: returns
+  // true and leaves it EVICTING; false (restored) if pinned or changed.
+  bool TakeReadySlot(uint64_t slot, uint64_t word);
+  // Frees a slot this process holds as WRITING/EVICTING.
+  void ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word);
+  void Touch(uint64_t slot) const;
+
+  // write.cc / read.cc
+  bool ClaimSlot(const KeyPlace& place, uint64_t* slot, uint64_t* word, bool* evicted);
+  Status CheckWritable() const;
+
+  void Count(Counter c, uint64_t n = 1) const {
+    my_counters_->v[static_cast<uint32_t>(c)].fetch_add(n, std::memory_order_relaxed);
+  }
+  std::atomic<uint64_t>* PinWords(uint64_t slot) const { return pins_ + slot * geo_.pin_words; }
+  uint32_t self_index() const { return static_cast<uint32_t>(self_); }
+
+  // ---- immutable after Init ----
+  std::unique_ptr<Mapping> map_;
+  const RegionOptions opts_;
+  RegionInfo info_;
+  Geometry geo_;
+  uint8_t* base_ = nullptr;
+  Superblock* sb_ = nullptr;
+  ParticipantRecord* parts_ = nullptr;
+  NamespaceRecord* nss_ = nullptr;
+  CounterBlock* retired_ = nullptr;
+  SetTags* tags_ = nullptr;
+  SlotMeta* meta_ = nullptr;
+  std::atomic<uint64_t>* pins_ = nullptr;
+  uint8_t* data_ = nullptr;
+  int32_t self_ = -1;           // participant index, -1: observer
+  uint64_t self_word_ = 0;      // our ACTIVE state word
+  CounterBlock observer_counters_{};  // counters of an observer (not in the region)
+  CounterBlock* my_counters_ = &observer_counters_;
+
+  // ---- heartbeat thread ----
+  std::thread heartbeat_;
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool stop_ = false;  // guarded by hb_mu_
+  std::atomic<bool> fenced_{false};  // we were judged dead and reclaimed
+  std::thread prefault_;
+
+  // ---- liveness observations (guarded by obs_mu_) ----
+  struct Observation {
+    uint64_t word = 0;
+    uint64_t heartbeat = 0;
+    std::chrono::steady_clock::time_point since{};
+    bool valid = false;
+  };
+  mutable std::mutex obs_mu_;
+  std::vector<Observation> obs_;
+
+  // ---- this process's pin reference counts (striped mutexes) ----
+  static constexpr int kPinStripes = 32;
+  mutable std::mutex pin_mu_[kPinStripes];
+  std::unordered_map<uint64_t, uint32_t> pin_counts_[kPinStripes];
+
+  mutable std::atomic<uint32_t> clock_hand_{0};  // where eviction scans start
+};
+
+// Key/namespace fingerprints (directory.cc).
+uint64_t Mix64(uint64_t x);
+
+}  // namespace cxlkv::internal
+
+#endif  // CXLKV_SRC_REGION_REGION_IMPL_H_

@@ -1,0 +1,450 @@
+// Copyright cxlkv authors.
+//
+// In-process tests of the region engine through its public API. Also built
+// with ThreadSanitizer (label "concurrency").
+#include "cxlkv/region.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "region_impl.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using test::FillPattern;
+using test::MustOpen;
+using test::ScratchRegion;
+using test::TestOptions;
+
+constexpr uint64_t kSlot = 4096;
+
+NamespaceId Ns(Region* r, const std::string& model = "m", uint32_t rank = 0) {
+  NamespaceId id = 0;
+  NamespaceDesc d{model, "bfloat16", "NHD", rank, 0};
+  EXPECT_TRUE(r->RegisterNamespace(d, &id).ok());
+  return id;
+}
+
+std::vector<uint8_t> Pattern(uint64_t id, size_t n = kSlot) {
+  std::vector<uint8_t> v(n);
+  FillPattern(id, v.data(), n);
+  return v;
+}
+
+TEST(RegionTest, StoreThenLoadReturnsSameBytes) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  auto data = Pattern(7);
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(7), data.data(), data.size(), &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  std::vector<uint8_t> got(kSlot);
+  LoadInfo info;
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(7), got.data(), got.size(), {}, &info).ok());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(info.len, kSlot);
+  EXPECT_FALSE(info.cross_participant);
+  EXPECT_TRUE(r->Load(ns, BlockKey::FromId(8), got.data(), got.size()).IsNotFound());
+  Counters c = r->ProcessCounters();
+  EXPECT_EQ(c[Counter::kStores], 1u);
+  EXPECT_EQ(c[Counter::kHits], 1u);
+  EXPECT_EQ(c[Counter::kMisses], 1u);
+}
+
+TEST(RegionTest, ReopenKeepsDataAndGeometry) {
+  ScratchRegion sr;
+  uint64_t epoch;
+  {
+    auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+    auto d = Pattern(1);
+    ASSERT_TRUE(r->Store(Ns(r.get()), BlockKey::FromId(1), d.data(), d.size()).ok());
+    epoch = r->info().format_epoch;
+  }
+  RegionOptions o;  // accept whatever the region says
+  o.prefault = Prefault::kNone;
+  o.register_participant = false;
+  o.create_if_missing = false;
+  auto r = MustOpen(sr.path(), o);
+  EXPECT_EQ(r->info().format_epoch, epoch);
+  EXPECT_EQ(r->info().slot_size, kSlot);
+  std::vector<uint8_t> got(kSlot);
+  ASSERT_TRUE(r->Load(Ns(r.get()), BlockKey::FromId(1), got.data(), got.size()).ok());
+  EXPECT_EQ(got, Pattern(1));
+  // Region-wide counters survive the writer's exit (retired on detach).
+  EXPECT_EQ(r->RegionCounters()[Counter::kStores], 1u);
+}
+
+TEST(RegionTest, UnformattedWithoutCreateIsNotFound) {
+  ScratchRegion sr;
+  RegionOptions o = TestOptions(1 << 20, kSlot);
+  o.create_if_missing = false;
+  std::unique_ptr<Region> r;
+  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsNotFound());
+}
+
+TEST(RegionTest, DuplicateStoreIsCountedAndKeepsFirstCopy) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  auto a = Pattern(1), b = Pattern(2);
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), a.data(), a.size()).ok());
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), b.data(), b.size(), &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kDuplicate);
+  std::vector<uint8_t> got(kSlot);
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(1), got.data(), got.size()).ok());
+  EXPECT_EQ(got, a);
+  EXPECT_EQ(r->ProcessCounters()[Counter::kStoreDuplicate], 1u);
+}
+
+TEST(RegionTest, TooLargeBlockIsRefusedAndCounted) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  std::vector<uint8_t> big(kSlot + 1);
+  StoreOutcome out;
+  EXPECT_TRUE(r->Store(Ns(r.get()), BlockKey::FromId(1), big.data(), big.size(), &out)
+                  .IsInvalidArgument());
+  EXPECT_EQ(out, StoreOutcome::kTooLarge);
+  EXPECT_EQ(r->ProcessCounters()[Counter::kStoreTooLarge], 1u);
+}
+
+TEST(RegionTest, SameKeyInTwoNamespacesNeverCollides) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId a = Ns(r.get(), "model-a");
+  const NamespaceId b = Ns(r.get(), "model-b");
+  const NamespaceId a_rank1 = Ns(r.get(), "model-a", 1);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, a_rank1);
+  EXPECT_EQ(Ns(r.get(), "model-a"), a);  // idempotent
+  const BlockKey k = BlockKey::FromId(99);
+  auto da = Pattern(1), db = Pattern(2);
+  ASSERT_TRUE(r->Store(a, k, da.data(), da.size()).ok());
+  EXPECT_TRUE(r->Lookup(b, k).IsNotFound());
+  EXPECT_TRUE(r->Lookup(a_rank1, k).IsNotFound());
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(b, k, db.data(), db.size(), &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  std::vector<uint8_t> got(kSlot);
+  ASSERT_TRUE(r->Load(a, k, got.data(), got.size()).ok());
+  EXPECT_EQ(got, da);
+  ASSERT_TRUE(r->Load(b, k, got.data(), got.size()).ok());
+  EXPECT_EQ(got, db);
+}
+
+TEST(RegionTest, NamespaceFieldsAreValidated) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  NamespaceId id;
+  NamespaceDesc d{std::string(200, 'x'), "bf16", "NHD", 0, 0};
+  EXPECT_TRUE(r->RegisterNamespace(d, &id).IsInvalidArgument());
+}
+
+struct Mismatch {
+  const char* field;
+  std::function<void(RegionOptions*)> change;
+};
+
+TEST(RegionTest, RegionLevelMismatchesAreRefusedNamingFieldAndValues) {
+  ScratchRegion sr;
+  auto first = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const std::vector<Mismatch> cases = {
+      {"slot_size", [](RegionOptions* o) { o->config.slot_size = 8192; }},
+      {"hash_algorithm", [](RegionOptions* o) { o->config.hash_algorithm = "xxh3"; }},
+      {"hash_seed_fingerprint", [](RegionOptions* o) { o->config.hash_seed_fingerprint = 43; }},
+      {"coherence", [](RegionOptions* o) { o->config.coherence = CoherenceMode::kSoftware; }},
+      {"max_participants", [](RegionOptions* o) { o->config.max_participants = 128; }},
+  };
+  for (const auto& c : cases) {
+    RegionOptions o = TestOptions(4 << 20, kSlot);
+    c.change(&o);
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(sr.path(), o, &r);
+    EXPECT_TRUE(s.IsInvalidArgument()) << c.field << ": " << s.ToString();
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("the region has"), std::string::npos) << s.ToString();
+  }
+}
+
+TEST(RegionTest, SoftwareCoherenceIsNotFormatted) {
+  ScratchRegion sr;
+  RegionOptions o = TestOptions(4 << 20, kSlot);
+  o.config.coherence = CoherenceMode::kSoftware;
+  std::unique_ptr<Region> r;
+  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsUnsupported());
+  // ... and the region is left unformatted for a correct opener.
+  EXPECT_TRUE(Region::Open(sr.path(), TestOptions(4 << 20, kSlot), &r).ok());
+}
+
+TEST(RegionTest, LookupPrefixCountsLeadingHits) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  std::vector<BlockKey> chain;
+  for (uint64_t i = 0; i < 10; ++i) chain.push_back(BlockKey::FromId(100 + i));
+  auto d = Pattern(0);
+  for (int i : {0, 1, 2, 3, 5, 6}) ASSERT_TRUE(r->Store(ns, chain[i], d.data(), 64).ok());
+  EXPECT_EQ(r->LookupPrefix(ns, chain.data(), chain.size()), 4u);
+  EXPECT_EQ(r->LookupPrefix(ns, chain.data() + 5, 2), 2u);
+  EXPECT_EQ(r->LookupPrefix(ns, chain.data() + 4, 3), 0u);
+}
+
+TEST(RegionTest, EvictionMakesRoomAndIsCounted) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(1 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const uint64_t n = r->info().num_slots;
+  ASSERT_GT(n, 16u);
+  auto d = Pattern(3);
+  for (uint64_t i = 0; i < 4 * n; ++i) {
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size(), &out).ok()) << i;
+    ASSERT_EQ(out, StoreOutcome::kStored);
+  }
+  Counters c = r->ProcessCounters();
+  EXPECT_GE(c[Counter::kEvictions], 3 * n - n / 4);
+  // The most recent block is always present.
+  EXPECT_TRUE(r->Lookup(ns, BlockKey::FromId(4 * n - 1)).ok());
+}
+
+TEST(RegionTest, PinnedSlotsAreNeverEvicted) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(1 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const uint64_t n = r->info().num_slots;
+  auto d = Pattern(5);
+  std::vector<BlockKey> pinned_keys;
+  for (uint64_t i = 0; i < n / 4; ++i) {
+    pinned_keys.push_back(BlockKey::FromId(1'000'000 + i));
+    ASSERT_TRUE(r->Store(ns, pinned_keys.back(), d.data(), d.size()).ok());
+  }
+  PinSet pins;
+  ASSERT_TRUE(r->PinPrefix(ns, pinned_keys.data(), pinned_keys.size(), &pins).ok());
+  ASSERT_EQ(pins.size(), pinned_keys.size());
+  for (uint64_t i = 0; i < 8 * n; ++i) {
+    Status s = r->Store(ns, BlockKey::FromId(i), d.data(), d.size());
+    ASSERT_TRUE(s.ok() || s.IsNoSpace()) << s.ToString();
+  }
+  EXPECT_EQ(r->LookupPrefix(ns, pinned_keys.data(), pinned_keys.size()), pinned_keys.size());
+  EXPECT_TRUE(r->Drop(ns, pinned_keys[0]).IsBusy());
+  pins.Release();
+  EXPECT_TRUE(r->Drop(ns, pinned_keys[0]).ok());
+}
+
+TEST(RegionTest, FullRegionOfPinnedSlotsReportsNoSpace) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(128 << 10, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const uint64_t n = r->info().num_slots;
+  ASSERT_EQ(r->info().num_sets, 1u);  // every key maps to the one set
+  auto d = Pattern(5);
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < n; ++i) {
+    keys.push_back(BlockKey::FromId(i));
+    ASSERT_TRUE(r->Store(ns, keys.back(), d.data(), d.size()).ok());
+  }
+  PinSet pins;
+  ASSERT_TRUE(r->PinPrefix(ns, keys.data(), keys.size(), &pins).ok());
+  StoreOutcome out;
+  EXPECT_TRUE(r->Store(ns, BlockKey::FromId(n + 1), d.data(), d.size(), &out).IsNoSpace());
+  EXPECT_EQ(out, StoreOutcome::kFull);
+  EXPECT_EQ(r->ProcessCounters()[Counter::kStoreFull], 1u);
+}
+
+// Alias (paper §6): a slot evicted and reused for another key while a reader
+// copies it must not be served.
+TEST(RegionTest, SlotReusedDuringReadIsNotServed) {
+  ScratchRegion sr;
+  auto writer = MustOpen(sr.path(), TestOptions(128 << 10, kSlot));
+  const NamespaceId ns = Ns(writer.get());
+  const uint64_t n = writer->info().num_slots;
+  ASSERT_EQ(writer->info().num_sets, 1u);  // the freed slot is the only free one
+  auto d = Pattern(1);
+  for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(writer->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+  RegionOptions ro = TestOptions(128 << 10, kSlot);
+  ro.register_participant = false;  // an observer reads without pinning
+  auto reader = MustOpen(sr.path(), ro);
+  ReadLease lease;
+  ASSERT_TRUE(reader->BeginRead(ns, BlockKey::FromId(0), &lease).ok());
+  std::vector<uint8_t> copy(lease.len());
+  std::memcpy(copy.data(), lease.data(), copy.size() / 2);
+  // Meanwhile: the block is dropped and its slot (the only free one) reused.
+  ASSERT_TRUE(writer->Drop(ns, BlockKey::FromId(0)).ok());
+  auto other = Pattern(2);
+  ASSERT_TRUE(writer->Store(ns, BlockKey::FromId(n + 5), other.data(), other.size()).ok());
+  std::memcpy(copy.data() + copy.size() / 2, static_cast<const uint8_t*>(lease.data()) + copy.size() / 2,
+              copy.size() - copy.size() / 2);
+  EXPECT_TRUE(reader->EndRead(&lease, copy.data()).IsNotFound());
+  EXPECT_FALSE(lease.open());
+}
+
+TEST(RegionTest, CorruptDataBecomesAMissAndTheSlotIsDropped) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  auto d = Pattern(9);
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(9), d.data(), d.size()).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const int64_t slot = impl->FindReadySlot(ns, BlockKey::FromId(9));
+  ASSERT_GE(slot, 0);
+  impl->SlotData(slot)[123] ^= 0x40;
+  std::vector<uint8_t> got(kSlot);
+  // Without verification the bytes come back as they are (caller's choice).
+  LoadOptions no_verify;
+  no_verify.verify_crc = false;
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(9), got.data(), got.size(), no_verify).ok());
+  EXPECT_TRUE(r->Load(ns, BlockKey::FromId(9), got.data(), got.size()).IsCorruption());
+  EXPECT_EQ(r->ProcessCounters()[Counter::kCrcFailures], 1u);
+  EXPECT_TRUE(r->Lookup(ns, BlockKey::FromId(9)).IsNotFound());  // dropped
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(9), d.data(), d.size(), &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(9), got.data(), got.size()).ok());
+  EXPECT_EQ(got, d);
+}
+
+TEST(RegionTest, VerifyScrubFindsAndDropsCorruptSlots) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  auto d = Pattern(4);
+  for (uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  for (uint64_t i : {3, 11}) impl->SlotData(impl->FindReadySlot(ns, BlockKey::FromId(i)))[0] ^= 1;
+  Region::ScrubReport rep;
+  ASSERT_TRUE(r->Verify(false, &rep).ok());
+  EXPECT_EQ(rep.ready, 20u);
+  EXPECT_EQ(rep.verified, 18u);
+  EXPECT_EQ(rep.crc_failures, 2u);
+  ASSERT_TRUE(r->Verify(true, &rep).ok());
+  EXPECT_EQ(rep.dropped, 2u);
+  ASSERT_TRUE(r->Verify(false, &rep).ok());
+  EXPECT_EQ(rep.ready, 18u);
+  EXPECT_EQ(rep.crc_failures, 0u);
+}
+
+TEST(RegionTest, WipeDropsUnpinnedAndLeavesPinned) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  auto d = Pattern(4);
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 10; ++i) {
+    keys.push_back(BlockKey::FromId(i));
+    ASSERT_TRUE(r->Store(ns, keys.back(), d.data(), d.size()).ok());
+  }
+  PinSet pins;
+  ASSERT_TRUE(r->PinPrefix(ns, keys.data(), 3, &pins).ok());
+  Region::WipeReport rep;
+  ASSERT_TRUE(r->Wipe(&rep).ok());
+  EXPECT_EQ(rep.dropped, 7u);
+  EXPECT_EQ(rep.pinned, 3u);
+  EXPECT_EQ(r->LookupPrefix(ns, keys.data(), keys.size()), 3u);
+}
+
+TEST(RegionTest, WriteLeaseDroppedWithoutCommitFreesTheSlot) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  {
+    WriteLease lease;
+    ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(1), 100, &lease).ok());
+    ASSERT_TRUE(lease.open());
+    // A second writer of the same key loses while the first is in flight.
+    StoreOutcome out;
+    auto d = Pattern(1);
+    EXPECT_TRUE(r->Store(ns, BlockKey::FromId(1), d.data(), 100, &out).IsBusy());
+    EXPECT_EQ(out, StoreOutcome::kLostRace);
+  }
+  EXPECT_TRUE(r->Lookup(ns, BlockKey::FromId(1)).IsNotFound());
+  auto d = Pattern(1);
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), d.data(), 100, &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+}
+
+TEST(RegionTest, CommitWithCallerCrcIsVerifiedOnLoad) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(1), kSlot, &lease).ok());
+  FillPattern(1, lease.data(), kSlot);
+  const uint32_t wrong = 12345;
+  ASSERT_TRUE(r->CommitWrite(&lease, &wrong).ok());
+  std::vector<uint8_t> got(kSlot);
+  EXPECT_TRUE(r->Load(ns, BlockKey::FromId(1), got.data(), got.size()).IsCorruption());
+}
+
+TEST(RegionTest, ObserverCannotWrite) {
+  ScratchRegion sr;
+  auto w = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  RegionOptions o = TestOptions(4 << 20, kSlot);
+  o.register_participant = false;
+  auto r = MustOpen(sr.path(), o);
+  auto d = Pattern(1);
+  EXPECT_TRUE(r->Store(0, BlockKey::FromId(1), d.data(), 10).IsInvalidArgument());
+  EXPECT_EQ(r->info().participant, -1);
+  EXPECT_EQ(w->Participants().size(), 1u);
+}
+
+// Many threads of one process storing, loading and evicting a small key set:
+// every hit must return exactly the block's bytes. Run under TSan too.
+TEST(RegionTest, ConcurrentThreadsNeverSeeWrongBytes) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(512 << 10, 1024));
+  const NamespaceId ns = Ns(r.get());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hits{0}, wrong{0}, crc{0};
+  auto worker = [&](int seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<uint8_t> buf(1024), want(1024);
+    while (!stop.load()) {
+      const uint64_t id = rng() % 200;
+      const BlockKey k = BlockKey::FromId(id);
+      if (rng() % 2) {
+        FillPattern(id, want.data(), want.size());
+        Status s = r->Store(ns, k, want.data(), want.size());
+        if (!(s.ok() || s.IsBusy() || s.IsNoSpace())) wrong++;
+      } else {
+        Status s = r->Load(ns, k, buf.data(), buf.size());
+        if (s.ok()) {
+          FillPattern(id, want.data(), want.size());
+          if (buf != want) wrong++;
+          hits++;
+        } else if (s.IsCorruption()) {
+          crc++;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back(worker, i);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stop = true;
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(crc.load(), 0u);
+  EXPECT_GT(hits.load(), 0u);
+}
+
+TEST(RegionTest, ConcurrentNamespaceRegistrationAgreesOnOneId) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  std::vector<NamespaceId> ids(8);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { ids[i] = Ns(r.get(), "shared-model"); });
+  for (auto& t : ts) t.join();
+  for (auto id : ids) EXPECT_EQ(id, ids[0]);
+}
+
+}  // namespace
+}  // namespace cxlkv

@@ -1,0 +1,245 @@
+// Copyright cxlkv authors.
+//
+// Participant registry: who is attached, and reclaiming those who died.
+//
+// Liveness needs no clock agreement between hosts: each participant only
+// advances its own heartbeat counter; each observer notes, on its own
+// monotonic clock, when it last saw a record's (state, heartbeat) change.
+// A record unchanged for the liveness timeout is dead. The observer then
+// CASes it ACTIVE -> RECLAIMING(observer) and sweeps the region: slots the
+// dead one was writing or evicting are freed (never served: they were not
+// READY), its pin bits are cleared, its counters retired. A reclaimer that
+// dies mid-sweep leaves RECLAIMING, which is itself judged by the same rule
+// and taken over (the sweep is idempotent).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "failpoint.h"
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kActive = static_cast<uint8_t>(ParticipantState::kActive);
+constexpr auto kReclaiming = static_cast<uint8_t>(ParticipantState::kReclaiming);
+constexpr auto kFreeP = static_cast<uint8_t>(ParticipantState::kFree);
+
+}  // namespace
+
+Status RegionImpl::RegisterSelf() {
+  for (uint32_t i = 0; i < geo_.max_participants; ++i) {
+    ParticipantRecord& r = parts_[i];
+    uint64_t w = r.state.load(std::memory_order_acquire);
+    if (WordState(w) != kFreeP) continue;
+    const uint64_t mine = PackWord(WordGen(w) + 1, 0, kActive);
+    if (!r.state.compare_exchange_strong(w, mine, std::memory_order_acq_rel)) continue;
+    self_ = static_cast<int32_t>(i);
+    self_word_ = mine;
+    r.heartbeat_interval_ns.store(opts_.heartbeat_interval_ns, std::memory_order_relaxed);
+    r.pid.store(static_cast<uint32_t>(::getpid()), std::memory_order_relaxed);
+    char host[32] = {};
+    ::gethostname(host, sizeof host - 1);
+    for (size_t k = 0; k < sizeof host; ++k) {
+      reinterpret_cast<std::atomic<char>*>(&r.host[k])->store(host[k], std::memory_order_relaxed);
+    }
+    r.heartbeat.fetch_add(1, std::memory_order_release);
+    my_counters_ = &r.counters;
+    info_.participant = self_;
+    return Status::OK();
+  }
+  return Status::NoSpace("region " + map_->path() + ": all " +
+                         std::to_string(geo_.max_participants) +
+                         " participant entries are in use (dead ones are reclaimed after the "
+                         "liveness timeout)");
+}
+
+void RegionImpl::Deregister() {
+  if (self_ < 0) return;
+  {
+    std::lock_guard<std::mutex> l(hb_mu_);
+    stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  ParticipantRecord& r = parts_[self_];
+  uint64_t w = self_word_;
+  // Leave like a dead participant would be reclaimed, but by ourselves.
+  const uint64_t reclaiming = PackWord(WordGen(w), self_index(), kReclaiming);
+  if (r.state.compare_exchange_strong(w, reclaiming, std::memory_order_acq_rel)) {
+    SweepParticipant(self_index());
+    r.state.store(PackWord(WordGen(w), 0, kFreeP), std::memory_order_release);
+  }
+  my_counters_ = &observer_counters_;
+  self_ = -1;
+}
+
+bool RegionImpl::ParticipantActive(uint32_t index) const {
+  if (index >= geo_.max_participants) return false;
+  return WordState(parts_[index].state.load(std::memory_order_acquire)) == kActive;
+}
+
+void RegionImpl::HeartbeatLoop() {
+  std::unique_lock<std::mutex> l(hb_mu_);
+  while (!stop_) {
+    ParticipantRecord& r = parts_[self_];
+    r.heartbeat.fetch_add(1, std::memory_order_release);
+    if (r.state.load(std::memory_order_acquire) != self_word_) {
+      // We were judged dead (e.g. paused past the timeout) and reclaimed.
+      // Our slots may already belong to others: refuse further writes.
+      fenced_.store(true, std::memory_order_release);
+    }
+    l.unlock();
+    ReapDeadParticipants();
+    l.lock();
+    hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
+                    [this] { return stop_; });
+  }
+}
+
+size_t RegionImpl::ReapDeadParticipants() {
+  if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return 0;
+  const auto now = Clock::now();
+  std::vector<std::pair<uint32_t, uint64_t>> dead;
+  {
+    std::lock_guard<std::mutex> l(obs_mu_);
+    for (uint32_t i = 0; i < geo_.max_participants; ++i) {
+      if (static_cast<int32_t>(i) == self_) continue;
+      const ParticipantRecord& r = parts_[i];
+      const uint64_t w = r.state.load(std::memory_order_acquire);
+      const uint8_t st = WordState(w);
+      Observation& o = obs_[i];
+      if (st != kActive && st != kReclaiming) {
+        o.valid = false;
+        continue;
+      }
+      const uint64_t hb = r.heartbeat.load(std::memory_order_acquire);
+      if (!o.valid || o.word != w || o.heartbeat != hb) {
+        o = Observation{w, hb, now, true};
+        continue;
+      }
+      // The declared interval is untrusted: cap what it can stretch.
+      const uint64_t declared =
+          std::min<uint64_t>(r.heartbeat_interval_ns.load(std::memory_order_relaxed), 60'000'000'000ull);
+      const auto timeout = std::chrono::nanoseconds(std::max(opts_.liveness_timeout_ns, 4 * declared));
+      if (now - o.since > timeout) dead.emplace_back(i, w);
+    }
+  }
+  size_t reclaimed = 0;
+  for (auto [i, w] : dead) {
+    if (TryReclaim(i, w)) ++reclaimed;
+  }
+  return reclaimed;
+}
+
+bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
+  ParticipantRecord& r = parts_[index];
+  const uint64_t mine = PackWord(WordGen(observed), self_index(), kReclaiming);
+  if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_acq_rel)) return false;
+  SweepParticipant(index);
+  uint64_t expected = mine;
+  r.state.compare_exchange_strong(expected, PackWord(WordGen(mine), 0, kFreeP),
+                                  std::memory_order_acq_rel);
+  std::lock_guard<std::mutex> l(obs_mu_);
+  obs_[index].valid = false;
+  return true;
+}
+
+void RegionImpl::SweepParticipant(uint32_t index) {
+  const uint64_t bit = 1ull << (index % 64);
+  const uint32_t word_ix = index / 64;
+  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+    std::atomic<uint64_t>& st = meta_[s].state;
+    uint64_t w = st.load(std::memory_order_acquire);
+    const uint8_t state = WordState(w);
+    if ((state == static_cast<uint8_t>(SlotState::kWriting) ||
+         state == static_cast<uint8_t>(SlotState::kEvicting)) &&
+        WordOwner(w) == index) {
+      // Half-written (or mid-eviction) slots are not READY, so no reader
+      // ever accepted them; free them. The generation was already bumped
+      // when writing began, so any earlier reader's recheck fails.
+      const uint64_t free_word = PackWord(WordGen(w), 0, static_cast<uint8_t>(SlotState::kFree));
+      if (st.compare_exchange_strong(w, free_word, std::memory_order_acq_rel)) {
+        tags_[s / geo_.ways].tag[s % geo_.ways].store(0, std::memory_order_relaxed);
+        Count(Counter::kReclaimedSlots);
+      }
+    }
+    std::atomic<uint64_t>& pw = PinWords(s)[word_ix];
+    if (pw.load(std::memory_order_relaxed) & bit) {
+      if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) Count(Counter::kReleasedPins);
+    }
+    if (s == geo_.num_slots / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
+  }
+  for (uint32_t n = 0; n < kNamespaceEntries; ++n) {
+    uint64_t w = nss_[n].state.load(std::memory_order_acquire);
+    if (WordState(w) == static_cast<uint8_t>(NamespaceState::kWriting) && WordOwner(w) == index) {
+      nss_[n].state.compare_exchange_strong(w, 0, std::memory_order_acq_rel);
+    }
+  }
+  // Retire the counters: each value moves exactly once (exchange), so a
+  // reclaimer dying here loses at most the counters in flight, never
+  // double-counts.
+  CounterBlock& c = parts_[index].counters;
+  for (uint32_t k = 0; k < kCounterCount; ++k) {
+    const uint64_t v = c.v[k].exchange(0, std::memory_order_acq_rel);
+    if (v) retired_->v[k].fetch_add(v, std::memory_order_relaxed);
+  }
+}
+
+std::vector<ParticipantInfo> RegionImpl::Participants() const {
+  std::vector<ParticipantInfo> out;
+  for (uint32_t i = 0; i < geo_.max_participants; ++i) {
+    const ParticipantRecord& r = parts_[i];
+    const uint64_t w = r.state.load(std::memory_order_acquire);
+    const uint8_t st = WordState(w);
+    if (st != kActive && st != kReclaiming) continue;
+    ParticipantInfo p;
+    p.index = i;
+    p.incarnation = WordGen(w);
+    p.pid = r.pid.load(std::memory_order_relaxed);
+    char host[33] = {};
+    for (size_t k = 0; k < 32; ++k) {
+      host[k] = reinterpret_cast<const std::atomic<char>*>(&r.host[k])->load(std::memory_order_relaxed);
+    }
+    p.host = std::string(host, strnlen(host, 32));
+    p.heartbeat = r.heartbeat.load(std::memory_order_relaxed);
+    p.heartbeat_interval_ns = r.heartbeat_interval_ns.load(std::memory_order_relaxed);
+    p.reclaiming = st == kReclaiming;
+    p.self = static_cast<int32_t>(i) == self_;
+    for (uint32_t k = 0; k < kCounterCount; ++k) {
+      p.counters.v[k] = r.counters.v[k].load(std::memory_order_relaxed);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Counters RegionImpl::ProcessCounters() const {
+  Counters c;
+  for (uint32_t k = 0; k < kCounterCount; ++k) {
+    c.v[k] = my_counters_->v[k].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+Counters RegionImpl::RegionCounters() const {
+  Counters c;
+  for (uint32_t k = 0; k < kCounterCount; ++k) {
+    c.v[k] = retired_->v[k].load(std::memory_order_relaxed);
+  }
+  for (uint32_t i = 0; i < geo_.max_participants; ++i) {
+    for (uint32_t k = 0; k < kCounterCount; ++k) {
+      c.v[k] += parts_[i].counters.v[k].load(std::memory_order_relaxed);
+    }
+  }
+  if (self_ < 0) {
+    for (uint32_t k = 0; k < kCounterCount; ++k) {
+      c.v[k] += observer_counters_.v[k].load(std::memory_order_relaxed);
+    }
+  }
+  return c;
+}
+
+}  // namespace cxlkv::internal

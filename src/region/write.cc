@@ -1,0 +1,204 @@
+// Copyright cxlkv authors.
+//
+// Writes: claim a slot (free way first, then CLOCK eviction among the two
+// candidate sets), fill it, publish it READY.
+#include <algorithm>
+#include <cstring>
+
+#include "crc32c.h"
+#include "failpoint.h"
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+namespace {
+
+constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
+constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
+constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
+
+// Copy + CRC in cache-sized chunks: the CRC reads bytes that were just
+// written, so the data crosses the memory bus once.
+constexpr size_t kChunk = 128 << 10;
+
+}  // namespace
+
+bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* word_out,
+                           bool* evicted) {
+  const uint32_t ways = geo_.ways;
+  const int nsets = place.set[0] == place.set[1] ? 1 : 2;
+  // Fill the emptier set first (two choices).
+  uint64_t order[2] = {place.set[0], place.set[1]};
+  if (nsets == 2) {
+    int used[2] = {0, 0};
+    for (int k = 0; k < 2; ++k)
+      for (uint32_t w = 0; w < ways; ++w)
+        used[k] += tags_[order[k]].tag[w].load(std::memory_order_relaxed) != 0;
+    if (used[1] < used[0]) std::swap(order[0], order[1]);
+  }
+  const uint32_t me = self_index();
+  // Pass 1: free ways (tag 0 is a hint; the state word decides).
+  for (int k = 0; k < nsets; ++k) {
+    for (uint32_t way = 0; way < ways; ++way) {
+      const uint64_t slot = order[k] * ways + way;
+      std::atomic<uint64_t>& st = meta_[slot].state;
+      uint64_t w = st.load(std::memory_order_relaxed);
+      if (WordState(w) != kFree) continue;
+      const uint64_t writing = PackWord(WordGen(w) + 1, me, kWriting);
+      if (st.compare_exchange_strong(w, writing, std::memory_order_seq_cst)) {
+        *slot_out = slot;
+        *word_out = writing;
+        *evicted = false;
+        return true;
+      }
+    }
+  }
+  // Pass 2: CLOCK over the candidate ways. A READY way whose reference bit
+  // is set gets a second chance (bit cleared); the first unreferenced,
+  // unpinned READY way is taken. If every way was referenced, a second
+  // sweep takes any unpinned READY way.
+  const uint32_t total = ways * nsets;
+  const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
+  for (int sweep = 0; sweep < 2; ++sweep) {
+    for (uint32_t i = 0; i < total; ++i) {
+      const uint32_t c = (start + i) % total;
+      const uint64_t slot = order[c / ways] * ways + c % ways;
+      SlotMeta& m = meta_[slot];
+      const uint64_t w = m.state.load(std::memory_order_acquire);
+      if (WordState(w) != kReady) continue;
+      if (sweep == 0 && m.referenced.load(std::memory_order_relaxed) != 0) {
+        m.referenced.store(0, std::memory_order_relaxed);
+        continue;
+      }
+      if (!TakeReadySlot(slot, w)) continue;
+      uint64_t evicting = PackWord(WordGen(w), me, static_cast<uint8_t>(SlotState::kEvicting));
+      const uint64_t writing = PackWord(WordGen(w) + 1, me, kWriting);
+      if (!m.state.compare_exchange_strong(evicting, writing, std::memory_order_seq_cst)) continue;
+      *slot_out = slot;
+      *word_out = writing;
+      *evicted = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
+                              StoreOutcome* outcome) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
+  if (lease->open()) AbortWrite(lease);
+  CXLKV_RETURN_IF_ERROR(CheckWritable());
+  if (len > geo_.slot_size) {
+    Count(Counter::kStoreTooLarge);
+    *outcome = StoreOutcome::kTooLarge;
+    return Status::InvalidArgument("block of " + std::to_string(len) +
+                                   " bytes exceeds the slot size " +
+                                   std::to_string(geo_.slot_size));
+  }
+  const KeyPlace place = Place(ns, key);
+  uint64_t w;
+  const int64_t existing = Find(ns, key, place, &w, false);
+  if (existing >= 0) {
+    if (WordState(w) == kReady) {
+      Count(Counter::kStoreDuplicate);
+      *outcome = StoreOutcome::kDuplicate;
+      return Status::OK();
+    }
+    Count(Counter::kStoreLostRace);
+    *outcome = StoreOutcome::kLostRace;
+    return Status::Busy("another participant is storing this block");
+  }
+  uint64_t slot, writing;
+  bool evicted;
+  if (!ClaimSlot(place, &slot, &writing, &evicted)) {
+    Count(Counter::kStoreFull);
+    *outcome = StoreOutcome::kFull;
+    return Status::NoSpace("no free or evictable slot for this block (both candidate sets are "
+                           "pinned or being written)");
+  }
+  // Order the WRITING word before any byte of the new payload: a reader
+  // still copying the old payload must see the generation change.
+  std::atomic_thread_fence(std::memory_order_release);
+  if (evicted) Count(Counter::kEvictions);
+  CXLKV_FAILPOINT_HIT("write.after_claim");
+  SlotMeta& m = meta_[slot];
+  m.key_hi.store(key.hi, std::memory_order_relaxed);
+  m.key_lo.store(key.lo, std::memory_order_relaxed);
+  m.ns.store(ns, std::memory_order_relaxed);
+  m.len.store(static_cast<uint32_t>(len), std::memory_order_relaxed);
+  m.referenced.store(0, std::memory_order_relaxed);
+  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(place.tag, std::memory_order_relaxed);
+  // Two writers of the same key may claim different slots at once. After
+  // publishing our key, look again (seq_cst, so of two racers at least one
+  // sees the other): the lower slot index wins, a READY copy always wins.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int k = 0; k < 2; ++k) {
+    const uint64_t set = place.set[k];
+    for (uint32_t way = 0; way < geo_.ways; ++way) {
+      const uint64_t other = set * geo_.ways + way;
+      if (other == slot) continue;
+      const uint64_t ow = meta_[other].state.load(std::memory_order_acquire);
+      const uint8_t os = WordState(ow);
+      if (os != kReady && os != kWriting) continue;
+      if (!KeyMatches(other, ns, key)) continue;
+      if (os == kReady || other < slot) {
+        ReleaseOwnedSlot(slot, writing);
+        Count(Counter::kStoreLostRace);
+        *outcome = StoreOutcome::kLostRace;
+        return Status::Busy("another participant is storing this block");
+      }
+    }
+  }
+  InitWriteLease(lease, this, SlotData(slot), len, slot, writing);
+  *outcome = StoreOutcome::kStored;
+  return Status::OK();
+}
+
+Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c) {
+  if (!lease->open()) return Status::InvalidArgument("CommitWrite on a closed lease");
+  const uint64_t slot = LeaseSlot(*lease);
+  const uint64_t writing = LeaseWord(*lease);
+  CloseWriteLease(lease);
+  SlotMeta& m = meta_[slot];
+  const uint32_t len = m.len.load(std::memory_order_relaxed);
+  const uint32_t crc = crc32c ? *crc32c : Crc32c(SlotData(slot), len);
+  m.crc.store(crc, std::memory_order_relaxed);
+  CXLKV_FAILPOINT_HIT("write.before_commit");
+  uint64_t expected = writing;
+  const uint64_t ready = PackWord(WordGen(writing), self_index(), kReady);
+  if (!m.state.compare_exchange_strong(expected, ready, std::memory_order_acq_rel)) {
+    return Status::NotFound("slot was reclaimed before commit: this participant was judged dead");
+  }
+  Count(Counter::kStores);
+  Count(Counter::kBytesStored, len);
+  return Status::OK();
+}
+
+void RegionImpl::AbortWrite(WriteLease* lease) {
+  if (!lease->open()) return;
+  const uint64_t slot = LeaseSlot(*lease);
+  const uint64_t writing = LeaseWord(*lease);
+  CloseWriteLease(lease);
+  ReleaseOwnedSlot(slot, writing);
+}
+
+Status RegionImpl::Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
+                         StoreOutcome* outcome) {
+  WriteLease lease;
+  CXLKV_RETURN_IF_ERROR(BeginWrite(ns, key, len, &lease, outcome));
+  if (!lease.open()) return Status::OK();  // duplicate
+  auto* dst = static_cast<uint8_t*>(lease.data());
+  auto* src = static_cast<const uint8_t*>(data);
+  uint32_t crc = kCrc32cInit;
+  for (size_t off = 0; off < len; off += kChunk) {
+    const size_t n = std::min(kChunk, len - off);
+    std::memcpy(dst + off, src + off, n);
+    crc = Crc32cExtend(crc, dst + off, n);
+    if (off == 0 && len > kChunk) CXLKV_FAILPOINT_HIT("write.mid_copy");
+  }
+  if (len <= kChunk) CXLKV_FAILPOINT_HIT("write.mid_copy");
+  crc = Crc32cFinish(crc);
+  return CommitWrite(&lease, &crc);
+}
+
+}  // namespace cxlkv::internal
