@@ -57,7 +57,16 @@ int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& pl
       if (t.tag[way].load(std::memory_order_relaxed) != place.tag) continue;
       const uint64_t slot = set * geo_.ways + way;
       std::atomic<uint64_t>& st = meta_[slot].state;
-      const uint64_t w = st.load(std::memory_order_acquire);
+      uint64_t w = st.load(std::memory_order_acquire);
+      // An eviction attempt holds EVICTING only for a few hundred ns and
+      // restores READY if the slot is pinned. Wait it out (bounded) so a
+      // pinned block never looks absent; if the evictor died right here the
+      // slot stays EVICTING until it is reclaimed, and we report a miss.
+      for (int spin = 0; WordState(w) == static_cast<uint8_t>(SlotState::kEvicting) && spin < 4096;
+           ++spin) {
+        _mm_pause();
+        w = st.load(std::memory_order_acquire);
+      }
       const uint8_t s = WordState(w);
       if (s == static_cast<uint8_t>(SlotState::kReady) ||
           (!ready_only && s == static_cast<uint8_t>(SlotState::kWriting))) {

@@ -1,1 +1,321 @@
+// Copyright cxlkv authors.
+//
+// Multi-process tests: real processes (fork), real mmap of one /dev/shm
+// file, real SIGKILL at exact points (failpoints).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cxlkv/region.h"
+#include "failpoint.h"
+#include "region_impl.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using namespace std::chrono_literals;
+using test::FillPattern;
+using test::MustOpen;
+using test::Reap;
+using test::ScratchRegion;
+using test::Spawn;
+using test::TestOptions;
+
+constexpr uint64_t kSlot = 4096;
+const NamespaceDesc kNs{"model", "bfloat16", "NHD", 0, 0};
+
+NamespaceId Ns(Region* r) {
+  NamespaceId id = 0;
+  Status s = r->RegisterNamespace(kNs, &id);
+  if (!s.ok()) std::abort();
+  return id;
+}
+
+// Shared scratch memory for parent/children coordination (not the region).
+template <typename T>
+T* SharedAnon() {
+  void* p = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return new (p) T();
+}
+
+void WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!cond() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(2ms);
+}
+
+TEST(MultiProcessTest, EightProcessesRacingToFormatAgreeOnOneLayout) {
+  for (int round = 0; round < 3; ++round) {
+    ScratchRegion sr("race");
+    struct Shared {
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      std::atomic<uint64_t> epoch[8];
+    };
+    auto* sh = SharedAnon<Shared>();
+    std::vector<pid_t> kids;
+    for (int i = 0; i < 8; ++i) {
+      kids.push_back(Spawn([&, i] {
+        sh->ready++;
+        while (!sh->go.load()) {
+        }
+        std::unique_ptr<Region> r;
+        if (!Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r).ok()) return 1;
+        sh->epoch[i] = r->info().format_epoch;
+        // Prove the layout works for everyone: store and find our own block.
+        std::vector<uint8_t> d(kSlot);
+        FillPattern(i, d.data(), d.size());
+        if (!r->Store(Ns(r.get()), BlockKey::FromId(i), d.data(), d.size()).ok()) return 2;
+        return 0;
+      }));
+    }
+    WaitFor([&] { return sh->ready.load() == 8; });
+    sh->go = true;
+    for (pid_t k : kids) EXPECT_EQ(Reap(k), 0);
+    for (int i = 1; i < 8; ++i) EXPECT_EQ(sh->epoch[i].load(), sh->epoch[0].load());
+    auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    std::vector<BlockKey> keys;
+    for (int i = 0; i < 8; ++i) keys.push_back(BlockKey::FromId(i));
+    const NamespaceId ns = Ns(r.get());
+    for (auto& k : keys) EXPECT_TRUE(r->Lookup(ns, k).ok());
+  }
+}
+
+TEST(MultiProcessTest, FormatterKilledMidFormatDoesNotWedgeTheRegion) {
+  ScratchRegion sr("fmtkill");
+  pid_t k = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "format.mid_zero:kill", 1);
+    internal::ReloadFailpoints();
+    std::unique_ptr<Region> r;
+    (void)Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r);
+    return 0;
+  });
+  EXPECT_EQ(Reap(k), 128 + SIGKILL);
+  // The half-formatted region is taken over after the stall timeout.
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<uint8_t> d(kSlot, 7);
+  EXPECT_TRUE(r->Store(Ns(r.get()), BlockKey::FromId(1), d.data(), d.size()).ok());
+}
+
+TEST(MultiProcessTest, WriterKilledMidStoreIsNeverServedAndIsReclaimed) {
+  ScratchRegion sr("wkill");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(77);
+  pid_t k = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "write.mid_copy:kill", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    std::vector<uint8_t> d(kSlot, 0xAB);
+    (void)w->Store(Ns(w.get()), key, d.data(), d.size());
+    return 0;
+  });
+  EXPECT_EQ(Reap(k), 128 + SIGKILL);
+  // Half-written: not READY, so not found, and a store of the same key is
+  // refused as a lost race while the dead writer still owns it.
+  std::vector<uint8_t> buf(kSlot);
+  EXPECT_TRUE(r->Load(ns, key, buf.data(), buf.size()).IsNotFound());
+  std::vector<uint8_t> d(kSlot);
+  FillPattern(77, d.data(), d.size());
+  StoreOutcome out;
+  EXPECT_TRUE(r->Store(ns, key, d.data(), d.size(), &out).IsBusy());
+  // Our heartbeat thread judges the writer dead and reclaims its slot.
+  WaitFor([&] { return r->RegionCounters()[Counter::kReclaimedSlots] >= 1; });
+  EXPECT_EQ(r->RegionCounters()[Counter::kReclaimedSlots], 1u);
+  EXPECT_EQ(r->Participants().size(), 1u);
+  ASSERT_TRUE(r->Store(ns, key, d.data(), d.size(), &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  ASSERT_TRUE(r->Load(ns, key, buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, d);
+}
+
+TEST(MultiProcessTest, WriterKilledBeforeCommitIsReclaimedByAnotherProcess) {
+  // Same window, but the reclaimer is a third process (not the test).
+  ScratchRegion sr("wkill2");
+  {
+    auto setup = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    Ns(setup.get());
+  }
+  pid_t w = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "write.before_commit:kill", 1);
+    internal::ReloadFailpoints();
+    auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    std::vector<uint8_t> d(kSlot, 1);
+    (void)r->Store(Ns(r.get()), BlockKey::FromId(5), d.data(), d.size());
+    return 0;
+  });
+  EXPECT_EQ(Reap(w), 128 + SIGKILL);
+  pid_t reaper = Spawn([&] {
+    auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    WaitFor([&] { return r->RegionCounters()[Counter::kReclaimedSlots] >= 1; });
+    return r->RegionCounters()[Counter::kReclaimedSlots] == 1 ? 0 : 3;
+  });
+  EXPECT_EQ(Reap(reaper), 0);
+  RegionOptions o = TestOptions(8 << 20, kSlot);
+  o.register_participant = false;
+  auto r = MustOpen(sr.path(), o);
+  EXPECT_TRUE(r->Lookup(0, BlockKey::FromId(5)).IsNotFound());
+  EXPECT_TRUE(r->Participants().empty());
+}
+
+TEST(MultiProcessTest, ReaderKilledWhilePinningHasItsPinsReleased) {
+  ScratchRegion sr("rkill");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  std::vector<BlockKey> keys;
+  std::vector<uint8_t> d(kSlot, 3);
+  for (int i = 0; i < 5; ++i) {
+    keys.push_back(BlockKey::FromId(i));
+    ASSERT_TRUE(r->Store(ns, keys.back(), d.data(), d.size()).ok());
+  }
+  struct Shared { std::atomic<int> pinned{0}; };
+  auto* sh = SharedAnon<Shared>();
+  pid_t k = Spawn([&] {
+    auto rr = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    PinSet pins;
+    if (!rr->PinPrefix(Ns(rr.get()), keys.data(), keys.size(), &pins).ok()) return 1;
+    sh->pinned = static_cast<int>(pins.size());
+    ::raise(SIGSTOP);  // parked holding its pins; the parent kills it
+    return 0;
+  });
+  WaitFor([&] { return sh->pinned.load() == 5; });
+  ASSERT_EQ(sh->pinned.load(), 5);
+  EXPECT_TRUE(r->Drop(ns, keys[0]).IsBusy());
+  ::kill(k, SIGKILL);
+  EXPECT_EQ(Reap(k), 128 + SIGKILL);
+  WaitFor([&] { return r->Drop(ns, keys[0]).ok(); });
+  EXPECT_TRUE(r->Lookup(ns, keys[0]).IsNotFound());
+  EXPECT_EQ(r->RegionCounters()[Counter::kReleasedPins], 5u);
+  EXPECT_TRUE(r->Drop(ns, keys[4]).ok());
+}
+
+TEST(MultiProcessTest, PausedParticipantIsFencedAfterReclaim) {
+  ScratchRegion sr("fence");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  struct Shared { std::atomic<int> stage{0}; std::atomic<int> result{-1}; };
+  auto* sh = SharedAnon<Shared>();
+  pid_t k = Spawn([&] {
+    auto w = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    sh->stage = 1;
+    ::raise(SIGSTOP);
+    // Resumed after being reclaimed: every write must be refused.
+    std::this_thread::sleep_for(50ms);  // let our heartbeat thread notice
+    std::vector<uint8_t> d(kSlot, 9);
+    Status s = w->Store(Ns(w.get()), BlockKey::FromId(1), d.data(), d.size());
+    sh->result = s.IsBusy() ? 1 : 0;
+    return 0;
+  });
+  WaitFor([&] { return sh->stage.load() == 1; });
+  WaitFor([&] { return r->Participants().size() == 1; });
+  ASSERT_EQ(r->Participants().size(), 1u);  // the paused one was reclaimed
+  ::kill(k, SIGCONT);
+  EXPECT_EQ(Reap(k), 0);
+  EXPECT_EQ(sh->result.load(), 1);
+  EXPECT_TRUE(r->Lookup(ns, BlockKey::FromId(1)).IsNotFound());
+}
+
+// >= 4 processes storing and loading the same keys for >= 10 s, with heavy
+// eviction (the region holds a fraction of the keys) and two extra
+// processes that are SIGKILLed at random and restarted. Every hit must
+// return exactly the block's bytes; no CRC failure may occur.
+TEST(MultiProcessTest, StressSameKeysWithKillsHasNoVerifyFailures) {
+  ScratchRegion sr("stress");
+  const uint64_t kBlock = 8192;
+  const RegionOptions opts = TestOptions(2 << 20, kBlock);
+  { auto r = MustOpen(sr.path(), opts); Ns(r.get()); }
+  struct Shared {
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> hits{0}, stores{0}, wrong{0}, crc{0}, errors{0};
+  };
+  auto* sh = SharedAnon<Shared>();
+  auto worker = [&](int seed) {
+    return [&, seed] {
+      std::unique_ptr<Region> r;
+      if (!Region::Open(sr.path(), opts, &r).ok()) return 1;
+      const NamespaceId ns = Ns(r.get());
+      std::mt19937_64 rng(seed);
+      std::vector<uint8_t> buf(kBlock), want(kBlock);
+      while (!sh->stop.load()) {
+        const uint64_t id = rng() % 1000;
+        const BlockKey key = BlockKey::FromId(id);
+        const int op = rng() % 3;
+        if (op == 0) {
+          FillPattern(id, want.data(), want.size());
+          Status s = r->Store(ns, key, want.data(), want.size());
+          if (s.ok()) sh->stores++;
+          else if (!s.IsBusy() && !s.IsNoSpace()) sh->errors++;
+        } else if (op == 1) {
+          Status s = r->Load(ns, key, buf.data(), buf.size());
+          if (s.ok()) {
+            FillPattern(id, want.data(), want.size());
+            if (buf != want) sh->wrong++;
+            sh->hits++;
+          } else if (s.IsCorruption()) {
+            sh->crc++;
+          } else if (!s.IsNotFound()) {
+            sh->errors++;
+          }
+        } else {
+          std::vector<BlockKey> chain;
+          for (int j = 0; j < 4; ++j) chain.push_back(BlockKey::FromId((id + j) % 1000));
+          PinSet pins;
+          if (r->PinPrefix(ns, chain.data(), chain.size(), &pins).ok() && pins.size() > 0) {
+            Status s = r->Load(ns, chain[0], buf.data(), buf.size());
+            FillPattern(id, want.data(), want.size());  // chain[0] is `key`
+            // A pinned block cannot be evicted: the load must hit.
+            if (!s.ok()) sh->errors++;
+            else if (buf != want) sh->wrong++;
+          }
+        }
+      }
+      return 0;
+    };
+  };
+  std::vector<pid_t> steady;
+  for (int i = 0; i < 4; ++i) steady.push_back(Spawn(worker(i + 1)));
+  std::mt19937 rng(7);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  pid_t victims[2] = {Spawn(worker(100)), Spawn(worker(200))};
+  int kills = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
+    const int v = rng() % 2;
+    ::kill(victims[v], SIGKILL);
+    Reap(victims[v]);
+    ++kills;
+    victims[v] = Spawn(worker(1000 + kills));
+  }
+  sh->stop = true;
+  for (pid_t v : victims) Reap(v);
+  for (pid_t p : steady) EXPECT_EQ(Reap(p), 0);
+  EXPECT_EQ(sh->wrong.load(), 0u);
+  EXPECT_EQ(sh->crc.load(), 0u);
+  EXPECT_EQ(sh->errors.load(), 0u);
+  EXPECT_GT(sh->hits.load(), 1000u);
+  EXPECT_GT(kills, 10);
+  // Every killed participant is eventually reclaimed; nothing stays WRITING.
+  auto r = MustOpen(sr.path(), opts);
+  WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
+  EXPECT_EQ(r->Participants().size(), 1u);
+  Region::ScrubReport rep;
+  ASSERT_TRUE(r->Verify(false, &rep).ok());
+  EXPECT_EQ(rep.crc_failures, 0u);
+  std::printf("stress: %llu hits, %llu stores, %d kills, %llu evictions, %llu reclaimed slots\n",
+              (unsigned long long)sh->hits.load(), (unsigned long long)sh->stores.load(), kills,
+              (unsigned long long)r->RegionCounters()[Counter::kEvictions],
+              (unsigned long long)r->RegionCounters()[Counter::kReclaimedSlots]);
+}
+
+}  // namespace
+}  // namespace cxlkv

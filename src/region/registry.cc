@@ -154,17 +154,20 @@ void RegionImpl::SweepParticipant(uint32_t index) {
     std::atomic<uint64_t>& st = meta_[s].state;
     uint64_t w = st.load(std::memory_order_acquire);
     const uint8_t state = WordState(w);
-    if ((state == static_cast<uint8_t>(SlotState::kWriting) ||
-         state == static_cast<uint8_t>(SlotState::kEvicting)) &&
-        WordOwner(w) == index) {
-      // Half-written (or mid-eviction) slots are not READY, so no reader
-      // ever accepted them; free them. The generation was already bumped
-      // when writing began, so any earlier reader's recheck fails.
+    if (state == static_cast<uint8_t>(SlotState::kWriting) && WordOwner(w) == index) {
+      // Half-written slots were never READY, so no reader accepted them;
+      // free them. The generation was bumped when writing began, so any
+      // earlier reader's recheck fails.
       const uint64_t free_word = PackWord(WordGen(w), 0, static_cast<uint8_t>(SlotState::kFree));
       if (st.compare_exchange_strong(w, free_word, std::memory_order_acq_rel)) {
         tags_[s / geo_.ways].tag[s % geo_.ways].store(0, std::memory_order_relaxed);
         Count(Counter::kReclaimedSlots);
       }
+    } else if (state == static_cast<uint8_t>(SlotState::kEvicting) && WordOwner(w) == index) {
+      // Died mid-eviction, before writing anything: the block is intact
+      // (and may be pinned), so it goes back to READY with its generation.
+      const uint64_t ready = PackWord(WordGen(w), index, static_cast<uint8_t>(SlotState::kReady));
+      st.compare_exchange_strong(w, ready, std::memory_order_acq_rel);
     }
     std::atomic<uint64_t>& pw = PinWords(s)[word_ix];
     if (pw.load(std::memory_order_relaxed) & bit) {

@@ -69,7 +69,8 @@ bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* 
         m.referenced.store(0, std::memory_order_relaxed);
         continue;
       }
-      if (!TakeReadySlot(slot, w)) continue;
+      // Cheap pre-check: skip pinned slots without the EVICTING transient.
+      if (SlotPinned(slot) || !TakeReadySlot(slot, w)) continue;
       uint64_t evicting = PackWord(WordGen(w), me, static_cast<uint8_t>(SlotState::kEvicting));
       const uint64_t writing = PackWord(WordGen(w) + 1, me, kWriting);
       if (!m.state.compare_exchange_strong(evicting, writing, std::memory_order_seq_cst)) continue;
