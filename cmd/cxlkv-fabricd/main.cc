@@ -1,0 +1,86 @@
+// Copyright cxlkv authors.
+//
+// cxlkv-fabricd: a CFM cfm-service compatible fabric-manager emulator.
+//   cxlkv-fabricd --config FILE --listen ADDR:PORT
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "cxlkv/fabric/config.h"
+#include "cxlkv/fabric/server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cxlkv-fabricd: CFM-compatible fabric manager emulator"};
+  std::string config_path, listen = "127.0.0.1:8080", log_level = "info";
+  app.add_option("--config", config_path, "YAML config (appliances, blades, hosts)")
+      ->required()
+      ->envname("CXLKV_FABRICD_CONFIG");
+  app.add_option("--listen", listen, "ADDR:PORT to serve on")->envname("CXLKV_FABRICD_LISTEN");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->envname("CXLKV_LOG_LEVEL");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  auto colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    try {
+      port = std::stoi(listen.substr(colon + 1));
+    } catch (...) {
+    }
+  }
+  if (colon == std::string::npos || port < 0 || port > 65535) {
+    std::fprintf(stderr, "cxlkv-fabricd: --listen %s: expected ADDR:PORT\n", listen.c_str());
+    return 2;
+  }
+  std::string host = listen.substr(0, colon);
+
+  cxlkv::fabric::FabricConfig config;
+  cxlkv::Status s = cxlkv::fabric::LoadFabricConfig(config_path, &config);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
+    return 2;
+  }
+  // Block the stop signals before any thread starts; one thread waits on them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  std::unique_ptr<cxlkv::fabric::FabricServer> server;
+  s = cxlkv::fabric::FabricServer::Open(config, &server);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
+    return 1;
+  }
+  int bound = 0;
+  s = server->Bind(host, port, &bound);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
+    return 1;
+  }
+  spdlog::info("cxlkv-fabricd serving on {}:{} ({})", host, bound,
+               config.tls_cert.empty() ? "http" : "https");
+  // The bound port on stdout, for scripts that asked for port 0.
+  std::printf("listening %s:%d\n", host.c_str(), bound);
+  std::fflush(stdout);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("signal {}: stopping", sig);
+    server->Stop();
+  });
+  s = server->Serve();
+  // Serve returned: wake the waiter if it is still waiting.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+// Copyright cxlkv authors.
+//
+// FabricServer: cxlkv-fabricd's HTTP(S) front end. Serves the CFM
+// cfm-service REST API (/cfm/v1, OpenAPI 1.7.0) plus the cxlkv extension in
+// fabric/api/cxlkv-overlay.yaml (share count, power cycle, fault injection,
+// per-host region listing for host agents).
+//
+// Thread-safety: Listen() blocks its caller; Stop() may be called from any
+// thread. Requests are served on a pool and serialized by the manager.
+#ifndef CXLKV_FABRIC_SERVER_H_
+#define CXLKV_FABRIC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "cxlkv/fabric/config.h"
+#include "cxlkv/status.h"
+
+namespace cxlkv::fabric {
+
+class FabricServer {
+ public:
+  // Loads state and recovers (see FabricManager). Errors as LoadState.
+  static Status Open(const FabricConfig& config, std::unique_ptr<FabricServer>* out);
+  virtual ~FabricServer() = default;
+
+  // Binds host:port (port 0 = any free port; *bound_port gets the real one).
+  // IOError: "listen <host>:<port>: <cause>".
+  virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
+  // Serves until Stop(). REQUIRES: Bind() succeeded.
+  virtual Status Serve() = 0;
+  virtual void Stop() = 0;
+};
+
+}  // namespace cxlkv::fabric
+
+#endif  // CXLKV_FABRIC_SERVER_H_

@@ -1,0 +1,60 @@
+// Copyright cxlkv authors.
+//
+// Plain value types shared by the fabric-manager client, the cxlkv-fabricd
+// emulator and the local composer: what a composed region is, and how a
+// caller asks for one. Sizes are MiB where the CFM API uses MiB, bytes where
+// a host maps memory.
+//
+// Thread-safety: plain values; no internal synchronisation.
+#ifndef CXLKV_FABRIC_TYPES_H_
+#define CXLKV_FABRIC_TYPES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cxlkv::fabric {
+
+// One port a region is assigned to, and what the host behind it did with it.
+struct Mapping {
+  std::string appliance_port;  // blade port id, e.g. "P1"
+  std::string host_id;         // host cabled to that port ("" when uncabled)
+  std::string host_port;       // host-side port id
+  // "Materialized", "Failed", "Pending" (no answer yet) or "NoAgent" (host has
+  // no cxlkv-hostd configured). A failure on one host is not fatal (paper §2.6).
+  std::string materialization = "Pending";
+  std::string error;   // why materialization failed; "" otherwise
+  std::string device;  // host-local device path the agent reported
+};
+
+// A composed memory region (CFM `memoryRegion` plus the share extension).
+struct Region {
+  std::string id;  // memory id; also the allocation id and CDI device name
+  std::string appliance_id;
+  std::string blade_id;
+  std::string status;     // "Composed", "Composing" (only mid-compose)
+  int64_t size_mib = 0;   // allocated size, rounded up to whole resource blocks
+  int qos = 0;            // DIMM channels interleaved (1, 2, 4, 8)
+  int share_count = 1;    // ports the caller asked to assign
+  std::string claim_uid;  // opaque caller tag (the ResourceClaim UID), may be ""
+  std::vector<int> blocks;       // resource block indexes on the blade
+  std::string backing_path;      // emulation: file holding the region's bytes
+  std::vector<Mapping> mappings; // assigned ports, in assignment order
+};
+
+// A request to compose a region (CFM `composeMemoryRequest` + extension).
+struct ComposeRequest {
+  int64_t size_mib = 0;  // REQUIRES: >= 1
+  int qos = 4;           // 1, 2, 4 or 8
+  std::string port;      // optional single blade port (CFM semantics)
+  // Extension: assign to share_count ports picked from candidate_ports, then
+  // from the ports cabled to candidate_hosts, in order.
+  int share_count = 0;  // 0: CFM behaviour (assign `port` if given)
+  std::vector<std::string> candidate_hosts;
+  std::vector<std::string> candidate_ports;
+  std::string claim_uid;
+};
+
+}  // namespace cxlkv::fabric
+
+#endif  // CXLKV_FABRIC_TYPES_H_

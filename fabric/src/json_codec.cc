@@ -1,0 +1,177 @@
+// Copyright cxlkv authors.
+#include "json_codec.h"
+
+namespace cxlkv::fabric::internal {
+
+using nlohmann::json;
+
+namespace {
+
+Status OptString(const json& j, const char* key, std::string* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::OK();
+  if (!j[key].is_string()) return Status::InvalidArgument(std::string(key) + ": must be a string");
+  *out = j[key].get<std::string>();
+  return Status::OK();
+}
+
+Status OptInt(const json& j, const char* key, int64_t* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::OK();
+  if (!j[key].is_number_integer()) {
+    return Status::InvalidArgument(std::string(key) + ": must be an integer");
+  }
+  *out = j[key].get<int64_t>();
+  return Status::OK();
+}
+
+Status OptStrings(const json& j, const char* key, std::vector<std::string>* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::OK();
+  if (!j[key].is_array()) return Status::InvalidArgument(std::string(key) + ": must be an array");
+  for (const auto& v : j[key]) {
+    if (!v.is_string()) return Status::InvalidArgument(std::string(key) + ": items must be strings");
+    out->push_back(v.get<std::string>());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ParseJson(const std::string& text, json* out) {
+  try {
+    *out = json::parse(text);
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("malformed JSON: ") + e.what());
+  }
+  return Status::OK();
+}
+
+json RegionToJson(const Region& r) {
+  json j = {{"id", r.id}, {"type", "MemoryTypeRegion"}, {"sizeMiB", r.size_mib}};
+  if (!r.status.empty()) j["status"] = r.status;
+  if (!r.appliance_id.empty()) j["memoryApplianceId"] = r.appliance_id;
+  if (!r.blade_id.empty()) j["memoryBladeId"] = r.blade_id;
+  // CFM reports one port/host; the first mapping fills those fields.
+  if (!r.mappings.empty()) {
+    const Mapping& m = r.mappings.front();
+    j["memoryAppliancePort"] = m.appliance_port;
+    if (!m.host_id.empty()) j["mappedHostId"] = m.host_id;
+    if (!m.host_port.empty()) j["mappedHostPort"] = m.host_port;
+  }
+  j["shareCount"] = r.share_count;
+  if (!r.claim_uid.empty()) j["claimUid"] = r.claim_uid;
+  if (r.qos > 0) j["QoS"] = r.qos;
+  if (!r.backing_path.empty()) j["backingPath"] = r.backing_path;
+  json maps = json::array();
+  for (const Mapping& m : r.mappings) {
+    json mj = {{"appliancePort", m.appliance_port}, {"materialization", m.materialization}};
+    if (!m.host_id.empty()) mj["hostId"] = m.host_id;
+    if (!m.host_port.empty()) mj["hostPort"] = m.host_port;
+    if (!m.error.empty()) mj["error"] = m.error;
+    if (!m.device.empty()) mj["device"] = m.device;
+    maps.push_back(std::move(mj));
+  }
+  j["mappings"] = std::move(maps);
+  return j;
+}
+
+Status RegionFromJson(const json& j, Region* r) {
+  if (!j.is_object()) return Status::InvalidArgument("memoryRegion: must be an object");
+  Region out;
+  CXLKV_RETURN_IF_ERROR(OptString(j, "id", &out.id));
+  if (out.id.empty()) return Status::InvalidArgument("memoryRegion: id missing");
+  CXLKV_RETURN_IF_ERROR(OptString(j, "status", &out.status));
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "sizeMiB", &out.size_mib));
+  CXLKV_RETURN_IF_ERROR(OptString(j, "memoryApplianceId", &out.appliance_id));
+  CXLKV_RETURN_IF_ERROR(OptString(j, "memoryBladeId", &out.blade_id));
+  CXLKV_RETURN_IF_ERROR(OptString(j, "claimUid", &out.claim_uid));
+  CXLKV_RETURN_IF_ERROR(OptString(j, "backingPath", &out.backing_path));
+  int64_t v = 1;
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "shareCount", &v));
+  out.share_count = static_cast<int>(v);
+  v = 0;
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "QoS", &v));
+  out.qos = static_cast<int>(v);
+  if (j.contains("mappings") && j["mappings"].is_array()) {
+    for (const auto& mj : j["mappings"]) {
+      if (!mj.is_object()) return Status::InvalidArgument("mappings: items must be objects");
+      Mapping m;
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "appliancePort", &m.appliance_port));
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "hostId", &m.host_id));
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "hostPort", &m.host_port));
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "materialization", &m.materialization));
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "error", &m.error));
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "device", &m.device));
+      out.mappings.push_back(std::move(m));
+    }
+  } else {
+    // A real cfm-service: one port, one host at most.
+    Mapping m;
+    CXLKV_RETURN_IF_ERROR(OptString(j, "memoryAppliancePort", &m.appliance_port));
+    CXLKV_RETURN_IF_ERROR(OptString(j, "mappedHostId", &m.host_id));
+    CXLKV_RETURN_IF_ERROR(OptString(j, "mappedHostPort", &m.host_port));
+    if (!m.appliance_port.empty() && m.appliance_port != "NOT_IMPLEMENTED") {
+      m.materialization = "NoAgent";
+      out.mappings.push_back(std::move(m));
+    }
+  }
+  *r = std::move(out);
+  return Status::OK();
+}
+
+json RegionToStateJson(const Region& r) {
+  json j = RegionToJson(r);
+  j["blocks"] = r.blocks;
+  return j;
+}
+
+Status RegionFromStateJson(const json& j, Region* r) {
+  CXLKV_RETURN_IF_ERROR(RegionFromJson(j, r));
+  if (!j.contains("blocks") || !j["blocks"].is_array()) {
+    return Status::Corruption("region " + r->id + ": blocks missing");
+  }
+  for (const auto& b : j["blocks"]) {
+    if (!b.is_number_integer()) return Status::Corruption("region " + r->id + ": bad block");
+    r->blocks.push_back(b.get<int>());
+  }
+  return Status::OK();
+}
+
+json ComposeRequestToJson(const ComposeRequest& req) {
+  json j = {{"memorySizeMiB", req.size_mib}, {"QoS", req.qos}};
+  if (!req.port.empty()) j["Port"] = req.port;
+  if (req.share_count > 0) j["shareCount"] = req.share_count;
+  if (!req.candidate_hosts.empty()) j["candidateHosts"] = req.candidate_hosts;
+  if (!req.candidate_ports.empty()) j["candidatePorts"] = req.candidate_ports;
+  if (!req.claim_uid.empty()) j["claimUid"] = req.claim_uid;
+  return j;
+}
+
+Status ComposeRequestFromJson(const json& j, ComposeRequest* req) {
+  if (!j.is_object()) return Status::InvalidArgument("request body must be a JSON object");
+  ComposeRequest out;
+  if (!j.contains("memorySizeMiB")) return Status::InvalidArgument("memorySizeMiB is required");
+  if (!j.contains("QoS")) return Status::InvalidArgument("QoS is required");
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "memorySizeMiB", &out.size_mib));
+  if (j["memorySizeMiB"].is_null()) return Status::InvalidArgument("memorySizeMiB is required");
+  if (out.size_mib < 1) return Status::InvalidArgument("memorySizeMiB must be >= 1");
+  int64_t qos = 0;
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "QoS", &qos));
+  if (qos != 1 && qos != 2 && qos != 4 && qos != 8) {
+    return Status::InvalidArgument("QoS must be 1, 2, 4 or 8");
+  }
+  out.qos = static_cast<int>(qos);
+  CXLKV_RETURN_IF_ERROR(OptString(j, "Port", &out.port));
+  if (out.port.size() > 256) return Status::InvalidArgument("Port: longer than 256");
+  int64_t share = 0;
+  CXLKV_RETURN_IF_ERROR(OptInt(j, "shareCount", &share));
+  if (j.contains("shareCount") && (share < 1 || share > 64)) {
+    return Status::InvalidArgument("shareCount must be 1..64");
+  }
+  out.share_count = static_cast<int>(share);
+  CXLKV_RETURN_IF_ERROR(OptStrings(j, "candidateHosts", &out.candidate_hosts));
+  CXLKV_RETURN_IF_ERROR(OptStrings(j, "candidatePorts", &out.candidate_ports));
+  CXLKV_RETURN_IF_ERROR(OptString(j, "claimUid", &out.claim_uid));
+  *req = std::move(out);
+  return Status::OK();
+}
+
+}  // namespace cxlkv::fabric::internal

@@ -1,0 +1,34 @@
+// Copyright cxlkv authors.
+//
+// JSON shapes of the CFM API (memoryRegion, composeMemoryRequest, the error
+// body) plus the share extension in fabric/api/cxlkv-overlay.yaml. Decoders
+// accept what a real cfm-service sends: unknown and missing optional fields
+// are tolerated; wrong types are InvalidArgument.
+#ifndef CXLKV_FABRIC_JSON_CODEC_H_
+#define CXLKV_FABRIC_JSON_CODEC_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cxlkv/fabric/types.h"
+#include "cxlkv/status.h"
+
+namespace cxlkv::fabric::internal {
+
+nlohmann::json RegionToJson(const Region& r);
+Status RegionFromJson(const nlohmann::json& j, Region* r);
+
+nlohmann::json ComposeRequestToJson(const ComposeRequest& req);
+// Validates as the OpenAPI schema does (required fields, QoS enum, types).
+Status ComposeRequestFromJson(const nlohmann::json& j, ComposeRequest* req);
+
+// Full state form of a region (adds blocks and qos), for persistence.
+nlohmann::json RegionToStateJson(const Region& r);
+Status RegionFromStateJson(const nlohmann::json& j, Region* r);
+
+// Parses text; InvalidArgument "malformed JSON: <cause>" on syntax errors.
+Status ParseJson(const std::string& text, nlohmann::json* out);
+
+}  // namespace cxlkv::fabric::internal
+
+#endif  // CXLKV_FABRIC_JSON_CODEC_H_

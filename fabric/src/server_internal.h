@@ -1,0 +1,72 @@
+// Copyright cxlkv authors.
+//
+// Shared pieces of the HTTP front end: the server object, error replies and
+// the JSON views of appliances, blades, ports and hosts.
+#ifndef CXLKV_FABRIC_SERVER_INTERNAL_H_
+#define CXLKV_FABRIC_SERVER_INTERNAL_H_
+
+#include <httplib.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cxlkv/fabric/server.h"
+#include "fabric_manager.h"
+
+namespace cxlkv::fabric::internal {
+
+class HttpFabricServer : public FabricServer {
+ public:
+  HttpFabricServer(const FabricConfig& config, std::unique_ptr<FabricManager> m);
+  Status Bind(const std::string& host, int port, int* bound_port) override;
+  Status Serve() override;
+  void Stop() override;
+
+ private:
+  void InstallRoutes();
+  void InstallApplianceRoutes();
+  void InstallBladeRoutes();
+  void InstallMemoryRoutes();
+  void InstallHostRoutes();
+  void InstallExtensionRoutes();
+
+  const FabricConfig config_;
+  std::unique_ptr<FabricManager> manager_;
+  std::unique_ptr<httplib::Server> http_;
+  std::string expected_auth_;  // "Basic <base64>" or "" when auth is off
+};
+
+// Writes the CFM error body {uri, details, status {code, message}}.
+void ReplyError(const httplib::Request& req, httplib::Response& res, int code,
+                const std::string& details);
+// Maps a Status to its HTTP code and writes the error body.
+void ReplyStatus(const httplib::Request& req, httplib::Response& res, const Status& s);
+void ReplyJson(httplib::Response& res, int code, const nlohmann::json& body);
+
+// Parses the request body as a JSON object; on failure replies 400 and
+// returns false.
+bool ParseBody(const httplib::Request& req, httplib::Response& res, nlohmann::json* out);
+
+// Views (the OpenAPI shapes). Fields whose schema says minimum 1 are left
+// out when zero rather than sent out of range.
+nlohmann::json Collection(const std::vector<std::string>& uris);
+nlohmann::json ApplianceJson(const ApplianceState& a);
+nlohmann::json BladeJson(const ApplianceState& a, const BladeState& b);
+nlohmann::json BladePortJson(const FabricState& s, const ApplianceState& a, const BladeState& b,
+                             const PortConfig& p);
+nlohmann::json ResourceJson(const BladeState& b, int index);
+nlohmann::json HostJson(const FabricState& s, const HostState& h);
+std::vector<std::string> HostPortIds(const FabricState& s, const HostState& h);
+nlohmann::json HostPortJson(const FabricState& s, const HostState& h, const std::string& pid);
+nlohmann::json MemoryDeviceJson(const FabricState& s, const HostState& h, const std::string& pid);
+
+std::string ApplianceUri(const std::string& aid);
+std::string BladeUri(const std::string& aid, const std::string& bid);
+
+// Credentials body check per the `credentials` schema; "" when valid.
+std::string CheckCredentials(const nlohmann::json& body);
+
+}  // namespace cxlkv::fabric::internal
+
+#endif  // CXLKV_FABRIC_SERVER_INTERNAL_H_
