@@ -1,1 +1,59 @@
+// Copyright cxlkv authors.
+#include "geometry.h"
+
 #include <gtest/gtest.h>
+
+namespace cxlkv::internal {
+namespace {
+
+TEST(GeometryTest, EverythingFitsAndDoesNotOverlap) {
+  for (uint64_t size : {1ull << 20, 64ull << 20, 4ull << 30, 512ull << 30}) {
+    for (uint64_t slot : {64ull, 4096ull, 896ull << 10, 14ull << 20}) {
+      Geometry g;
+      Status s = ComputeGeometry(size, slot, 64, &g);
+      if (!s.ok()) {
+        EXPECT_TRUE(s.IsInvalidArgument());
+        continue;
+      }
+      EXPECT_LT(g.registry_off, g.namespaces_off);
+      EXPECT_LT(g.namespaces_off, g.retired_off);
+      EXPECT_LT(g.retired_off, g.tags_off);
+      EXPECT_LE(g.tags_off + g.num_sets * 64, g.meta_off);
+      EXPECT_LE(g.meta_off + g.num_slots * 64, g.pins_off);
+      EXPECT_LE(g.pins_off + g.num_slots * 8 * g.pin_words, g.data_off);
+      EXPECT_LE(g.data_off + g.num_slots * g.slot_stride, size);
+      EXPECT_EQ(g.data_off % g.data_align, 0u);
+      EXPECT_EQ(g.num_slots, g.num_sets * g.ways);
+      // Nearly all of a large region is data.
+      if (size >= (4ull << 30) && slot >= 4096) {
+        EXPECT_GT(double(g.num_slots * g.slot_stride) / size, 0.95) << size << " " << slot;
+      }
+    }
+  }
+}
+
+TEST(GeometryTest, TooSmallRegionSaysHowMuchIsNeeded) {
+  Geometry g;
+  Status s = ComputeGeometry(64 << 10, 1 << 20, 64, &g);
+  ASSERT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("needs at least"), std::string::npos) << s.ToString();
+}
+
+TEST(GeometryTest, ParseSizeAcceptsBytesAndSuffixes) {
+  uint64_t v;
+  ASSERT_TRUE(ParseSize("4096", &v).ok());
+  EXPECT_EQ(v, 4096u);
+  ASSERT_TRUE(ParseSize("512MiB", &v).ok());
+  EXPECT_EQ(v, 512ull << 20);
+  ASSERT_TRUE(ParseSize("2GiB", &v).ok());
+  EXPECT_EQ(v, 2ull << 30);
+  ASSERT_TRUE(ParseSize("1.5GiB", &v).ok());
+  EXPECT_EQ(v, 3ull << 29);
+  ASSERT_TRUE(ParseSize("10GB", &v).ok());
+  EXPECT_EQ(v, 10'000'000'000ull);
+  EXPECT_TRUE(ParseSize("lots", &v).IsInvalidArgument());
+  EXPECT_TRUE(ParseSize("5 parsecs", &v).IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace cxlkv::internal

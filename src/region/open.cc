@@ -108,16 +108,28 @@ Status RegionImpl::FormatOrWait() {
   auto seen_since = Clock::now();
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
-    if (!opts_.create_if_missing) {
-      return Status::NotFound("region " + map_->path() + " is not formatted");
-    }
-    if (opts_.config.slot_size == 0) {
-      return Status::InvalidArgument("region " + map_->path() +
-                                     " is not formatted and no slot_size was given to format it");
-    }
     uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
     uint64_t progress = sb_->format_progress.load(std::memory_order_acquire);
     const auto now = Clock::now();
+    // A finished format whose magic is missing: either the formatter is
+    // about to store it, or the magic word was damaged. Never format over
+    // an intact header (that would destroy the blocks): after the stall
+    // timeout it is reported as corruption.
+    const bool header_intact = HeaderCrc(*sb_) == sb_->header_crc && sb_->layout_version != 0;
+    const bool stalled = lock == seen_lock && progress == seen_progress &&
+                         now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns);
+    if (header_intact && (lock == 0 || (lock & 1)) && (lock == 0 || stalled)) {
+      return Status::Corruption("region " + map_->path() +
+                                ": magic number damaged but the header is intact; refusing to "
+                                "format over it (reformat with `cxlkv format --force`)");
+    }
+    if (!opts_.create_if_missing && lock == 0) {
+      return Status::NotFound("region " + map_->path() + " is not formatted");
+    }
+    if (opts_.config.slot_size == 0 && lock == 0) {
+      return Status::InvalidArgument("region " + map_->path() +
+                                     " is not formatted and no slot_size was given to format it");
+    }
     bool claim = false;
     uint64_t expected = lock;
     if (lock == 0) {
@@ -126,8 +138,12 @@ Status RegionImpl::FormatOrWait() {
       seen_lock = lock;
       seen_progress = progress;
       seen_since = now;
-    } else if (now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns)) {
-      claim = true;  // formatter stalled: presumed dead, take over
+    } else if (stalled && !(lock & 1)) {
+      claim = opts_.create_if_missing && opts_.config.slot_size != 0;  // formatter presumed dead
+      if (!claim) {
+        return Status::NotFound("region " + map_->path() +
+                                " is not formatted (a format was abandoned mid-way)");
+      }
     }
     if (claim) {
       const uint64_t nonce = RandomNonZero();
