@@ -1,0 +1,83 @@
+// Copyright cxlkv authors.
+//
+// GpuCrc32c: CRC32C (Castagnoli, the region's per-slot checksum) of blocks
+// that live in GPU memory, computed by GPU kernels so that the data path
+// never reads the bytes with a CPU. A block is the concatenation of one or
+// more "pieces" (device byte ranges): vLLM's offloaded chunk is several GPU
+// pages that need not be adjacent.
+//
+// Method: each thread block checksums one 128 KiB segment of a piece
+// (slicing-by-8 per thread over 512 bytes, then a tree that combines the
+// threads' CRCs by multiplying with x^(8n) mod P); a second kernel folds the
+// segments of each block in order. Results equal the CPU's CRC32C bit for bit.
+//
+// Thread-safety: not thread-safe; the owner (GpuTransferEngine) serializes.
+// All calls need the owning CUDA context current.
+#ifndef CXLKV_SRC_TRANSFER_CRC32C_GPU_H_
+#define CXLKV_SRC_TRANSFER_CRC32C_GPU_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cxlkv/status.h"
+
+namespace cxlkv::internal {
+
+class GpuCrc32c {
+ public:
+  // Uploads the tables. kNoSpace / kIOError from the driver.
+  static Status Create(std::unique_ptr<GpuCrc32c>* out);
+  ~GpuCrc32c();
+  GpuCrc32c(const GpuCrc32c&) = delete;
+  GpuCrc32c& operator=(const GpuCrc32c&) = delete;
+
+  // Describes the blocks of the next computation and enqueues the upload of
+  // that description on `stream`. Block b consists of pieces
+  // [first_piece[b], first_piece[b+1]) in order; piece p is piece_len[p]
+  // bytes at device address piece_ptr[p]. The arrays are copied; the device
+  // memory they name must stay valid until the stream passes Download.
+  // REQUIRES: the previous computation has completed (stream synchronized).
+  Status Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len,
+                 const uint32_t* first_piece, size_t num_blocks, CUstream stream);
+
+  // Enqueues on `stream` the CRCs of blocks [begin, end) of the prepared set.
+  Status Launch(size_t begin, size_t end, CUstream stream);
+
+  // Enqueues the copy of all prepared blocks' CRCs to host memory owned by
+  // this object; Result(b) is valid once `stream` has passed this point.
+  Status Download(CUstream stream);
+  uint32_t Result(size_t b) const { return host_result_[b]; }
+
+ private:
+  GpuCrc32c() = default;
+  Status Reserve(size_t pieces, size_t blocks, uint64_t segments);
+
+  CUdeviceptr tables_ = 0;  // 8 x 256 slicing table, then 64 powers x^(8*2^k)
+
+  // Scratch, grown on demand. Device layout: piece_ptr[P], piece_len[P],
+  // piece_seg_first[P+1] (u64 each), first_piece[B+1] (u32), result[B] (u32);
+  // segment CRCs separately (u32 each).
+  CUdeviceptr desc_ = 0;
+  size_t desc_bytes_ = 0;
+  CUdeviceptr seg_crc_ = 0;
+  uint64_t seg_capacity_ = 0;
+  uint8_t* host_desc_ = nullptr;  // pinned mirror of the description
+  uint32_t* host_result_ = nullptr;  // pinned
+  size_t result_capacity_ = 0;
+
+  // The prepared set (host copies, for launch geometry).
+  size_t num_pieces_ = 0, num_blocks_ = 0;
+  std::vector<uint64_t> piece_seg_first_;
+  std::vector<uint32_t> first_piece_;
+  size_t off_len_ = 0, off_seg_first_ = 0, off_first_piece_ = 0, off_result_ = 0;
+};
+
+// Bytes each thread block of the first kernel checksums (one piece segment).
+inline constexpr uint64_t kCrcSegmentBytes = 128 * 1024;
+
+}  // namespace cxlkv::internal
+
+#endif  // CXLKV_SRC_TRANSFER_CRC32C_GPU_H_

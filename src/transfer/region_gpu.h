@@ -1,0 +1,110 @@
+// Copyright cxlkv authors.
+//
+// RegionGpu: the Region API for blocks that live in GPU memory. Stores DMA
+// GPU -> slot between BeginWrite and CommitWrite; loads DMA slot -> GPU
+// between BeginRead and EndRead. The region's slot area is registered with
+// CUDA once, at Open, so the direct path needs no staging buffer.
+//
+// Integrity (docs/gpu.md): every block is checksummed on the GPU. A store
+// passes the GPU's CRC32C of the source bytes to CommitWrite, so the CPU
+// never reads the block; a load compares the GPU's CRC32C of the bytes that
+// landed with the CRC recorded at commit, and EndRead confirms the slot's
+// generation did not change during the DMA. A load that fails either check
+// is reported per block (kCorruption or kNotFound) and the corrupt slot is
+// dropped; the caller decides what a failed block means (vLLM: recompute or
+// fail the request).
+//
+// Thread-safety: safe for concurrent use (the engine serializes the DMA).
+// Must not outlive the Region.
+#ifndef CXLKV_SRC_TRANSFER_REGION_GPU_H_
+#define CXLKV_SRC_TRANSFER_REGION_GPU_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cxlkv/region.h"
+#include "gpu_transfer.h"
+
+namespace cxlkv {
+
+struct RegionGpuOptions {
+  GpuTransferOptions transfer;
+
+  // If registering the region with CUDA fails (e.g. an fsdax file, or a
+  // driver that refuses the mapping), keep working through the staged path
+  // instead of failing Open. direct() then reports false. Default true.
+  bool fallback_to_staged = true;
+
+  // Checksum blocks on the GPU (see above). Turning it off leaves only the
+  // generation check on loads, and CommitWrite then has the CPU checksum
+  // the slot. Default true.
+  bool gpu_crc = true;
+};
+
+// Device ranges of the blocks of one call: block b is the concatenation of
+// pieces [first_piece[b], first_piece[b+1]) of (ptr, len).
+struct GpuBlocks {
+  const uint64_t* ptr = nullptr;
+  const uint64_t* len = nullptr;
+  const uint32_t* first_piece = nullptr;  // num_blocks + 1 entries
+  size_t num_blocks = 0;
+};
+
+struct GpuStoreResult {
+  std::vector<Status> status;          // per block: as Region::BeginWrite/CommitWrite
+  std::vector<StoreOutcome> outcome;   // per block
+  size_t stored = 0;                   // blocks written (kStored)
+};
+
+struct GpuLoadResult {
+  std::vector<Status> status;  // per block: OK, kNotFound (miss / changed), kCorruption, ...
+  std::vector<uint64_t> len;   // per block: bytes loaded (0 unless OK)
+  size_t loaded = 0;           // blocks with OK
+  size_t prefix = 0;           // leading blocks with OK
+};
+
+class RegionGpu {
+ public:
+  // Creates the transfer engine on options.transfer.device and registers
+  // the region's slot area. Codes as GpuTransferEngine::Create and
+  // RegisterHost (unless fallback_to_staged).
+  static Status Open(Region* region, const RegionGpuOptions& options,
+                     std::unique_ptr<RegionGpu>* out);
+  ~RegionGpu();
+
+  // True if the slot area is registered and kDirect copies are possible.
+  bool direct() const { return direct_; }
+  GpuPath default_path() const { return direct_ ? GpuPath::kDirect : GpuPath::kStaged; }
+  GpuTransferEngine* engine() const { return engine_.get(); }
+
+  // Stores each block under keys[b]. Returns OK if the batch ran (per-block
+  // outcomes in *result); an error only if the DMA itself failed, in which
+  // case every write of the batch was aborted. `after_stream`: copies start
+  // after work already queued there (e.g. torch.cuda.current_stream()).
+  // REQUIRES: this process is a participant of the region.
+  Status Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
+               uintptr_t after_stream, GpuStoreResult* result);
+
+  // Loads each block of keys[b] into its device pieces (which must hold at
+  // least the stored length; a shorter stored block fills a prefix). OK if
+  // the batch ran, per-block results in *result; an error only if the DMA
+  // failed (all leases are then closed and nothing counts as loaded).
+  Status Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
+              GpuLoadResult* result);
+
+ private:
+  RegionGpu() = default;
+  Region* region_ = nullptr;
+  RegionGpuOptions opts_;
+  std::unique_ptr<GpuTransferEngine> engine_;
+  bool direct_ = false;
+};
+
+// The region's slot area (the bytes DMA touches): [*base, *base + *len).
+// kUnsupported if `region` is not the engine's implementation.
+Status RegionSlotArea(Region* region, uint8_t** base, uint64_t* len);
+
+}  // namespace cxlkv
+
+#endif  // CXLKV_SRC_TRANSFER_REGION_GPU_H_
