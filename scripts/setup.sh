@@ -22,7 +22,12 @@ FABRIC_PKGS=(
 )
 KUBE_PKGS=(
   golang-go              # test tooling only: builds kube-apiserver & friends for e2e tests
-  openssl
+  openssl                # e2e cluster: CA, serving/client certs, service-account keys
+  curl python3           # e2e cluster: readiness probes, free ports
+  libcurl4-openssl-dev   # kube client: HTTPS with verified TLS, streaming watches
+  libssl-dev             # kube client: base64 of kubeconfig *-data fields
+  libyaml-cpp-dev        # kube client: kubeconfig is YAML
+  nlohmann-json3-dev     # kube client: API objects are JSON
 )
 
 want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}")

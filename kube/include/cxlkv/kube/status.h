@@ -1,0 +1,91 @@
+// Copyright cxlkv authors.
+//
+// kube::Status: the result of every fallible call of the Kubernetes client.
+// Cheap on success (no allocation). On failure it carries a code, and, when
+// the apiserver answered, the HTTP status plus the `reason` and `message` of
+// the apiserver's `kind: Status` body, unchanged.
+//
+// Thread-safety: a Status is a value; distinct objects may be used from
+// different threads without synchronisation.
+#ifndef CXLKV_KUBE_STATUS_H_
+#define CXLKV_KUBE_STATUS_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace cxlkv::kube {
+
+class [[nodiscard]] Status {
+ public:
+  // Each code means exactly one thing.
+  enum class Code : unsigned char {
+    kOk = 0,
+    kNotFound,         // 404: the object (or namespace) does not exist
+    kAlreadyExists,    // 409 reason AlreadyExists: create of an existing name
+    kConflict,         // 409 otherwise: stale resourceVersion / failed precondition
+    kGone,             // 410: resourceVersion or continue token too old (relist)
+    kInvalid,          // 400/422: the apiserver rejected the request content
+    kUnauthorized,     // 401: no valid credentials
+    kForbidden,        // 403: credentials lack permission
+    kTooManyRequests,  // 429: throttled (retry later)
+    kServerError,      // 5xx or another unexpected HTTP status
+    kTransport,        // no HTTP answer: connect, TLS or read failure, timeout
+    kBadResponse,      // an answer that is not the JSON the API promises
+    kInvalidArgument,  // the caller's request or configuration can never succeed
+    kCancelled,        // the caller asked to stop (watch stop flag)
+  };
+
+  Status() noexcept = default;
+  Status(const Status& o) : state_(o.state_ ? std::make_unique<State>(*o.state_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) state_ = o.state_ ? std::make_unique<State>(*o.state_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+
+  static Status OK() { return Status(); }
+  // An error of `code` with no HTTP answer behind it (http_status() == 0).
+  static Status Error(Code code, std::string_view message) { return Status(code, 0, "", message); }
+  // Maps an HTTP answer to a code; `reason` and `message` come from the
+  // apiserver's Status body (either may be empty).
+  static Status FromHttp(int http_status, std::string_view reason, std::string_view message);
+
+  bool ok() const { return state_ == nullptr; }
+  Code code() const { return state_ ? state_->code : Code::kOk; }
+  bool IsNotFound() const { return code() == Code::kNotFound; }
+  bool IsAlreadyExists() const { return code() == Code::kAlreadyExists; }
+  bool IsConflict() const { return code() == Code::kConflict; }
+  bool IsGone() const { return code() == Code::kGone; }
+  bool IsInvalid() const { return code() == Code::kInvalid; }
+  bool IsCancelled() const { return code() == Code::kCancelled; }
+
+  // HTTP status the apiserver returned, 0 when there was no HTTP answer.
+  int http_status() const { return state_ ? state_->http : 0; }
+  // The apiserver's machine-readable reason ("Conflict", "NotFound", ...), or "".
+  const std::string& reason() const;
+  // The human-readable message, with any context prefixes ("" when ok()).
+  const std::string& message() const;
+  // "<Code name> (HTTP <n> <reason>): <message>", or "OK".
+  std::string ToString() const;
+  // A copy whose message is "<context>: <message>". OK stays OK.
+  Status WithContext(std::string_view context) const;
+
+  static const char* CodeName(Code c);
+
+ private:
+  struct State {
+    Code code;
+    int http;
+    std::string reason;
+    std::string msg;
+  };
+  Status(Code c, int http, std::string_view reason, std::string_view msg)
+      : state_(std::make_unique<State>(State{c, http, std::string(reason), std::string(msg)})) {}
+  std::unique_ptr<State> state_;  // null means OK
+};
+
+}  // namespace cxlkv::kube
+
+#endif  // CXLKV_KUBE_STATUS_H_

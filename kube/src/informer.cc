@@ -1,0 +1,268 @@
+// Copyright cxlkv authors.
+#include "cxlkv/kube/informer.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "cxlkv/kube/typed.h"
+
+namespace cxlkv::kube {
+
+struct Informer::Rep {
+  Rep(Client* c, const ResourceType& t, InformerOptions o, InformerHandlers h)
+      : client(c), type(t), opts(std::move(o)), handlers(std::move(h)) {}
+
+  // Immutable after construction.
+  Client* const client;
+  const ResourceType type;
+  const InformerOptions opts;
+  const InformerHandlers handlers;
+
+  std::atomic<bool> stop{false};
+  std::thread loop_thread;
+  std::thread resync_thread;
+
+  mutable std::mutex mu;  // guards the fields below
+  mutable std::condition_variable cv;
+  std::map<std::string, Json> cache;
+  std::string rv;
+  bool synced = false;
+  Counters counters;
+
+  // Held while a handler runs, so handlers never overlap (loop vs resync).
+  std::mutex handler_mu;
+
+  void Loop();
+  void ResyncLoop();
+  Status Relist();
+  void Apply(const WatchEvent& ev);
+  std::string last_rv() {
+    std::lock_guard<std::mutex> l(mu);
+    return rv;
+  }
+  void SleepFor(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, d, [&] { return stop.load(); });
+  }
+};
+
+Informer::Informer(Client* client, const ResourceType& type, InformerOptions options,
+                   InformerHandlers handlers)
+    : rep_(std::make_unique<Rep>(client, type, std::move(options), std::move(handlers))) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::Start() {
+  rep_->loop_thread = std::thread([r = rep_.get()] { r->Loop(); });
+  if (rep_->opts.resync_period.count() > 0) {
+    rep_->resync_thread = std::thread([r = rep_.get()] { r->ResyncLoop(); });
+  }
+}
+
+void Informer::Stop() {
+  {
+    std::lock_guard<std::mutex> l(rep_->mu);
+    rep_->stop = true;
+  }
+  rep_->cv.notify_all();
+  if (rep_->loop_thread.joinable()) rep_->loop_thread.join();
+  if (rep_->resync_thread.joinable()) rep_->resync_thread.join();
+}
+
+bool Informer::HasSynced() const {
+  std::lock_guard<std::mutex> l(rep_->mu);
+  return rep_->synced;
+}
+
+bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> l(rep_->mu);
+  return rep_->cv.wait_for(l, timeout, [&] { return rep_->synced; });
+}
+
+bool Informer::Get(const std::string& key, Json* out) const {
+  std::lock_guard<std::mutex> l(rep_->mu);
+  auto it = rep_->cache.find(key);
+  if (it == rep_->cache.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+std::vector<Json> Informer::List() const {
+  std::lock_guard<std::mutex> l(rep_->mu);
+  std::vector<Json> v;
+  for (const auto& [k, obj] : rep_->cache) v.push_back(obj);
+  return v;
+}
+
+std::string Informer::last_resource_version() const {
+  std::lock_guard<std::mutex> l(rep_->mu);
+  return rep_->rv;
+}
+
+Informer::Counters Informer::counters() const {
+  std::lock_guard<std::mutex> l(rep_->mu);
+  return rep_->counters;
+}
+
+Status Informer::Rep::Relist() {
+  ResourceClient rc(client, type, opts.ns);
+  ListOptions lo;
+  lo.label_selector = opts.label_selector;
+  lo.field_selector = opts.field_selector;
+  std::vector<Json> items;
+  std::string list_rv;
+  Status s = rc.ListAll(lo, opts.page_size, &items, &list_rv);
+  if (!s.ok()) return s;
+
+  // Replace the cache, then tell handlers what changed: objects gone while
+  // we were not watching are deletes, new ones adds, changed ones updates.
+  std::map<std::string, Json> fresh;
+  for (auto& obj : items) fresh.emplace(ObjectKey(obj), std::move(obj));
+  std::map<std::string, Json> old;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    old.swap(cache);
+    cache = fresh;
+    rv = list_rv;
+    synced = true;
+    counters.lists++;
+  }
+  cv.notify_all();
+  std::lock_guard<std::mutex> h(handler_mu);
+  for (const auto& [key, obj] : old) {
+    if (!fresh.count(key) && handlers.on_delete) handlers.on_delete(obj);
+  }
+  for (const auto& [key, obj] : fresh) {
+    auto it = old.find(key);
+    if (it == old.end()) {
+      if (handlers.on_add) handlers.on_add(obj);
+    } else if (it->second["metadata"].value("resourceVersion", "") !=
+               obj["metadata"].value("resourceVersion", "")) {
+      if (handlers.on_update) handlers.on_update(it->second, obj);
+    }
+  }
+  return Status::OK();
+}
+
+void Informer::Rep::Apply(const WatchEvent& ev) {
+  Json obj = ev.object;
+  obj["apiVersion"] = type.api_version();
+  obj["kind"] = type.kind;
+  std::string key = ObjectKey(obj);
+  std::string obj_rv = obj["metadata"].value("resourceVersion", "");
+  Json old;
+  bool existed;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = cache.find(key);
+    existed = it != cache.end();
+    if (existed) old = it->second;
+    if (ev.type == "DELETED") {
+      cache.erase(key);
+    } else {
+      cache[key] = obj;
+    }
+    if (!obj_rv.empty()) rv = obj_rv;
+    counters.events++;
+  }
+  std::lock_guard<std::mutex> h(handler_mu);
+  if (ev.type == "DELETED") {
+    if (handlers.on_delete) handlers.on_delete(obj);
+  } else if (existed) {
+    if (handlers.on_update) handlers.on_update(old, obj);
+  } else if (handlers.on_add) {
+    handlers.on_add(obj);
+  }
+}
+
+void Informer::Rep::Loop() {
+  bool need_list = opts.start_resource_version.empty();
+  if (!need_list) {
+    std::lock_guard<std::mutex> l(mu);
+    rv = opts.start_resource_version;
+  }
+  auto backoff = opts.backoff_initial;
+  auto fail = [&](const Status&) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      counters.errors++;
+    }
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, opts.backoff_max);
+  };
+  while (!stop) {
+    if (need_list) {
+      Status s = Relist();
+      if (s.IsGone()) continue;  // a continue token expired mid-list: start over
+      if (!s.ok()) {
+        fail(s);
+        continue;
+      }
+      need_list = false;
+      backoff = opts.backoff_initial;
+    }
+    WatchOptions wo;
+    wo.label_selector = opts.label_selector;
+    wo.field_selector = opts.field_selector;
+    wo.resource_version = last_rv();
+    wo.allow_bookmarks = true;
+    wo.timeout_seconds = opts.watch_timeout_seconds;
+    bool gone = false, error_event = false, got_events = false;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      counters.watches++;
+    }
+    Status s = client->Watch(type, opts.ns, wo, [&](const WatchEvent& ev) {
+      if (ev.type == "BOOKMARK") {
+        std::string b = ev.object["metadata"].value("resourceVersion", "");
+        std::lock_guard<std::mutex> l(mu);
+        if (!b.empty()) rv = b;
+        return true;
+      }
+      if (ev.type == "ERROR") {
+        // A Status object; 410 (reason Expired/Gone) means our version fell
+        // out of the server's history window.
+        if (ev.object.value("code", 0) == 410) gone = true;
+        else error_event = true;
+        return false;
+      }
+      got_events = true;
+      Apply(ev);
+      return true;
+    }, &stop);
+    if (stop) break;
+    if (gone || s.IsGone()) {
+      std::lock_guard<std::mutex> l(mu);
+      counters.gone++;
+      need_list = true;
+      continue;
+    }
+    if (!s.ok() || error_event) {
+      fail(s);
+      continue;
+    }
+    if (got_events) backoff = opts.backoff_initial;
+  }
+}
+
+void Informer::Rep::ResyncLoop() {
+  while (!stop) {
+    SleepFor(opts.resync_period);
+    if (stop) break;
+    std::vector<Json> objs;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!synced) continue;
+      for (const auto& [k, obj] : cache) objs.push_back(obj);
+    }
+    std::lock_guard<std::mutex> h(handler_mu);
+    for (const auto& obj : objs) {
+      if (handlers.on_update) handlers.on_update(obj, obj);
+    }
+  }
+}
+
+}  // namespace cxlkv::kube
