@@ -1,0 +1,339 @@
+// Copyright cxlkv authors.
+//
+// pybind11 binding of the Region API (include/cxlkv/region.h) and, when
+// built with CUDA, of RegionGpu (src/transfer/region_gpu.h). No logic: the
+// Python package (python/cxlkv/) builds on it. Every call that can take
+// long releases the GIL. Status becomes a Python exception in one place,
+// Raise(), using the classes of cxlkv.errors.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "cxlkv/region.h"
+#if defined(CXLKV_WITH_CUDA)
+#include "region_gpu.h"
+#endif
+
+namespace py = pybind11;
+using namespace cxlkv;
+
+namespace {
+
+// The one Status -> exception mapping (classes in cxlkv/errors.py).
+void Raise(const Status& s) {
+  if (s.ok()) return;
+  const char* cls = "Error";
+  switch (s.code()) {
+    case Status::Code::kNotFound: cls = "NotFoundError"; break;
+    case Status::Code::kBusy: cls = "BusyError"; break;
+    case Status::Code::kNoSpace: cls = "NoSpaceError"; break;
+    case Status::Code::kCorruption: cls = "CorruptionError"; break;
+    case Status::Code::kInvalidArgument: cls = "InvalidArgumentError"; break;
+    case Status::Code::kIOError: cls = "IOError"; break;
+    case Status::Code::kUnsupported: cls = "UnsupportedError"; break;
+    case Status::Code::kOk: break;
+  }
+  py::gil_scoped_acquire gil;
+  py::object type = py::module_::import("cxlkv.errors").attr(cls);
+  PyErr_SetString(type.ptr(), s.message().c_str());
+  throw py::error_already_set();
+}
+
+#if defined(CXLKV_WITH_CUDA)
+// A per-block status as (code name, message): batches report, not raise.
+py::tuple StatusTuple(const Status& s) {
+  return py::make_tuple(std::string(Status::CodeName(s.code())), s.message());
+}
+#endif
+
+py::dict CountersDict(const Counters& c) {
+  py::dict d;
+  for (uint32_t i = 0; i < static_cast<uint32_t>(Counter::kCount); ++i)
+    d[CounterName(static_cast<Counter>(i))] = c.v[i];
+  return d;
+}
+
+// A byte view of any C-contiguous buffer (bytes, bytearray, memoryview, numpy).
+py::buffer_info Bytes(const py::buffer& b, bool writable) {
+  py::buffer_info info = b.request(writable);
+  ssize_t expect = info.itemsize;
+  for (ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != expect)
+      throw py::value_error("buffer must be C-contiguous");
+    expect *= info.shape[d];
+  }
+  return info;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cxlkv, m) {
+  m.doc() = "cxlkv: a KV-block store inside a shared memory region (binding; see cxlkv/__init__.py)";
+
+  py::enum_<CoherenceMode>(m, "CoherenceMode")
+      .value("HARDWARE", CoherenceMode::kHardware)
+      .value("SOFTWARE", CoherenceMode::kSoftware);
+  py::enum_<Prefault>(m, "Prefault")
+      .value("NONE", Prefault::kNone)
+      .value("AT_ATTACH", Prefault::kAtAttach)
+      .value("BACKGROUND", Prefault::kBackground);
+  py::enum_<StoreOutcome>(m, "StoreOutcome")
+      .value("STORED", StoreOutcome::kStored)
+      .value("DUPLICATE", StoreOutcome::kDuplicate)
+      .value("FULL", StoreOutcome::kFull)
+      .value("TOO_LARGE", StoreOutcome::kTooLarge)
+      .value("LOST_RACE", StoreOutcome::kLostRace);
+
+  py::class_<BlockKey>(m, "BlockKey")
+      .def(py::init<>())
+      .def(py::init([](uint64_t hi, uint64_t lo) { return BlockKey{hi, lo}; }), py::arg("hi"), py::arg("lo"))
+      .def_readwrite("hi", &BlockKey::hi)
+      .def_readwrite("lo", &BlockKey::lo)
+      .def_static("from_bytes", [](const py::bytes& b) {
+        const std::string s = b;
+        if (s.size() < 16) Raise(Status::InvalidArgument("a block key needs at least 16 bytes"));
+        return BlockKey::FromBytes(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+      })
+      .def_static("from_hex", [](const std::string& hex) {
+        BlockKey k;
+        Raise(BlockKey::FromHex(hex, &k));
+        return k;
+      })
+      .def_static("from_id", &BlockKey::FromId)
+      .def("hex", &BlockKey::ToHex)
+      .def("__eq__", [](const BlockKey& a, const BlockKey& b) { return a == b; })
+      .def("__hash__", [](const BlockKey& k) { return py::hash(py::make_tuple(k.hi, k.lo)); })
+      .def("__repr__", [](const BlockKey& k) { return "BlockKey(" + k.ToHex() + ")"; });
+
+  py::class_<NamespaceDesc>(m, "NamespaceDesc")
+      .def(py::init([](std::string model, std::string dtype, std::string kv_layout, uint32_t tp_rank,
+                       uint32_t kv_group) {
+             return NamespaceDesc{std::move(model), std::move(dtype), std::move(kv_layout), tp_rank, kv_group};
+           }),
+           py::arg("model"), py::arg("dtype"), py::arg("kv_layout"), py::arg("tp_rank") = 0,
+           py::arg("kv_group") = 0)
+      .def_readwrite("model", &NamespaceDesc::model)
+      .def_readwrite("dtype", &NamespaceDesc::dtype)
+      .def_readwrite("kv_layout", &NamespaceDesc::kv_layout)
+      .def_readwrite("tp_rank", &NamespaceDesc::tp_rank)
+      .def_readwrite("kv_group", &NamespaceDesc::kv_group)
+      .def("__repr__", &NamespaceDesc::ToString);
+
+  py::class_<RegionConfig>(m, "RegionConfig")
+      .def(py::init<>())
+      .def_readwrite("slot_size", &RegionConfig::slot_size)
+      .def_readwrite("hash_algorithm", &RegionConfig::hash_algorithm)
+      .def_readwrite("hash_seed_fingerprint", &RegionConfig::hash_seed_fingerprint)
+      .def_readwrite("coherence", &RegionConfig::coherence)
+      .def_readwrite("max_participants", &RegionConfig::max_participants)
+      .def_readwrite("metadata_json", &RegionConfig::metadata_json);
+
+  py::class_<RegionOptions>(m, "RegionOptions")
+      .def(py::init<>())
+      .def_readwrite("offset", &RegionOptions::offset)
+      .def_readwrite("size", &RegionOptions::size)
+      .def_readwrite("create_if_missing", &RegionOptions::create_if_missing)
+      .def_readwrite("config", &RegionOptions::config)
+      .def_readwrite("register_participant", &RegionOptions::register_participant)
+      .def_readwrite("heartbeat_interval_ns", &RegionOptions::heartbeat_interval_ns)
+      .def_readwrite("liveness_timeout_ns", &RegionOptions::liveness_timeout_ns)
+      .def_readwrite("format_wait_ns", &RegionOptions::format_wait_ns)
+      .def_readwrite("format_stall_ns", &RegionOptions::format_stall_ns)
+      .def_readwrite("sysfs_root", &RegionOptions::sysfs_root)
+      .def_readwrite("prefault", &RegionOptions::prefault);
+
+  py::class_<RegionInfo>(m, "RegionInfo")
+      .def_readonly("path", &RegionInfo::path)
+      .def_readonly("backend", &RegionInfo::backend)
+      .def_readonly("offset", &RegionInfo::offset)
+      .def_readonly("size", &RegionInfo::size)
+      .def_readonly("layout_version", &RegionInfo::layout_version)
+      .def_readonly("slot_size", &RegionInfo::slot_size)
+      .def_readonly("slot_stride", &RegionInfo::slot_stride)
+      .def_readonly("num_slots", &RegionInfo::num_slots)
+      .def_readonly("num_sets", &RegionInfo::num_sets)
+      .def_readonly("ways", &RegionInfo::ways)
+      .def_readonly("data_offset", &RegionInfo::data_offset)
+      .def_readonly("config", &RegionInfo::config)
+      .def_readonly("format_epoch", &RegionInfo::format_epoch)
+      .def_readonly("participant", &RegionInfo::participant);
+
+  py::class_<PinSet>(m, "PinSet")
+      .def("__len__", &PinSet::size)
+      .def("release", &PinSet::Release);
+
+  py::class_<Region>(m, "Region")
+      .def_static("open", [](const std::string& path, const RegionOptions& o) {
+        std::unique_ptr<Region> r;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = Region::Open(path, o, &r);
+        }
+        Raise(s);
+        return r;
+      }, py::arg("path"), py::arg("options"))
+      .def("info", &Region::info, py::return_value_policy::reference_internal)
+      .def("register_namespace", [](Region& r, const NamespaceDesc& d) {
+        NamespaceId id = 0;
+        Raise(r.RegisterNamespace(d, &id));
+        return id;
+      })
+      .def("store", [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& data) {
+        py::buffer_info b = Bytes(data, false);
+        StoreOutcome out = StoreOutcome::kStored;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = r.Store(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), &out);
+        }
+        Raise(s);
+        return out;
+      }, py::arg("ns"), py::arg("key"), py::arg("data"))
+      .def("load", [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& dst,
+                      bool verify_crc) {
+        py::buffer_info b = Bytes(dst, true);
+        LoadOptions lo;
+        lo.verify_crc = verify_crc;
+        LoadInfo li;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = r.Load(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), lo, &li);
+        }
+        Raise(s);
+        return li.len;
+      }, py::arg("ns"), py::arg("key"), py::arg("dst"), py::arg("verify_crc") = true)
+      .def("lookup", [](Region& r, NamespaceId ns, const BlockKey& key) {
+        Status s = r.Lookup(ns, key);
+        if (s.IsNotFound()) return false;
+        Raise(s);
+        return true;
+      })
+      .def("lookup_prefix", [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
+        return r.LookupPrefix(ns, keys.data(), keys.size());
+      })
+      .def("pin_prefix", [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
+        auto pins = std::make_unique<PinSet>();
+        Raise(r.PinPrefix(ns, keys.data(), keys.size(), pins.get()));
+        return pins;
+      }, py::keep_alive<0, 1>())
+      .def("drop", [](Region& r, NamespaceId ns, const BlockKey& key) { Raise(r.Drop(ns, key)); })
+      .def("verify", [](Region& r, bool drop_corrupt) {
+        Region::ScrubReport rep;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = r.Verify(drop_corrupt, &rep);
+        }
+        Raise(s);
+        py::dict d;
+        d["ready"] = rep.ready; d["verified"] = rep.verified; d["crc_failures"] = rep.crc_failures;
+        d["dropped"] = rep.dropped; d["skipped_changed"] = rep.skipped_changed;
+        return d;
+      }, py::arg("drop_corrupt") = false)
+      .def("wipe", [](Region& r) {
+        Region::WipeReport rep;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = r.Wipe(&rep);
+        }
+        Raise(s);
+        py::dict d;
+        d["dropped"] = rep.dropped; d["pinned"] = rep.pinned; d["writing"] = rep.writing;
+        return d;
+      })
+      .def("process_counters", [](Region& r) { return CountersDict(r.ProcessCounters()); })
+      .def("region_counters", [](Region& r) { return CountersDict(r.RegionCounters()); })
+      .def("reap_dead_participants", &Region::ReapDeadParticipants);
+
+#if defined(CXLKV_WITH_CUDA)
+  py::enum_<GpuPath>(m, "GpuPath")
+      .value("DIRECT", GpuPath::kDirect)
+      .value("STAGED", GpuPath::kStaged);
+
+  py::class_<RegionGpuOptions>(m, "RegionGpuOptions")
+      .def(py::init<>())
+      .def_property("device", [](const RegionGpuOptions& o) { return o.transfer.device; },
+                    [](RegionGpuOptions& o, int v) { o.transfer.device = v; })
+      .def_property("registration_segment_bytes",
+                    [](const RegionGpuOptions& o) { return o.transfer.registration_segment_bytes; },
+                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.registration_segment_bytes = v; })
+      .def_property("staging_bytes", [](const RegionGpuOptions& o) { return o.transfer.staging_bytes; },
+                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.staging_bytes = v; })
+      .def_property("batch_api", [](const RegionGpuOptions& o) { return o.transfer.batch_api; },
+                    [](RegionGpuOptions& o, bool v) { o.transfer.batch_api = v; })
+      .def_property("pipeline_bytes", [](const RegionGpuOptions& o) { return o.transfer.pipeline_bytes; },
+                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.pipeline_bytes = v; })
+      .def_readwrite("fallback_to_staged", &RegionGpuOptions::fallback_to_staged)
+      .def_readwrite("gpu_crc", &RegionGpuOptions::gpu_crc);
+
+  // store/load take the device pieces as flat lists: block b is pieces
+  // first_piece[b] .. first_piece[b+1]-1 of (ptr, length).
+  py::class_<RegionGpu>(m, "RegionGpu")
+      .def_static("open", [](Region& region, const RegionGpuOptions& o) {
+        std::unique_ptr<RegionGpu> g;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = RegionGpu::Open(&region, o, &g);
+        }
+        Raise(s);
+        return g;
+      }, py::arg("region"), py::arg("options"), py::keep_alive<0, 1>())
+      .def_property_readonly("direct", &RegionGpu::direct)
+      .def_property_readonly("registered_segments",
+                             [](const RegionGpu& g) { return g.engine()->RegisteredSegments(); })
+      .def("store", [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+                       const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
+                       const std::vector<uint32_t>& first_piece, GpuPath path, uintptr_t after_stream) {
+        if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
+            first_piece.back() != ptr.size())
+          Raise(Status::InvalidArgument("store: keys, pieces and first_piece do not agree"));
+        GpuStoreResult res;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = g.Store(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()},
+                      path, after_stream, &res);
+        }
+        Raise(s);
+        py::list st, out;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          st.append(StatusTuple(res.status[i]));
+          out.append(res.outcome[i]);
+        }
+        return py::make_tuple(res.stored, st, out);
+      }, py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
+         py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
+      .def("load", [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+                      const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
+                      const std::vector<uint32_t>& first_piece, GpuPath path) {
+        if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
+            first_piece.back() != ptr.size())
+          Raise(Status::InvalidArgument("load: keys, pieces and first_piece do not agree"));
+        GpuLoadResult res;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = g.Load(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()},
+                     path, &res);
+        }
+        Raise(s);
+        py::list st;
+        for (size_t i = 0; i < keys.size(); ++i) st.append(StatusTuple(res.status[i]));
+        return py::make_tuple(res.loaded, res.prefix, st, res.len);
+      }, py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
+         py::arg("path") = GpuPath::kDirect);
+#endif
+  m.attr("HAVE_CUDA") = py::bool_(
+#if defined(CXLKV_WITH_CUDA)
+      true
+#else
+      false
+#endif
+  );
+}

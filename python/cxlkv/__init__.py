@@ -1,0 +1,93 @@
+"""cxlkv: KV-cache blocks in a shared memory region, for LLM serving.
+
+The Region API of include/cxlkv/region.h, snake_case::
+
+    import cxlkv
+    region = cxlkv.open_region("/dev/shm/cxlkv/demo", size=1 << 30, slot_size=14 << 20,
+                               hash_algorithm="sha256_cbor", hash_seed_fingerprint=seed)
+    ns = region.register_namespace(cxlkv.NamespaceDesc("Qwen/Qwen2.5-7B-Instruct",
+                                                       "bfloat16", "HND"))
+    region.store(ns, cxlkv.as_key(block_hash), data)          # any bytes-like object
+    n = region.load(ns, cxlkv.as_key(block_hash), buffer)     # NotFoundError on a miss
+
+GPU tensors (vLLM's KV layout) go through ``cxlkv.gpu.GpuRegion`` when the
+package was built with CUDA (``cxlkv.HAVE_CUDA``). Errors are the classes of
+``cxlkv.errors``, one per Status code.
+"""
+
+from . import errors
+from ._cxlkv import (  # noqa: F401
+    HAVE_CUDA,
+    BlockKey,
+    CoherenceMode,
+    NamespaceDesc,
+    PinSet,
+    Prefault,
+    Region,
+    RegionConfig,
+    RegionInfo,
+    RegionOptions,
+    StoreOutcome,
+)
+from .errors import (  # noqa: F401
+    BusyError,
+    CorruptionError,
+    Error,
+    InvalidArgumentError,
+    LoadFailedError,
+    NoSpaceError,
+    NotFoundError,
+    UnsupportedError,
+)
+
+_PREFAULT = {"none": Prefault.NONE, "at_attach": Prefault.AT_ATTACH, "background": Prefault.BACKGROUND}
+
+
+def as_key(key):
+    """A BlockKey from a BlockKey, an int id, >= 16 bytes of block hash, or 32+ hex digits."""
+    if isinstance(key, BlockKey):
+        return key
+    if isinstance(key, int):
+        return BlockKey.from_id(key)
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return BlockKey.from_bytes(bytes(key))
+    if isinstance(key, str):
+        return BlockKey.from_hex(key)
+    raise TypeError(f"cannot make a BlockKey from {type(key).__name__}")
+
+
+def as_keys(keys):
+    return [as_key(k) for k in keys]
+
+
+def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_seed_fingerprint=0,
+                   create_if_missing=True, register_participant=True, max_participants=64,
+                   prefault="at_attach", metadata_json="", **timing):
+    """RegionOptions from keywords (fields and defaults as in include/cxlkv/options.h).
+
+    ``timing`` may set heartbeat_interval_ns, liveness_timeout_ns, format_wait_ns,
+    format_stall_ns and sysfs_root.
+    """
+    o = RegionOptions()
+    o.size = size
+    o.offset = offset
+    o.create_if_missing = create_if_missing
+    o.register_participant = register_participant
+    o.prefault = _PREFAULT[prefault]
+    c = o.config
+    c.slot_size = slot_size
+    c.hash_algorithm = hash_algorithm
+    c.hash_seed_fingerprint = hash_seed_fingerprint
+    c.max_participants = max_participants
+    c.metadata_json = metadata_json
+    o.config = c
+    for name, value in timing.items():
+        if not hasattr(o, name):
+            raise TypeError(f"unknown region option {name!r}")
+        setattr(o, name, value)
+    return o
+
+
+def open_region(path, **kwargs):
+    """Region.open(path, region_options(**kwargs)): format-or-attach, register as a participant."""
+    return Region.open(path, region_options(**kwargs))

@@ -1,0 +1,160 @@
+"""The GPU data path from Python: KV blocks in CUDA tensors <-> the region by DMA.
+
+Layout (vLLM's OffloadingConnector, docs/gpu.md): the KV cache is a list of
+CUDA tensors whose dim 0 is the GPU block id, each block's bytes contiguous
+(vLLM's canonical int8 tensors of shape (num_blocks, page_bytes); one
+cross-layer tensor for uniform models, several for per-layer caches). One
+region slot holds one offloaded chunk of ``blocks_per_chunk`` GPU blocks:
+for each tensor in order, the pages of the chunk's block ids in order.
+
+Loads and stores are synchronous (they return after the DMA and the GPU
+CRC32C checks) and release the GIL. A store first waits for the work queued
+on ``stream`` (default: the current stream of the KV tensors' device), so a
+KV written by the model is complete before it is copied.
+"""
+
+from . import _cxlkv, as_keys
+from .errors import LoadFailedError, UnsupportedError
+
+_PATHS = {}
+if _cxlkv.HAVE_CUDA:
+    _PATHS = {"direct": _cxlkv.GpuPath.DIRECT, "staged": _cxlkv.GpuPath.STAGED}
+
+
+def chunk_pieces(kv_caches, block_ids, blocks_per_chunk=1):
+    """Device pieces of each chunk: (ptr, len, first_piece) lists for RegionGpu.
+
+    ``block_ids`` holds ``n * blocks_per_chunk`` GPU block ids (ints or a tensor);
+    chunk c is block_ids[c*f:(c+1)*f]. Adjacent pages are merged into one piece.
+    """
+    if hasattr(block_ids, "tolist"):
+        block_ids = block_ids.tolist()
+    block_ids = [int(b) for b in block_ids]
+    f = int(blocks_per_chunk)
+    if f <= 0 or len(block_ids) % f:
+        raise ValueError(f"{len(block_ids)} block ids are not whole chunks of {f}")
+    layers = []
+    for t in kv_caches:
+        if not t.is_cuda:
+            raise ValueError("KV tensors must be CUDA tensors")
+        page = t.stride(0) * t.element_size()
+        if t.dim() > 1 and not t[0].is_contiguous():
+            raise ValueError("each block's bytes must be contiguous (dim 0 = block id)")
+        block_bytes = t[0].numel() * t.element_size() if t.dim() > 1 else t.element_size()
+        layers.append((t.data_ptr(), page, block_bytes, t.shape[0]))
+    ptr, length, first = [], [], [0]
+    for c in range(len(block_ids) // f):
+        ids = block_ids[c * f:(c + 1) * f]
+        for base, page, nbytes, nblocks in layers:
+            for b in ids:
+                if not 0 <= b < nblocks:
+                    raise ValueError(f"block id {b} outside 0..{nblocks - 1}")
+                p = base + b * page
+                # Merge with the previous piece when contiguous in memory.
+                if len(ptr) > first[-1] and ptr[-1] + length[-1] == p and page == nbytes:
+                    length[-1] += nbytes
+                else:
+                    ptr.append(p)
+                    length.append(nbytes)
+        first.append(len(ptr))
+    return ptr, length, first
+
+
+class StoreResult:
+    def __init__(self, stored, statuses, outcomes):
+        self.stored = stored
+        self.statuses = statuses  # per chunk: (code name, message); "OK" when fine
+        self.outcomes = outcomes  # per chunk: cxlkv.StoreOutcome
+
+
+class LoadResult:
+    def __init__(self, loaded, prefix, statuses, lengths):
+        self.loaded = loaded      # chunks loaded and verified
+        self.prefix = prefix      # leading chunks loaded and verified
+        self.statuses = statuses  # per chunk: (code name, message)
+        self.lengths = lengths    # per chunk: bytes loaded
+
+    @property
+    def failed(self):
+        """[(chunk index, code name, message)] of the chunks that did not load."""
+        return [(i, c, m) for i, (c, m) in enumerate(self.statuses) if c != "OK"]
+
+
+class GpuRegion:
+    """A Region plus the CUDA transfer engine, for KV blocks in CUDA tensors.
+
+    ``device``: CUDA device ordinal (default: torch's current device). The
+    region's slot area is registered with CUDA here (about 125 ms per GiB);
+    if that fails and ``fallback_to_staged`` the staged path is used.
+    """
+
+    def __init__(self, region, *, device=None, registration_segment_bytes=None, staging_bytes=None,
+                 batch_api=True, fallback_to_staged=True, gpu_crc=True):
+        if not _cxlkv.HAVE_CUDA:
+            raise UnsupportedError("cxlkv was built without CUDA (-DCXLKV_CUDA=OFF)")
+        if device is None:
+            import torch
+            device = torch.cuda.current_device()
+        o = _cxlkv.RegionGpuOptions()
+        o.device = int(device)
+        if registration_segment_bytes is not None:
+            o.registration_segment_bytes = int(registration_segment_bytes)
+        if staging_bytes is not None:
+            o.staging_bytes = int(staging_bytes)
+        o.batch_api = bool(batch_api)
+        o.fallback_to_staged = bool(fallback_to_staged)
+        o.gpu_crc = bool(gpu_crc)
+        self.region = region
+        self.device = int(device)
+        self._gpu = _cxlkv.RegionGpu.open(region, o)
+
+    @property
+    def direct(self):
+        """True if the region is registered and loads/stores DMA directly."""
+        return self._gpu.direct
+
+    @property
+    def registered_segments(self):
+        return self._gpu.registered_segments
+
+    def store(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct", stream=None):
+        """Stores chunk i of ``block_ids`` under keys[i]. Returns a StoreResult.
+
+        Raises only if the DMA itself failed (all writes of the call then aborted).
+        """
+        keys = as_keys(keys)
+        ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
+        if len(first) - 1 != len(keys):
+            raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream(kv_caches[0].device)
+        after = int(getattr(stream, "cuda_stream", stream) or 0)
+        stored, statuses, outcomes = self._gpu.store(ns, keys, ptr, length, first, _PATHS[path], after)
+        return StoreResult(stored, statuses, outcomes)
+
+    def load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
+             on_failure="raise"):
+        """Loads keys[i] into chunk i of ``block_ids``. Returns a LoadResult.
+
+        Every chunk is checked (GPU CRC32C against the CRC recorded at store, and
+        the slot's generation); a chunk that fails is not loaded and a corrupt
+        slot is dropped. ``on_failure="raise"`` raises LoadFailedError if any
+        chunk failed (vLLM's default policy treats a failed promised load as
+        fatal); ``"report"`` returns the result so the caller can recompute the
+        failed chunks (vLLM's kv_load_failure_policy="recompute").
+        """
+        if on_failure not in ("raise", "report"):
+            raise ValueError("on_failure must be 'raise' or 'report'")
+        keys = as_keys(keys)
+        ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
+        if len(first) - 1 != len(keys):
+            raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
+        loaded, prefix, statuses, lengths = self._gpu.load(ns, keys, ptr, length, first, _PATHS[path])
+        result = LoadResult(loaded, prefix, statuses, lengths)
+        if on_failure == "raise" and loaded != len(keys):
+            failed = result.failed
+            raise LoadFailedError(
+                f"{len(failed)} of {len(keys)} chunks failed to load; first: chunk {failed[0][0]}: "
+                f"{failed[0][1]}: {failed[0][2]}", failed, prefix)
+        return result

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Stage: the Python binding (python/). Builds cxlkv._cxlkv against the engine
+# in build-py/ (no CUDA: the GPU tests report as skipped, with the reason)
+# and runs python/tests with pytest, or with unittest where the interpreter
+# that has the Python headers has no pytest. Exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+# An interpreter with headers to build against; prefer one that has pytest.
+PY=""
+for cand in python3 /usr/bin/python3; do
+  command -v "$cand" > /dev/null 2>&1 || continue
+  inc=$("$cand" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null) || continue
+  [ -f "$inc/Python.h" ] || continue
+  if "$cand" -c 'import pytest' > /dev/null 2>&1; then PY=$cand; break; fi
+  [ -z "$PY" ] && PY=$cand
+done
+if [ -z "$PY" ]; then echo "python stage: no python3 with development headers"; exit 1; fi
+echo "python stage: using $PY ($("$PY" --version 2>&1))"
+
+cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ENGINE_ONLY=ON \
+  -DCXLKV_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$PY")" > build-py.configure.log 2>&1 \
+  || { cat build-py.configure.log; exit 1; }
+rm -f build-py.configure.log
+cmake --build build-py --target _cxlkv || exit 1
+
+export PYTHONPATH=$PWD/build-py/python
+if "$PY" -c 'import pytest' > /dev/null 2>&1; then
+  "$PY" -m pytest -v -rs python/tests
+else
+  "$PY" -m unittest discover -v -s python/tests
+fi
