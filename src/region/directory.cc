@@ -159,6 +159,18 @@ bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
   return true;
 }
 
+bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
+  // Corrupt bytes fail every reader alike, so pins (which protect good
+  // blocks from eviction) do not hold a corrupt one. Pinners that copy it
+  // concurrently see the state change and miss; their pin bits only delay
+  // the next eviction of the reused slot until they unpin.
+  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(0, std::memory_order_relaxed);
+  uint64_t expected = word;
+  return meta_[slot].state.compare_exchange_strong(
+      expected, PackWord(WordGen(word), 0, static_cast<uint8_t>(SlotState::kFree)),
+      std::memory_order_acq_rel);
+}
+
 void RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
   tags_[slot / geo_.ways].tag[slot % geo_.ways].store(0, std::memory_order_relaxed);
   uint64_t expected = owned_word;

@@ -40,17 +40,14 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     std::atomic<uint64_t>& st = meta_[s].state;
     const uint64_t w = st.load(std::memory_order_acquire);
     const uint8_t state = WordState(w);
-    bool corrupt = false;
     if (state > kEvicting || ((state == kWriting || state == kEvicting) &&
                               WordOwner(w) >= geo_.max_participants)) {
-      corrupt = true;  // impossible word: nobody could ever finish or reclaim it
+      // Impossible word: nobody could ever finish or reclaim it.
     } else if (state == kReady) {
       ++report->ready;
       const uint32_t len = meta_[s].len.load(std::memory_order_relaxed);
       const uint32_t crc = meta_[s].crc.load(std::memory_order_relaxed);
-      if (len > geo_.slot_size) {
-        corrupt = true;
-      } else {
+      if (len <= geo_.slot_size) {
         const uint32_t got = RegionBytesCrc(SlotData(s), len);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (st.load(std::memory_order_relaxed) != w) {
@@ -61,7 +58,6 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
           ++report->verified;
           continue;
         }
-        corrupt = true;
       }
     } else {
       continue;
@@ -70,10 +66,7 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     Count(Counter::kCrcFailures);
     if (!drop_corrupt) continue;
     if (state == kReady) {
-      if (TakeReadySlot(s, w)) {
-        ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting));
-        ++report->dropped;
-      }
+      if (ForceDropSlot(s, w)) ++report->dropped;
     } else {
       uint64_t expected = w;
       if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0), std::memory_order_acq_rel)) {

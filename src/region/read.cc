@@ -96,10 +96,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     // Drop the damaged block so the next store of this key can replace it.
-    if (self_ >= 0 && TakeReadySlot(slot, w)) {
-      ReleaseOwnedSlot(slot, PackWord(WordGen(w), self_index(),
-                                      static_cast<uint8_t>(SlotState::kEvicting)));
-    }
+    if (self_ >= 0) ForceDropSlot(slot, w);
     char buf[64];
     std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", crc, got);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
@@ -168,10 +165,7 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied) {
   if (copied != nullptr && Crc32c(copied, len) != crc) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
-    if (self_ >= 0 && TakeReadySlot(slot, w)) {
-      ReleaseOwnedSlot(slot, PackWord(WordGen(w), self_index(),
-                                      static_cast<uint8_t>(SlotState::kEvicting)));
-    }
+    if (self_ >= 0) ForceDropSlot(slot, w);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
   }
   Touch(slot);

@@ -109,6 +109,8 @@ class RegionImpl final : public Region {
   // READY(word) -> EVICTING -> (pins clear) caller owns the slot: returns
   // true and leaves it EVICTING; false (restored) if pinned or changed.
   bool TakeReadySlot(uint64_t slot, uint64_t word);
+  // READY(word) -> FREE regardless of pins: for blocks that failed CRC.
+  bool ForceDropSlot(uint64_t slot, uint64_t word);
   // Frees a slot this process holds as WRITING/EVICTING.
   void ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word);
   void Touch(uint64_t slot) const;

@@ -1,0 +1,5 @@
+// Copyright cxlkv authors.
+#include "commands.h"
+namespace cxlkv::cli {
+void AddBenchCommand(CLI::App& app, int* rc) {}
+}

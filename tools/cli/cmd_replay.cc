@@ -1,0 +1,455 @@
+// Copyright cxlkv authors.
+//
+// `cxlkv replay`: the main job. Replays a production prefix-reuse trace in
+// trace order across N replica processes attached to one region (or, with
+// --baseline private, each to a private region of 1/N the size: the
+// node-local tier). A replica looks up each request's block chain, loads
+// and verifies the leading hits, "prefills" the misses by writing bytes
+// derived from the block id, and stores them.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "common.h"
+#include "geometry.h"
+#include "region_impl.h"
+#include "replay_plan.h"
+
+namespace cxlkv::cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMaxReplicas = 64;
+
+struct Flags {
+  RegionFlags region;
+  std::string trace = "data/traces/mooncake-conversation-trace.jsonl";
+  uint32_t replicas = 2;
+  std::string routing = "round-robin";
+  uint64_t block_tokens = 512;
+  uint64_t kv_bytes_per_token = 57344;
+  uint64_t limit = 0;
+  std::string baseline = "shared";
+  double inject_corruption = 0;
+  uint64_t seed = 1;
+  bool json = false;
+  bool no_verify = false;
+  bool quiet = false;
+  int replica_index = -1;
+  uint32_t replica_count = 0;
+  std::string control;
+};
+
+struct WorkerResult {
+  std::atomic<uint64_t> requests, blocks_requested, blocks_hit, bytes_loaded, bytes_stored, load_ns,
+      verify_failures, corrupted_injected, corrupted_read, corrupted_read_events,
+      unexpected_verify_failures, wrong_data,
+      store_failures, stores, duplicates, evictions, cross_hits, errors, done;
+};
+
+// Shared between the replica processes: completion flags, progress, the
+// set of blocks corrupted behind the engine's back, and results.
+struct Control {
+  std::atomic<uint64_t> progress;
+  std::atomic<uint32_t> aborted;
+  WorkerResult results[kMaxReplicas];
+  // followed by: std::atomic<uint8_t> done[requests]; std::atomic<uint8_t> corrupted[blocks]
+};
+
+size_t ControlBytes(const ReplayPlan& p) {
+  return sizeof(Control) + p.chains.size() + p.distinct_blocks + 64;
+}
+std::atomic<uint8_t>* DoneFlags(Control* c) { return reinterpret_cast<std::atomic<uint8_t>*>(c + 1); }
+std::atomic<uint8_t>* CorruptFlags(Control* c, const ReplayPlan& p) {
+  return DoneFlags(c) + p.chains.size();
+}
+
+// Deterministic "KV bytes" of block `id`, as a prefill would produce.
+void FillBlock(uint64_t id, uint8_t* dst, size_t n) {
+  uint64_t x = internal::Mix64(id + 0x2545F4914F6CDD1Dull) | 1;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(dst + i, &x, 8);
+  }
+  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(i);
+}
+
+std::string RegionPathFor(const Flags& f, uint32_t replica) {
+  if (f.baseline == "private") return f.region.region + ".r" + std::to_string(replica);
+  return f.region.region;
+}
+
+Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica, uint32_t count,
+                         bool create, std::unique_ptr<Region>* out) {
+  RegionOptions o;
+  CXLKV_RETURN_IF_ERROR(f.region.ToOptions(&o));
+  if (f.baseline == "private") o.size /= count;
+  o.config.slot_size = block_bytes;
+  if (o.config.hash_algorithm.empty()) o.config.hash_algorithm = "mooncake-trace-id";
+  o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump();
+  o.create_if_missing = create;
+  o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
+  o.heartbeat_interval_ns = 50'000'000;
+  o.liveness_timeout_ns = 2'000'000'000;
+  return Region::Open(RegionPathFor(f, replica), o, out);
+}
+
+int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index, uint32_t count) {
+  const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
+  WorkerResult& res = ctl->results[index];
+  std::unique_ptr<Region> r;
+  Status s = OpenReplicaRegion(f, block_bytes, index, count, true, &r);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv replay: replica %u: %s\n", index, s.ToString().c_str());
+    ctl->aborted = 1;
+    return kExitFailed;
+  }
+  NamespaceId ns;
+  s = r->RegisterNamespace({"Qwen/Qwen2.5-7B-Instruct", "bfloat16", "mooncake-trace", 0, 0}, &ns);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv replay: replica %u: %s\n", index, s.ToString().c_str());
+    ctl->aborted = 1;
+    return kExitFailed;
+  }
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  std::vector<uint8_t> buf(block_bytes), want(block_bytes);
+  std::vector<BlockKey> keys;
+  std::mt19937_64 rng(f.seed * 1000003 + index);
+  std::uniform_real_distribution<double> coin(0, 1);
+  std::atomic<uint8_t>* done = DoneFlags(ctl);
+  std::atomic<uint8_t>* corrupted = CorruptFlags(ctl, plan);
+  LoadOptions lo;
+  lo.verify_crc = !f.no_verify;
+  for (size_t j = 0; j < plan.chains.size(); ++j) {
+    if (plan.replica[j] != index) continue;
+    if (const int64_t d = plan.dep[j]; d >= 0) {
+      // Wait for the request that first stored our leading prefix.
+      for (int spin = 0; !done[d].load(std::memory_order_acquire); ++spin) {
+        if (ctl->aborted.load()) return kExitFailed;
+        if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    const auto& chain = plan.chains[j];
+    const uint32_t* dense = plan.dense.data() + plan.chain_start[j];
+    keys.clear();
+    for (uint64_t id : chain) keys.push_back(BlockKey::FromId(id));
+    res.requests++;
+    res.blocks_requested += chain.size();
+    // Scheduler side: pin the leading hits. Worker side: load them.
+    PinSet pins;
+    s = r->PinPrefix(ns, keys.data(), keys.size(), &pins);
+    if (!s.ok()) res.errors++;
+    size_t hits = 0;
+    for (; hits < pins.size(); ++hits) {
+      const auto t0 = Clock::now();
+      s = r->Load(ns, keys[hits], buf.data(), buf.size(), lo);
+      res.load_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      if (s.IsCorruption()) {
+        // Expected exactly for the blocks we corrupted ourselves. Flag 1:
+        // corrupted, 2: corrupted and already read once (a replica reading
+        // it at the same moment also fails: counted as a read, not a slot).
+        const uint8_t was = corrupted[dense[hits]].exchange(2);
+        if (was == 1) res.corrupted_read++;
+        if (was == 0) res.unexpected_verify_failures++;
+        else res.corrupted_read_events++;
+        break;
+      }
+      if (!s.ok()) {
+        res.errors++;
+        break;
+      }
+      FillBlock(chain[hits], want.data(), want.size());
+      if (std::memcmp(buf.data(), want.data(), block_bytes) != 0) {
+        res.wrong_data++;
+        break;
+      }
+      res.bytes_loaded += block_bytes;
+    }
+    pins.Release();
+    res.blocks_hit += hits;
+    // Prefill the misses and store them (zero-copy: written into the slot).
+    for (size_t i = hits; i < chain.size(); ++i) {
+      for (int attempt = 0;; ++attempt) {
+        WriteLease lease;
+        StoreOutcome out;
+        s = r->BeginWrite(ns, keys[i], block_bytes, &lease, &out);
+        if (out == StoreOutcome::kDuplicate) {
+          res.duplicates++;
+          break;
+        }
+        if (out == StoreOutcome::kLostRace && attempt < 2000) {
+          // Another replica is storing this block right now. Wait for it,
+          // so a request that depends on ours finds the block READY.
+          for (int w = 0; w < 20000 && !r->Lookup(ns, keys[i]).ok(); ++w) {
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+          }
+          continue;
+        }
+        if (!s.ok()) {
+          res.store_failures++;
+          break;
+        }
+        FillBlock(chain[i], static_cast<uint8_t*>(lease.data()), block_bytes);
+        s = r->CommitWrite(&lease);
+        if (!s.ok()) {
+          res.store_failures++;
+          break;
+        }
+        res.stores++;
+        res.bytes_stored += block_bytes;
+        corrupted[dense[i]].store(0);  // a fresh copy replaces any corrupted one
+        if (f.inject_corruption > 0 && coin(rng) < f.inject_corruption) {
+          // Flip one byte behind the engine's back.
+          const int64_t slot = impl->FindReadySlot(ns, keys[i]);
+          if (slot >= 0) {
+            corrupted[dense[i]].store(1);
+            impl->SlotData(slot)[rng() % block_bytes] ^= 0x5A;
+            res.corrupted_injected++;
+          }
+        }
+        break;
+      }
+    }
+    done[j].store(1, std::memory_order_release);
+    ctl->progress.fetch_add(1, std::memory_order_relaxed);
+  }
+  const Counters c = r->ProcessCounters();
+  res.verify_failures = c[Counter::kCrcFailures];
+  res.evictions = c[Counter::kEvictions];
+  res.cross_hits = c[Counter::kCrossHits];
+  res.done = 1;
+  return kExitOk;
+}
+
+// memcpy ceiling measured in this run: block-sized copies from a working set
+// larger than the caches into one destination buffer, like a load.
+double MeasureMemcpy(uint64_t block_bytes) {
+  const uint64_t ws = std::max<uint64_t>(256ull << 20, block_bytes * 4);
+  std::vector<uint8_t> src(ws, 1), dst(block_bytes);
+  const uint64_t blocks = ws / block_bytes;
+  uint64_t bytes = 0, i = 0;
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::milliseconds(400)) {
+    std::memcpy(dst.data(), src.data() + (i++ % blocks) * block_bytes, block_bytes);
+    bytes += block_bytes;
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  volatile uint8_t sink = dst[block_bytes / 2];
+  (void)sink;
+  return bytes / s / 1e9;
+}
+
+int Replay(Flags& f) {
+  const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
+  if (block_bytes == 0) return Fail("replay", Status::InvalidArgument("block size is zero"));
+  if (f.baseline != "shared" && f.baseline != "private") {
+    return Fail("replay", Status::InvalidArgument("--baseline must be shared or private"));
+  }
+  if (f.region.region.empty()) f.region.region = "/dev/shm/cxlkv/replay";
+  if (f.region.size_text.empty()) f.region.size_text = "1GiB";
+  Routing routing;
+  Status s = ParseRouting(f.routing, &routing);
+  if (!s.ok()) return Fail("replay", s);
+  const bool worker_mode = f.replica_index >= 0;
+  const uint32_t n = worker_mode ? f.replica_count : f.replicas;
+  if (n == 0 || n > kMaxReplicas) {
+    return Fail("replay", Status::InvalidArgument("replica count must be in [1, 64]"));
+  }
+  if (worker_mode && static_cast<uint32_t>(f.replica_index) >= n) {
+    return Fail("replay", Status::InvalidArgument("--replica-index must be < --replica-count"));
+  }
+  std::vector<std::vector<uint64_t>> chains;
+  s = ReadTrace(f.trace, f.limit, &chains);
+  if (!s.ok()) return Fail("replay", s);
+  ReplayPlan plan;
+  BuildPlan(std::move(chains), n, routing, f.seed, &plan);
+
+  // The control area: anonymous shared memory inherited by forked replicas,
+  // or a file that separately started workers share.
+  const size_t ctl_bytes = ControlBytes(plan);
+  void* mem = nullptr;
+  if (worker_mode) {
+    if (f.control.empty()) f.control = f.region.region + ".ctl";
+    int fd = ::open(f.control.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(ctl_bytes)) != 0) {
+      return Fail("replay", Status::IOError("open control file " + f.control + ": " + std::strerror(errno)));
+    }
+    mem = ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+  } else {
+    mem = ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  }
+  if (mem == MAP_FAILED) return Fail("replay", Status::IOError("map control area"));
+  auto* ctl = static_cast<Control*>(mem);
+
+  const double memcpy_gbps = MeasureMemcpy(block_bytes);
+  const auto t0 = Clock::now();
+  std::vector<uint32_t> mine;
+  if (worker_mode) {
+    mine.push_back(static_cast<uint32_t>(f.replica_index));
+    int rc = RunWorker(f, plan, ctl, mine[0], n);
+    if (rc != kExitOk) return rc;
+  } else {
+    // A fresh region per run: remove what a previous run left.
+    ::mkdir("/dev/shm/cxlkv", 0770);
+    for (uint32_t i = 0; i < n; ++i) ::unlink(RegionPathFor(f, i).c_str());
+    std::vector<pid_t> kids;
+    for (uint32_t i = 0; i < n; ++i) {
+      mine.push_back(i);
+      std::fflush(nullptr);
+      pid_t pid = ::fork();
+      if (pid == 0) ::_exit(RunWorker(f, plan, ctl, i, n));
+      if (pid < 0) return Fail("replay", Status::IOError("fork replica"));
+      kids.push_back(pid);
+    }
+    const bool tty = ::isatty(2);
+    auto last = Clock::now();
+    size_t alive = kids.size();
+    int failures = 0;
+    while (alive > 0) {
+      int st = 0;
+      pid_t p = ::waitpid(-1, &st, WNOHANG);
+      if (p > 0) {
+        --alive;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+          ++failures;
+          ctl->aborted = 1;
+        }
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const auto now = Clock::now();
+      if (!f.quiet && now - last > std::chrono::milliseconds(tty ? 250 : 5000)) {
+        last = now;
+        const uint64_t done = ctl->progress.load();
+        std::fprintf(stderr, "%s[replay %s/%s x%u] %llu/%zu requests (%.0f%%) %.1fs%s", tty ? "\r" : "",
+                     f.baseline.c_str(), f.routing.c_str(), n, (unsigned long long)done,
+                     plan.chains.size(), 100.0 * done / plan.chains.size(),
+                     std::chrono::duration<double>(now - t0).count(), tty ? "" : "\n");
+      }
+    }
+    if (!f.quiet && tty) std::fprintf(stderr, "\n");
+    if (failures) {
+      return Fail("replay", Status::IOError(std::to_string(failures) + " replica process(es) failed"));
+    }
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // Aggregate over the replicas this process ran (all of them, or one).
+  uint64_t tot[18] = {};
+  for (uint32_t i : mine) {
+    WorkerResult& w = ctl->results[i];
+    std::atomic<uint64_t>* fields[] = {&w.requests, &w.blocks_requested, &w.blocks_hit,
+                                       &w.bytes_loaded, &w.bytes_stored, &w.load_ns,
+                                       &w.verify_failures, &w.corrupted_injected, &w.corrupted_read,
+                                       &w.unexpected_verify_failures, &w.wrong_data,
+                                       &w.store_failures, &w.stores, &w.duplicates, &w.evictions,
+                                       &w.cross_hits, &w.errors, &w.corrupted_read_events};
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; ++k) tot[k] += fields[k]->load();
+  }
+  const double hit_rate = tot[1] ? double(tot[2]) / tot[1] : 0;
+  const double bound = plan.blocks_requested ? double(plan.bound_hits) / plan.blocks_requested : 0;
+  const double load_gbps = tot[5] ? tot[3] / (tot[5] / 1e9) / 1e9 : 0;
+  json out = {
+      {"requests", tot[0]},
+      {"blocks_requested", tot[1]},
+      {"blocks_hit", tot[2]},
+      {"hit_rate", hit_rate},
+      {"hit_rate_bound", bound},
+      {"cross_replica_hits", tot[15]},
+      {"bytes_loaded", tot[3]},
+      {"bytes_stored", tot[4]},
+      {"load_gbps", load_gbps},
+      {"memcpy_gbps", memcpy_gbps},
+      {"load_vs_memcpy", memcpy_gbps > 0 ? load_gbps / memcpy_gbps : 0},
+      {"verify_failures", tot[6]},
+      {"corrupted_slots", tot[7]},
+      {"corrupted_slots_read", tot[8]},
+      {"corrupted_read_events", tot[17]},
+      {"unexpected_verify_failures", tot[9]},
+      {"wrong_data", tot[10]},
+      {"store_failures", tot[11]},
+      {"stores", tot[12]},
+      {"duplicate_stores", tot[13]},
+      {"evictions", tot[14]},
+      {"errors", tot[16]},
+      {"wall_s", wall},
+      {"replicas", n},
+      {"replica_index", worker_mode ? json(f.replica_index) : json(nullptr)},
+      {"baseline", f.baseline},
+      {"routing", f.routing},
+      {"block_bytes", block_bytes},
+      {"region", f.region.region},
+      {"region_size", f.region.size_text},
+      {"distinct_blocks", plan.distinct_blocks},
+      {"verify", !f.no_verify},
+  };
+  if (f.json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("replay %s/%s, %u replicas, %llu requests, %s blocks, region %s\n", f.baseline.c_str(),
+                f.routing.c_str(), n, (unsigned long long)tot[0], Human(block_bytes).c_str(),
+                f.region.size_text.c_str());
+    std::printf("  hit rate %.4f (bound %.4f), %llu of %llu blocks, %llu cross-replica\n", hit_rate,
+                bound, (unsigned long long)tot[2], (unsigned long long)tot[1],
+                (unsigned long long)tot[15]);
+    std::printf("  loaded %s at %.2f GB/s (memcpy %.2f GB/s, ratio %.2f), stored %s\n",
+                Human(tot[3]).c_str(), load_gbps, memcpy_gbps,
+                memcpy_gbps > 0 ? load_gbps / memcpy_gbps : 0, Human(tot[4]).c_str());
+    std::printf("  evictions %llu, store failures %llu, verify failures %llu (corrupted %llu, read "
+                "%llu), wrong data %llu, wall %.1fs\n",
+                (unsigned long long)tot[14], (unsigned long long)tot[11], (unsigned long long)tot[6],
+                (unsigned long long)tot[7], (unsigned long long)tot[8], (unsigned long long)tot[10],
+                wall);
+  }
+  const bool clean = tot[10] == 0 && tot[9] == 0 && tot[16] == 0;
+  if (!clean) std::fprintf(stderr, "cxlkv replay: integrity check failed (wrong data, unexpected "
+                                   "verify failures or errors)\n");
+  return clean ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+void AddReplayCommand(CLI::App& app, int* rc) {
+  auto* f = new Flags();
+  auto* cmd = app.add_subcommand("replay", "replay a prefix-reuse trace across replica processes");
+  f->region.Add(cmd, false);
+  cmd->add_option("--trace", f->trace, "Mooncake-format JSONL trace");
+  cmd->add_option("--replicas", f->replicas, "replica processes (default 2)");
+  cmd->add_option("--routing", f->routing, "round-robin | random | prefix");
+  cmd->add_option("--block-tokens", f->block_tokens, "tokens per block (default 512)");
+  cmd->add_option("--kv-bytes-per-token", f->kv_bytes_per_token,
+                  "KV bytes per token (default 57344: Qwen2.5-7B bf16)");
+  cmd->add_option("--limit", f->limit, "replay only the first N requests (0 = all)");
+  cmd->add_option("--baseline", f->baseline,
+                  "shared (one region) | private (each replica its own region of 1/N the size)");
+  cmd->add_option("--inject-corruption", f->inject_corruption,
+                  "fraction of stored slots to corrupt behind the engine's back");
+  cmd->add_option("--seed", f->seed, "seed for random routing and corruption");
+  cmd->add_option("--replica-index", f->replica_index, "run as one worker of --replica-count");
+  cmd->add_option("--replica-count", f->replica_count, "workers started separately");
+  cmd->add_option("--control", f->control, "control file shared by separately started workers");
+  cmd->add_flag("--no-verify", f->no_verify, "load without CRC32C verification");
+  cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
+  cmd->add_flag("--json", f->json, "machine-readable output");
+  cmd->callback([=] { *rc = Replay(*f); });
+}
+
+}  // namespace cxlkv::cli

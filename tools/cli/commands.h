@@ -1,0 +1,19 @@
+// Copyright cxlkv authors.
+//
+// Subcommand registration, one function per file.
+#ifndef CXLKV_TOOLS_CLI_COMMANDS_H_
+#define CXLKV_TOOLS_CLI_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+namespace cxlkv::cli {
+
+// Each registers its subcommands on `app`; the callback stores the exit
+// code in *rc. Flag storage lives for the process (the CLI runs once).
+void AddRegionCommands(CLI::App& app, int* rc);  // format inspect stats verify wipe gc
+void AddReplayCommand(CLI::App& app, int* rc);   // replay
+void AddBenchCommand(CLI::App& app, int* rc);    // bench
+
+}  // namespace cxlkv::cli
+
+#endif  // CXLKV_TOOLS_CLI_COMMANDS_H_

@@ -1,0 +1,58 @@
+// Copyright cxlkv authors.
+//
+// Shared plumbing of the `cxlkv` subcommands: region flags (with the CDI
+// environment as defaults), opening, output, exit codes.
+#ifndef CXLKV_TOOLS_CLI_COMMON_H_
+#define CXLKV_TOOLS_CLI_COMMON_H_
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cxlkv/region.h"
+
+namespace cxlkv::cli {
+
+// Exit codes: 0 success, 1 the operation failed (region error, failed
+// check), 2 bad usage (flags, unparsable input).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+// --region / --region-size / --offset / geometry flags. Defaults come from
+// CXL_DAX_DEVICE, CXL_DAX_SIZE and CXL_DAX_OFFSET (the CDI-injected
+// environment, BRIEF §6) when set.
+struct RegionFlags {
+  std::string region;
+  std::string size_text;    // "" = whole file/device
+  std::string offset_text;  // "" = 0
+  std::string slot_size_text;
+  std::string hash_algorithm;
+  uint64_t hash_seed_fingerprint = 0;
+  uint32_t max_participants = 64;
+
+  // Adds --region, --region-size, --offset (and, with `geometry`, the
+  // format-time flags --slot-size, --hash-algorithm, --hash-seed,
+  // --max-participants) to `cmd`.
+  void Add(CLI::App* cmd, bool geometry);
+  // Fills RegionOptions. kInvalidArgument for unparsable sizes.
+  Status ToOptions(RegionOptions* o) const;
+};
+
+// Opens the region as an observer (no registration, no format).
+Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out);
+// Opens as a participant that may not format.
+Status OpenParticipant(const RegionFlags& f, std::unique_ptr<Region>* out);
+
+// Prints `s` to stderr as "cxlkv <cmd>: <message>" and returns kExitFailed.
+int Fail(const std::string& cmd, const Status& s);
+
+nlohmann::json CountersJson(const Counters& c);
+nlohmann::json InfoJson(const RegionInfo& info);
+std::string Human(uint64_t bytes);
+
+}  // namespace cxlkv::cli
+
+#endif  // CXLKV_TOOLS_CLI_COMMON_H_
