@@ -466,13 +466,12 @@ Status FabricManager::HostFree(const std::string& hid, const std::string& mid, R
 Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
                                  int* forgotten) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!aid.empty()) {
-    ApplianceState* app = state_.FindAppliance(aid);
-    if (app == nullptr) return Status::NotFound("appliance " + aid + " not found");
-    if (!bid.empty() && app->FindBlade(bid) == nullptr) {
-      return Status::NotFound("blade " + aid + "/" + bid + " not found");
-    }
+  bool any = aid.empty() && bid.empty();
+  for (auto& a : state_.appliances) {
+    if (!a.managed || (!aid.empty() && a.id != aid)) continue;
+    for (const auto& b : a.blades) any |= b.managed && (bid.empty() || b.id == bid);
   }
+  if (!any) return Status::NotFound("no managed blade " + aid + "/" + bid);
   FabricState next = state_;
   std::vector<Region> lost;
   for (auto it = next.regions.begin(); it != next.regions.end();) {

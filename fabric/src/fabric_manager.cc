@@ -116,7 +116,6 @@ bool FabricManager::MatchFault(const std::string& method, const std::string& pat
 
 Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!custom_id.empty()) CXLKV_RETURN_IF_ERROR(ValidateId(custom_id));
   FabricState next = state_;
   ApplianceState* pick = nullptr;
   for (auto& a : next.appliances) {
@@ -128,7 +127,7 @@ Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id
     }
   }
   if (pick == nullptr) {
-    return Status::InvalidArgument("add appliance: the emulator config has no unmanaged appliance" +
+    return Status::NotFound("add appliance: the emulator config has no unmanaged appliance" +
                                    (custom_id.empty() ? std::string() : " " + custom_id));
   }
   pick->managed = true;
@@ -157,10 +156,10 @@ Status FabricManager::DeleteAppliance(const std::string& aid) {
 
 Status FabricManager::RenameAppliance(const std::string& aid, const std::string& new_id) {
   std::lock_guard<std::mutex> l(mu_);
-  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   if (a == nullptr) return Status::NotFound("appliance " + aid + " not found");
+  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   if (new_id == aid) return Status::OK();
   for (const auto& o : next.appliances) {
     if (o.id == new_id) return Status::Busy("appliance id " + new_id + " is taken");
@@ -177,7 +176,6 @@ Status FabricManager::RenameAppliance(const std::string& aid, const std::string&
 Status FabricManager::AddBlade(const std::string& aid, const std::string& custom_id,
                                std::string* id) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!custom_id.empty()) CXLKV_RETURN_IF_ERROR(ValidateId(custom_id));
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   if (a == nullptr) return Status::NotFound("appliance " + aid + " not found");
@@ -191,7 +189,7 @@ Status FabricManager::AddBlade(const std::string& aid, const std::string& custom
     }
   }
   if (pick == nullptr) {
-    return Status::InvalidArgument("add blade: the emulator config has no unmanaged blade" +
+    return Status::NotFound("add blade: the emulator config has no unmanaged blade" +
                                    (custom_id.empty() ? std::string() : " " + custom_id) +
                                    " in appliance " + aid);
   }
@@ -223,11 +221,11 @@ Status FabricManager::DeleteBlade(const std::string& aid, const std::string& bid
 Status FabricManager::RenameBlade(const std::string& aid, const std::string& bid,
                                   const std::string& new_id) {
   std::lock_guard<std::mutex> l(mu_);
-  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   BladeState* b = a ? a->FindBlade(bid) : nullptr;
   if (b == nullptr) return Status::NotFound("blade " + aid + "/" + bid + " not found");
+  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   if (new_id == bid) return Status::OK();
   for (const auto& o : a->blades) {
     if (o.id == new_id) return Status::Busy("blade id " + new_id + " is taken");
@@ -243,7 +241,6 @@ Status FabricManager::RenameBlade(const std::string& aid, const std::string& bid
 
 Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!custom_id.empty()) CXLKV_RETURN_IF_ERROR(ValidateId(custom_id));
   FabricState next = state_;
   HostState* pick = nullptr;
   for (auto& h : next.hosts) {
@@ -255,7 +252,7 @@ Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
     }
   }
   if (pick == nullptr) {
-    return Status::InvalidArgument("add host: the emulator config has no unmanaged host" +
+    return Status::NotFound("add host: the emulator config has no unmanaged host" +
                                    (custom_id.empty() ? std::string() : " " + custom_id));
   }
   pick->managed = true;
@@ -284,10 +281,10 @@ Status FabricManager::DeleteHost(const std::string& hid) {
 
 Status FabricManager::RenameHost(const std::string& hid, const std::string& new_id) {
   std::lock_guard<std::mutex> l(mu_);
-  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   FabricState next = state_;
   HostState* h = next.FindHost(hid);
   if (h == nullptr) return Status::NotFound("host " + hid + " not found");
+  CXLKV_RETURN_IF_ERROR(ValidateId(new_id));
   if (new_id == hid) return Status::OK();
   for (const auto& o : next.hosts) {
     if (o.id == new_id) return Status::Busy("host id " + new_id + " is taken");

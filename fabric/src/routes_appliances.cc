@@ -17,7 +17,7 @@ std::string P(const std::string& s) { return s; }
 }  // namespace
 
 void HttpFabricServer::InstallApplianceRoutes() {
-  http_->Get("/cfm/v1/discover", [this](const Request& req, Response& res) {
+  On("GET", "/cfm/v1/discover", [this](const Request& req, Response& res) {
     std::string type = req.get_param_value("deviceType");
     if (type != "blade" && type != "cxl-host") {
       return ReplyError(req, res, 400, "deviceType must be blade or cxl-host");
@@ -48,7 +48,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
     ReplyJson(res, 200, out);
   });
 
-  http_->Get("/cfm/v1/appliances", [this](const Request&, Response& res) {
+  On("GET", "/cfm/v1/appliances", [this](const Request&, Response& res) {
     ReplyJson(res, 200, manager_->Read([](const FabricState& s) {
       std::vector<std::string> uris;
       for (const auto& a : s.appliances) {
@@ -57,7 +57,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
       return Collection(uris);
     }));
   });
-  http_->Post("/cfm/v1/appliances", [this](const Request& req, Response& res) {
+  On("POST", "/cfm/v1/appliances", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -85,9 +85,9 @@ void HttpFabricServer::InstallApplianceRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "appliance " + aid + " not found");
     ReplyJson(res, 200, out);
   };
-  http_->Get(app, get_app);
-  http_->Patch(app, get_app);  // resync: the emulator's state is always in sync
-  http_->Delete(app, [this, get_app](const Request& req, Response& res) {
+  On("GET", app, get_app);
+  On("PATCH", app, get_app);  // resync: the emulator's state is always in sync
+  On("DELETE", app, [this, get_app](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     json before = manager_->Read([&](const FabricState& s) {
       for (const auto& a : s.appliances) {
@@ -99,7 +99,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  http_->Put(app, [this](const Request& req, Response& res) {
+  On("PUT", app, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     if (!req.has_param("newApplianceId")) {
       return ReplyError(req, res, 400, "newApplianceId is required");
@@ -138,7 +138,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     if (!found) ReplyError(req, res, 404, "blade " + aid + "/" + bid + " not found");
   };
 
-  http_->Get(blades, [this](const Request& req, Response& res) {
+  On("GET", blades, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     json out = manager_->Read([&](const FabricState& s) {
       for (const auto& a : s.appliances) {
@@ -154,7 +154,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "appliance " + aid + " not found");
     ReplyJson(res, 200, out);
   });
-  http_->Post(blades, [this](const Request& req, Response& res) {
+  On("POST", blades, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -176,9 +176,9 @@ void HttpFabricServer::InstallBladeRoutes() {
       ReplyJson(res, 200, BladeJson(a, b));
     });
   };
-  http_->Get(blade, get_blade);
-  http_->Patch(blade, get_blade);  // resync
-  http_->Delete(blade, [this, with_blade](const Request& req, Response& res) {
+  On("GET", blade, get_blade);
+  On("PATCH", blade, get_blade);  // resync
+  On("DELETE", blade, [this, with_blade](const Request& req, Response& res) {
     json before;
     with_blade(req, res, [&](const FabricState&, const ApplianceState& a, const BladeState& b) {
       before = BladeJson(a, b);
@@ -188,7 +188,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  http_->Put(blade, [this](const Request& req, Response& res) {
+  On("PUT", blade, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2];
     if (!req.has_param("newBladeId")) return ReplyError(req, res, 400, "newBladeId is required");
     std::string nid = req.get_param_value("newBladeId");
@@ -224,7 +224,7 @@ void HttpFabricServer::InstallBladeRoutes() {
            {"compositionStatus", {{"compositionState", b.used[i] ? "Composed" : "Unused"}}}});
     }
   };
-  http_->Get(blade + "/status", [with_blade, status_lists](const Request& req, Response& res) {
+  On("GET", blade + "/status", [with_blade, status_lists](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
       json mem, ports, resources;
       status_lists(s, a, b, &mem, &ports, &resources);
@@ -237,21 +237,21 @@ void HttpFabricServer::InstallBladeRoutes() {
       ReplyJson(res, 200, {{"statusCount", 1}, {"bladeStatus", json::array({st})}});
     });
   });
-  http_->Get(blade + "/statusmemory", [with_blade, status_lists](const Request& req, Response& res) {
+  On("GET", blade + "/statusmemory", [with_blade, status_lists](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
       json mem, ports, resources;
       status_lists(s, a, b, &mem, &ports, &resources);
       ReplyJson(res, 200, mem);
     });
   });
-  http_->Get(blade + "/statusports", [with_blade, status_lists](const Request& req, Response& res) {
+  On("GET", blade + "/statusports", [with_blade, status_lists](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
       json mem, ports, resources;
       status_lists(s, a, b, &mem, &ports, &resources);
       ReplyJson(res, 200, ports);
     });
   });
-  http_->Get(blade + "/statusresources",
+  On("GET", blade + "/statusresources",
              [with_blade, status_lists](const Request& req, Response& res) {
                with_blade(req, res,
                           [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
@@ -262,7 +262,7 @@ void HttpFabricServer::InstallBladeRoutes() {
                                        {"resourceStatuses", resources}});
                           });
              });
-  http_->Get(blade + "/resources", [with_blade](const Request& req, Response& res) {
+  On("GET", blade + "/resources", [with_blade](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState&, const ApplianceState& a, const BladeState& b) {
       std::vector<std::string> uris;
       for (size_t i = 0; i < b.used.size(); ++i) {
@@ -271,7 +271,7 @@ void HttpFabricServer::InstallBladeRoutes() {
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  http_->Get(blade + "/resources/" + kId, [with_blade](const Request& req, Response& res) {
+  On("GET", blade + "/resources/" + kId, [with_blade](const Request& req, Response& res) {
     std::string rid = req.matches[3];
     with_blade(req, res, [&](const FabricState&, const ApplianceState&, const BladeState& b) {
       for (size_t i = 0; i < b.used.size(); ++i) {
@@ -282,14 +282,14 @@ void HttpFabricServer::InstallBladeRoutes() {
       ReplyError(req, res, 404, "resource block " + rid + " not found");
     });
   });
-  http_->Get(blade + "/ports", [with_blade](const Request& req, Response& res) {
+  On("GET", blade + "/ports", [with_blade](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState&, const ApplianceState& a, const BladeState& b) {
       std::vector<std::string> uris;
       for (const auto& p : b.ports) uris.push_back(BladeUri(a.id, b.id) + "/ports/" + p.id);
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  http_->Get(blade + "/ports/" + kId, [with_blade](const Request& req, Response& res) {
+  On("GET", blade + "/ports/" + kId, [with_blade](const Request& req, Response& res) {
     std::string pid = req.matches[3];
     with_blade(req, res, [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
       const PortConfig* p = b.FindPort(pid);
@@ -301,7 +301,7 @@ void HttpFabricServer::InstallBladeRoutes() {
 
 void HttpFabricServer::InstallMemoryRoutes() {
   const std::string mem = P("/cfm/v1/appliances/") + kId + "/blades/" + kId + "/memory";
-  http_->Get(mem, [this](const Request& req, Response& res) {
+  On("GET", mem, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2];
     json out = manager_->Read([&](const FabricState& s) {
       auto& st = const_cast<FabricState&>(s);
@@ -321,7 +321,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, r.partial ? 206 : 201, RegionToJson(r.region));
   };
-  http_->Post(mem, [this, reply_compose](const Request& req, Response& res) {
+  On("POST", mem, [this, reply_compose](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     ComposeRequest creq;
@@ -331,7 +331,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     s = manager_->Compose(req.matches[1], req.matches[2], creq, &r);
     reply_compose(req, res, s, r);
   });
-  http_->Put(mem, [this, reply_compose](const Request& req, Response& res) {
+  On("PUT", mem, [this, reply_compose](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     if (!body.contains("memoryResources") || !body["memoryResources"].is_array()) {
@@ -351,7 +351,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     reply_compose(req, res, s, r);
   });
   const std::string one = mem + "/" + kId;
-  http_->Get(one, [this](const Request& req, Response& res) {
+  On("GET", one, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2], mid = req.matches[3];
     json out = manager_->Read([&](const FabricState& s) {
       auto& st = const_cast<FabricState&>(s);
@@ -366,7 +366,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "memory region " + mid + " not found");
     ReplyJson(res, 200, out);
   });
-  http_->Patch(one, [this](const Request& req, Response& res) {
+  On("PATCH", one, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     if (!body.contains("Port") || !body["Port"].is_string()) {
@@ -385,7 +385,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, RegionToJson(r));
   });
-  http_->Delete(one, [this](const Request& req, Response& res) {
+  On("DELETE", one, [this](const Request& req, Response& res) {
     Region r;
     Status s = manager_->Free(req.matches[1], req.matches[2], req.matches[3], &r);
     if (!s.ok()) return ReplyStatus(req, res, s);

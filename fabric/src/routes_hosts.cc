@@ -67,7 +67,7 @@ void HttpFabricServer::InstallHostRoutes() {
     if (!found) ReplyError(req, res, 404, "host " + hid + " not found");
   };
 
-  http_->Get("/cfm/v1/hosts", [this](const Request&, Response& res) {
+  On("GET", "/cfm/v1/hosts", [this](const Request&, Response& res) {
     ReplyJson(res, 200, manager_->Read([](const FabricState& s) {
       std::vector<std::string> uris;
       for (const auto& h : s.hosts) {
@@ -76,7 +76,7 @@ void HttpFabricServer::InstallHostRoutes() {
       return Collection(uris);
     }));
   });
-  http_->Post("/cfm/v1/hosts", [this](const Request& req, Response& res) {
+  On("POST", "/cfm/v1/hosts", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -96,9 +96,9 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyJson(res, 200, HostJson(s, h));
     });
   };
-  http_->Get(kHost, get_host);
-  http_->Patch(kHost, get_host);  // resync
-  http_->Delete(kHost, [this, with_host](const Request& req, Response& res) {
+  On("GET", kHost, get_host);
+  On("PATCH", kHost, get_host);  // resync
+  On("DELETE", kHost, [this, with_host](const Request& req, Response& res) {
     json before;
     with_host(req, res, [&](const FabricState& s, const HostState& h) { before = HostJson(s, h); });
     if (before.is_null()) return;
@@ -106,7 +106,7 @@ void HttpFabricServer::InstallHostRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  http_->Put(kHost, [this, with_host](const Request& req, Response& res) {
+  On("PUT", kHost, [this, with_host](const Request& req, Response& res) {
     if (!req.has_param("newHostId")) return ReplyError(req, res, 400, "newHostId is required");
     std::string nid = req.get_param_value("newHostId");
     Status s = manager_->RenameHost(req.matches[1], nid);
@@ -118,14 +118,14 @@ void HttpFabricServer::InstallHostRoutes() {
       return json::object();
     }));
   });
-  http_->Get(kHost + "/ports", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/ports", [with_host](const Request& req, Response& res) {
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       std::vector<std::string> uris;
       for (const auto& p : HostPortIds(s, h)) uris.push_back("/cfm/v1/hosts/" + h.id + "/ports/" + p);
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  http_->Get(kHost + "/ports/([^/]+)", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/ports/([^/]+)", [with_host](const Request& req, Response& res) {
     std::string pid = req.matches[2];
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       for (const auto& p : HostPortIds(s, h)) {
@@ -134,7 +134,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyError(req, res, 404, "host port " + pid + " not found");
     });
   });
-  http_->Get(kHost + "/memory-devices", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/memory-devices", [with_host](const Request& req, Response& res) {
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       std::vector<std::string> uris;
       for (const auto& p : HostPortIds(s, h)) {
@@ -143,7 +143,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  http_->Get(kHost + "/memory-devices/([^/]+)", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/memory-devices/([^/]+)", [with_host](const Request& req, Response& res) {
     std::string did = req.matches[2];
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       for (const auto& p : HostPortIds(s, h)) {
@@ -152,7 +152,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyError(req, res, 404, "memory device " + did + " not found");
     });
   });
-  http_->Get(kHost + "/memory", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/memory", [with_host](const Request& req, Response& res) {
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       std::vector<std::string> uris;
       for (const auto& [id, r] : s.regions) {
@@ -166,7 +166,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  http_->Post(kHost + "/memory", [this](const Request& req, Response& res) {
+  On("POST", kHost + "/memory", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     ComposeRequest creq;
@@ -177,7 +177,7 @@ void HttpFabricServer::InstallHostRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, r.partial ? 206 : 201, RegionToJson(r.region));
   });
-  http_->Get(kHost + "/memory/([^/]+)", [with_host](const Request& req, Response& res) {
+  On("GET", kHost + "/memory/([^/]+)", [with_host](const Request& req, Response& res) {
     std::string mid = req.matches[2];
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       auto it = s.regions.find(mid);
@@ -189,7 +189,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyError(req, res, 404, "memory region " + mid + " is not mapped to host " + h.id);
     });
   });
-  http_->Delete(kHost + "/memory/([^/]+)", [this](const Request& req, Response& res) {
+  On("DELETE", kHost + "/memory/([^/]+)", [this](const Request& req, Response& res) {
     Region r;
     Status s = manager_->HostFree(req.matches[1], req.matches[2], &r);
     if (!s.ok()) return ReplyStatus(req, res, s);
@@ -201,7 +201,7 @@ void HttpFabricServer::InstallExtensionRoutes() {
   // Every region mapped to a host, in full, for its agent's resync. Hosts
   // are named by id here, managed or not: an agent must still learn that
   // its regions are gone.
-  http_->Get("/cxlkv/v1/hosts/([^/]+)/regions", [this](const Request& req, Response& res) {
+  On("GET", "/cxlkv/v1/hosts/([^/]+)/regions", [this](const Request& req, Response& res) {
     std::string hid = req.matches[1];
     json out = manager_->Read([&](const FabricState& s) {
       bool known = false;
@@ -222,7 +222,7 @@ void HttpFabricServer::InstallExtensionRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "host " + hid + " not found");
     ReplyJson(res, 200, out);
   });
-  http_->Post("/cxlkv/v1/power-cycle", [this](const Request& req, Response& res) {
+  On("POST", "/cxlkv/v1/power-cycle", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     for (const char* k : {"applianceId", "bladeId"}) {
@@ -231,18 +231,15 @@ void HttpFabricServer::InstallExtensionRoutes() {
       }
     }
     std::string aid = body.value("applianceId", ""), bid = body.value("bladeId", "");
-    if (aid.empty() && !bid.empty()) {
-      return ReplyError(req, res, 400, "bladeId needs applianceId");
-    }
     int forgotten = 0;
     Status s = manager_->PowerCycle(aid, bid, &forgotten);
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, {{"forgottenRegions", forgotten}});
   });
-  http_->Get("/cxlkv/v1/faults", [this](const Request&, Response& res) {
+  On("GET", "/cxlkv/v1/faults", [this](const Request&, Response& res) {
     ReplyJson(res, 200, FaultsToJson(manager_->GetFaults()));
   });
-  http_->Put("/cxlkv/v1/faults", [this](const Request& req, Response& res) {
+  On("PUT", "/cxlkv/v1/faults", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     Faults f;

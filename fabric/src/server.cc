@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "json_codec.h"
@@ -25,7 +27,9 @@ using nlohmann::json;
 
 void ReplyJson(httplib::Response& res, int code, const json& body) {
   res.status = code;
-  res.set_content(body.dump(), "application/json");
+  // Error details may echo request bytes that are not UTF-8; replace them
+  // rather than throw.
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 namespace {
@@ -101,6 +105,10 @@ HttpFabricServer::HttpFabricServer(const FabricConfig& config, std::unique_ptr<F
   if (!config_.username.empty()) {
     expected_auth_ = "Basic " + Base64(config_.username + ":" + config_.password);
   }
+  // One request per connection: httplib keeps a connection alive after a
+  // request line it could not parse, and the unread body of that request
+  // would then be read as the next request.
+  http_->set_keep_alive_max_count(1);
   InstallRoutes();
 }
 
@@ -123,9 +131,25 @@ void HttpFabricServer::InstallRoutes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404) {
+    static const std::set<std::string> kKnown = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                                 "OPTIONS"};
+    if (res.status == 400 && !kKnown.count(req.method)) {
+      // httplib refuses methods it does not parse (TRACE, ...) with 400.
+      // For methods it does not know at all (QUERY, ...) httplib leaves
+      // req.path empty; the raw target still names the resource.
+      std::string path = req.path;
+      if (path.empty()) path = req.target.substr(0, req.target.find('?'));
+      for (const auto& [pattern, allowed] : methods_) {
+        if (!std::regex_match(path, std::regex(pattern))) continue;
+        std::string allow;
+        for (const auto& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
+        res.set_header("Allow", allow);
+        break;
+      }
+      ReplyError(req, res, 405, req.method + " is not supported");
+    } else if (res.status == 404) {
       ReplyError(req, res, 404, "no such resource: " + req.path);
     } else if (res.status == 400 || res.status == 405 || res.status == 413 || res.status == 414) {
       ReplyError(req, res, res.status, "request rejected by the HTTP layer");
@@ -145,13 +169,13 @@ void HttpFabricServer::InstallRoutes() {
     spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
     ReplyError(req, res, 500, "internal error: " + what);
   });
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+  On("GET", "/", [](const httplib::Request&, httplib::Response& res) {
     ReplyJson(res, 200, "cxlkv-fabricd: Composable Fabric Manager Service API emulator");
   });
-  http_->Get("/cfm", [](const httplib::Request&, httplib::Response& res) {
+  On("GET", "/cfm", [](const httplib::Request&, httplib::Response& res) {
     ReplyJson(res, 200, "v1");
   });
-  http_->Get("/cfm/v1", [](const httplib::Request&, httplib::Response& res) {
+  On("GET", "/cfm/v1", [](const httplib::Request&, httplib::Response& res) {
     json resources = json::array();
     auto add = [&](const char* uri, const char* methods, const char* d) {
       resources.push_back({{"uri", uri}, {"methods", methods}, {"description", d}});
@@ -166,6 +190,37 @@ void HttpFabricServer::InstallRoutes() {
   InstallMemoryRoutes();
   InstallHostRoutes();
   InstallExtensionRoutes();
+  InstallMethodNotAllowed();
+}
+
+void HttpFabricServer::On(const std::string& method, const std::string& pattern,
+                          httplib::Server::Handler h) {
+  methods_[pattern].insert(method);
+  if (method == "GET") http_->Get(pattern, std::move(h));
+  else if (method == "POST") http_->Post(pattern, std::move(h));
+  else if (method == "PUT") http_->Put(pattern, std::move(h));
+  else if (method == "PATCH") http_->Patch(pattern, std::move(h));
+  else if (method == "DELETE") http_->Delete(pattern, std::move(h));
+}
+
+void HttpFabricServer::InstallMethodNotAllowed() {
+  for (const auto& [pattern, allowed] : methods_) {
+    std::string allow;
+    for (const auto& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
+    auto h = [allow](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", allow);
+      ReplyError(req, res, 405, req.method + " is not allowed here; allowed: " + allow);
+    };
+    for (const char* m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
+      if (allowed.count(m)) continue;
+      if (std::string(m) == "GET") http_->Get(pattern, h);
+      else if (std::string(m) == "POST") http_->Post(pattern, h);
+      else if (std::string(m) == "PUT") http_->Put(pattern, h);
+      else if (std::string(m) == "PATCH") http_->Patch(pattern, h);
+      else http_->Delete(pattern, h);
+    }
+    http_->Options(pattern, h);
+  }
 }
 
 Status HttpFabricServer::Bind(const std::string& host, int port, int* bound_port) {

@@ -7,7 +7,9 @@
 
 #include <httplib.h>
 
+#include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -30,6 +32,11 @@ class HttpFabricServer : public FabricServer {
   void InstallMemoryRoutes();
   void InstallHostRoutes();
   void InstallExtensionRoutes();
+  // Registers a handler and records the method, so that other methods on
+  // the same path answer 405 with an Allow header rather than 404.
+  void On(const std::string& method, const std::string& pattern, httplib::Server::Handler h);
+  void InstallMethodNotAllowed();
+  std::map<std::string, std::set<std::string>> methods_;  // pattern -> methods
 
   const FabricConfig config_;
   std::unique_ptr<FabricManager> manager_;
