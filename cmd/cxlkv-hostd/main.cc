@@ -1,0 +1,135 @@
+// Copyright cxlkv authors.
+//
+// cxlkv-hostd: materializes composed regions on this host and writes their
+// CDI specs.
+//   cxlkv-hostd --host-id node-a --listen 127.0.0.1:8091 --fabric http://127.0.0.1:8080
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <thread>
+
+#include "cxlkv/hostd/agent.h"
+#include "cxlkv/hostd/agent_server.h"
+#include "cxlkv/hostd/devdax.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cxlkv-hostd: materializes composed regions and writes CDI specs"};
+  cxlkv::hostd::AgentOptions opt;
+  std::string listen = "127.0.0.1:8091", backend = "file", dev_dir = "/run/cxlkv/dev";
+  std::string sysfs_root = "/sys", dev_root = "/dev", log_level = "info";
+  int dax_region = 0, resync_interval_s = 30;
+  uint64_t dax_align = 2 << 20;
+  app.add_option("--host-id", opt.host_id, "this host's id at the fabric manager")
+      ->required()->envname("CXLKV_HOST_ID");
+  app.add_option("--listen", listen, "ADDR:PORT for the fabric manager's calls")
+      ->envname("CXLKV_HOSTD_LISTEN");
+  app.add_option("--fabric", opt.fabric.base_url, "fabric manager URL (resync)")
+      ->envname("CXLKV_FABRIC_URL");
+  app.add_option("--fabric-user", opt.fabric.username)->envname("CXLKV_FABRIC_USER");
+  app.add_option("--fabric-password", opt.fabric.password)->envname("CXLKV_FABRIC_PASSWORD");
+  app.add_option("--fabric-ca", opt.fabric.ca_file)->envname("CXLKV_FABRIC_CA");
+  app.add_option("--cdi-dir", opt.cdi.cdi_dir, "CDI spec directory")->envname("CXLKV_CDI_DIR");
+  app.add_option("--container-dir", opt.cdi.container_dir,
+                 "where a file-backed region appears in containers (\"\" = host path)")
+      ->envname("CXLKV_CONTAINER_DIR");
+  app.add_option("--state-dir", opt.state_dir)->envname("CXLKV_HOSTD_STATE_DIR");
+  app.add_option("--backend", backend, "file (emulation) or devdax")->envname("CXLKV_HOSTD_BACKEND");
+  app.add_option("--dev-dir", dev_dir, "file backend: per-host region links")
+      ->envname("CXLKV_HOSTD_DEV_DIR");
+  app.add_option("--sysfs-root", sysfs_root, "devdax backend: sysfs mount")
+      ->envname("CXLKV_SYSFS_ROOT");
+  app.add_option("--dev-root", dev_root, "devdax backend: where /dev/daxX.Y nodes live")
+      ->envname("CXLKV_DEV_ROOT");
+  app.add_option("--dax-region", dax_region, "devdax backend: dax region id")
+      ->envname("CXLKV_DAX_REGION");
+  app.add_option("--dax-align", dax_align, "devdax backend: sub-device alignment in bytes")
+      ->envname("CXLKV_DAX_ALIGN");
+  app.add_option("--resync-interval", resync_interval_s, "seconds between resyncs (0 = start only)")
+      ->envname("CXLKV_RESYNC_INTERVAL");
+  app.add_option("--log-level", log_level)->envname("CXLKV_LOG_LEVEL");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  auto colon = listen.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos) {
+    try { port = std::stoi(listen.substr(colon + 1)); } catch (...) {}
+  }
+  if (colon == std::string::npos || port < 0 || port > 65535) {
+    std::fprintf(stderr, "cxlkv-hostd: --listen %s: expected ADDR:PORT\n", listen.c_str());
+    return 2;
+  }
+  std::unique_ptr<cxlkv::hostd::Materializer> m;
+  if (backend == "file") {
+    m = std::make_unique<cxlkv::hostd::FileMaterializer>(dev_dir);
+  } else if (backend == "devdax") {
+    cxlkv::hostd::DevdaxOptions d;
+    d.region_id = dax_region;
+    d.align = dax_align;
+    d.dev_root = dev_root;
+    std::unique_ptr<cxlkv::hostd::DaxBus> bus = sysfs_root == "/sys"
+        ? cxlkv::hostd::NewLibDaxctlBus()
+        : cxlkv::hostd::NewSysfsDaxBus(sysfs_root, nullptr);
+    m = std::make_unique<cxlkv::hostd::DevdaxMaterializer>(std::move(bus), d);
+  } else {
+    std::fprintf(stderr, "cxlkv-hostd: --backend %s: expected file or devdax\n", backend.c_str());
+    return 2;
+  }
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  std::unique_ptr<cxlkv::hostd::HostAgent> agent;
+  cxlkv::Status s = cxlkv::hostd::HostAgent::Open(opt, std::move(m), &agent);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
+    return 1;
+  }
+  auto server = cxlkv::hostd::AgentServer::Create(agent.get());
+  int bound = 0;
+  s = server->Bind(listen.substr(0, colon), port, &bound);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("listening %s:%d\n", listen.substr(0, colon).c_str(), bound);
+  std::fflush(stdout);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  // Resync at start (a restart after a power cycle or a missed free) and
+  // then periodically. A manager that is down is retried next time.
+  std::thread resync([&] {
+    std::unique_lock<std::mutex> l(mu);
+    do {
+      l.unlock();
+      cxlkv::hostd::ResyncResult r;
+      cxlkv::Status rs = agent->Resync(&r);
+      if (!rs.ok() && !rs.IsUnsupported()) spdlog::warn("{}", rs.message());
+      l.lock();
+      if (resync_interval_s <= 0) break;
+    } while (!cv.wait_for(l, std::chrono::seconds(resync_interval_s), [&] { return stopping; }));
+  });
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    server->Stop();
+  });
+  s = server->Serve();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  resync.join();
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return s.ok() ? 0 : 1;
+}

@@ -1,0 +1,89 @@
+// Copyright cxlkv authors.
+//
+// HostAgent: the core of cxlkv-hostd. Materializes and removes regions on
+// this host through one Materializer, writes/removes their CDI specs, keeps
+// a state file (atomic writes) so a restart knows what it created, and
+// resyncs against the fabric manager: regions mapped to this host are
+// materialized, devices of regions the manager no longer has are removed
+// (after a power cycle, a crash mid-compose, or a free this host missed).
+//
+// Thread-safety: all methods are safe to call concurrently; they serialize
+// on one mutex, except that Resync() talks to the fabric manager unlocked
+// (the manager may be calling this agent at the same moment).
+#ifndef CXLKV_HOSTD_AGENT_H_
+#define CXLKV_HOSTD_AGENT_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cxlkv/fabric/client.h"
+#include "cxlkv/hostd/cdi.h"
+#include "cxlkv/hostd/materializer.h"
+#include "cxlkv/status.h"
+
+namespace cxlkv::hostd {
+
+struct AgentOptions {
+  std::string host_id;                           // this host's id at the fabric manager
+  std::string state_dir = "/var/lib/cxlkv-hostd";  // hostd-state.json
+  CdiOptions cdi;
+  fabric::ClientOptions fabric;                  // base_url "" = no resync
+};
+
+struct ResyncResult {
+  int materialized = 0;
+  int removed = 0;
+  int failed = 0;  // regions that could not be materialized (logged)
+};
+
+class HostAgent {
+ public:
+  // Loads the state file and removes CDI specs of kind cxlkv.dev/region that
+  // it does not list (left by a crash between writing a spec and the state).
+  // Corruption: unreadable state file (left untouched).
+  static Status Open(const AgentOptions& opt, std::unique_ptr<Materializer> materializer,
+                     std::unique_ptr<HostAgent>* out);
+
+  // Materializes a region and writes its CDI spec. Idempotent: a region
+  // already materialized with the same size is returned as is.
+  // Errors as Materializer::Materialize, or IOError writing spec/state.
+  Status Materialize(const RegionRequest& req, Device* dev);
+
+  // Removes a region's device and CDI spec. NotFound: not materialized here.
+  Status Remove(const std::string& allocation_id);
+
+  std::vector<Device> List();
+
+  // Reconciles with the fabric manager (see class comment). IOError: the
+  // manager is unreachable (nothing changes); Unsupported: no fabric URL.
+  Status Resync(ResyncResult* result);
+
+  const AgentOptions& options() const { return opt_; }
+
+ private:
+  HostAgent(const AgentOptions& opt, std::unique_ptr<Materializer> m)
+      : opt_(opt), materializer_(std::move(m)) {}
+  Status Save();
+  Status MaterializeLocked(const RegionRequest& req, Device* dev);
+  Status RemoveLocked(const std::string& allocation_id);
+
+  // Immutable after construction.
+  const AgentOptions opt_;
+  std::string state_path_;
+
+  std::mutex mu_;
+  std::unique_ptr<Materializer> materializer_;  // guarded by mu_
+  std::map<std::string, Device> devices_;       // guarded by mu_
+  // Last local change (materialize/remove) per allocation id, on a counter
+  // Resync() also draws from: a resync leaves alone what changed after it
+  // fetched the manager's list. Guarded by mu_.
+  std::map<std::string, uint64_t> changed_;
+  uint64_t seq_ = 0;  // guarded by mu_
+};
+
+}  // namespace cxlkv::hostd
+
+#endif  // CXLKV_HOSTD_AGENT_H_

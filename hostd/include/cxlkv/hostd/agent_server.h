@@ -1,0 +1,35 @@
+// Copyright cxlkv authors.
+//
+// AgentServer: cxlkv-hostd's HTTP endpoint, called by the fabric manager.
+//   PUT    /cxlkv/v1/regions/{allocationId}  {sizeBytes, offsetBytes, backingPath}
+//          -> 200 {allocationId, device, sizeBytes, offsetBytes, cdiDevice}
+//   DELETE /cxlkv/v1/regions/{allocationId}  -> 200, or 404 when not here
+//   GET    /cxlkv/v1/regions                 -> {hostId, regions: [...]}
+//   POST   /cxlkv/v1/resync                  -> {materialized, removed, failed}
+// Errors are {error: "<message>"} with 400/404/409/500.
+//
+// Thread-safety: Serve() blocks; Stop() from any thread.
+#ifndef CXLKV_HOSTD_AGENT_SERVER_H_
+#define CXLKV_HOSTD_AGENT_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "cxlkv/hostd/agent.h"
+
+namespace cxlkv::hostd {
+
+class AgentServer {
+ public:
+  // REQUIRES: agent outlives the server.
+  static std::unique_ptr<AgentServer> Create(HostAgent* agent);
+  virtual ~AgentServer() = default;
+  // Binds host:port (0 = any free port). IOError on failure.
+  virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
+  virtual Status Serve() = 0;
+  virtual void Stop() = 0;
+};
+
+}  // namespace cxlkv::hostd
+
+#endif  // CXLKV_HOSTD_AGENT_SERVER_H_

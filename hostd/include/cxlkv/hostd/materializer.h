@@ -1,0 +1,76 @@
+// Copyright cxlkv authors.
+//
+// Materializer: turns a composed region into something a process on this
+// host can map, and removes it again. Two kinds:
+//  - FileMaterializer (emulation, the default here): the region's bytes are a
+//    file that every "host" reaches; the host device is a per-host link to it,
+//    and the CDI spec bind-mounts it (runtimes refuse a regular file as a
+//    device node).
+//  - DevdaxMaterializer (real CXL hosts): a devdax sub-device carved from a
+//    dax region through libdaxctl (or sysfs), preceded by a pad device when
+//    the region's offset needs aligning (paper §2.5); the CDI spec carries a
+//    `c` device node.
+//
+// Thread-safety: not thread-safe; HostAgent serializes calls.
+#ifndef CXLKV_HOSTD_MATERIALIZER_H_
+#define CXLKV_HOSTD_MATERIALIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cxlkv/status.h"
+
+namespace cxlkv::hostd {
+
+// What the fabric manager asks this host to materialize.
+struct RegionRequest {
+  std::string allocation_id;  // region id; the CDI device name
+  uint64_t size_bytes = 0;
+  // Byte offset of the region within this host's view of the appliance
+  // memory (devdax: within the dax region). 0 when the region is its own.
+  uint64_t offset_bytes = 0;
+  std::string backing_path;  // emulation: the file holding the region's bytes
+};
+
+// What was created; enough to remove it and to write the CDI spec.
+struct Device {
+  std::string allocation_id;
+  std::string kind;          // "file" or "devdax"
+  std::string path;          // host path processes map (/dev/daxX.Y or the link)
+  uint64_t size_bytes = 0;
+  uint64_t offset_bytes = 0;  // CXL_DAX_OFFSET: where the region starts in `path`
+  int major = -1, minor = -1;  // devdax character device numbers
+  std::vector<std::string> pad_devices;  // devdax pad devices created for alignment
+};
+
+class Materializer {
+ public:
+  virtual ~Materializer() = default;
+  // Creates the host-side device. InvalidArgument: bad request (size 0, bad
+  // id); NotFound: backing file / dax region absent; NoSpace: region full;
+  // IOError: the kernel or file system refused.
+  virtual Status Materialize(const RegionRequest& req, Device* dev) = 0;
+  // Removes what Materialize created. Removing something already gone is OK.
+  virtual Status Remove(const Device& dev) = 0;
+};
+
+// Creates <dev_dir>/<allocation_id>, a symbolic link to the backing file.
+// REQUIRES: dev_dir exists or can be created.
+class FileMaterializer : public Materializer {
+ public:
+  explicit FileMaterializer(std::string dev_dir) : dev_dir_(std::move(dev_dir)) {}
+  Status Materialize(const RegionRequest& req, Device* dev) override;
+  Status Remove(const Device& dev) override;
+
+ private:
+  const std::string dev_dir_;
+};
+
+// Validates a CDI device name / allocation id: 1..128 of [A-Za-z0-9_.:-],
+// starting with an alphanumeric.
+Status ValidateAllocationId(const std::string& id);
+
+}  // namespace cxlkv::hostd
+
+#endif  // CXLKV_HOSTD_MATERIALIZER_H_

@@ -1,0 +1,225 @@
+// Copyright cxlkv authors.
+#include "cxlkv/hostd/agent.h"
+
+#include <dirent.h>
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "atomic_file.h"
+#include "json_codec.h"
+
+namespace cxlkv::hostd {
+
+using nlohmann::json;
+namespace fi = cxlkv::fabric::internal;
+
+namespace {
+
+json DeviceToJson(const Device& d) {
+  return {{"allocationId", d.allocation_id}, {"kind", d.kind},
+          {"path", d.path},                  {"sizeBytes", d.size_bytes},
+          {"offsetBytes", d.offset_bytes},   {"major", d.major},
+          {"minor", d.minor},                {"padDevices", d.pad_devices}};
+}
+
+Status DeviceFromJson(const json& j, Device* d) {
+  try {
+    d->allocation_id = j.at("allocationId").get<std::string>();
+    d->kind = j.at("kind").get<std::string>();
+    d->path = j.at("path").get<std::string>();
+    d->size_bytes = j.at("sizeBytes").get<uint64_t>();
+    d->offset_bytes = j.at("offsetBytes").get<uint64_t>();
+    d->major = j.value("major", -1);
+    d->minor = j.value("minor", -1);
+    d->pad_devices = j.value("padDevices", std::vector<std::string>{});
+  } catch (const json::exception& e) {
+    return Status::Corruption(std::string("device entry: ") + e.what());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status HostAgent::Open(const AgentOptions& opt, std::unique_ptr<Materializer> materializer,
+                       std::unique_ptr<HostAgent>* out) {
+  if (opt.host_id.empty()) return Status::InvalidArgument("host id is required");
+  std::unique_ptr<HostAgent> a(new HostAgent(opt, std::move(materializer)));
+  CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.state_dir));
+  CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.cdi.cdi_dir));
+  a->state_path_ = opt.state_dir + "/hostd-state.json";
+  std::string text;
+  Status s = fi::ReadFile(a->state_path_, &text);
+  if (s.ok()) {
+    json j;
+    Status ps = fi::ParseJson(text, &j);
+    if (!ps.ok() || !j.is_object() || j.value("version", 0) != 1 || !j.contains("devices") ||
+        !j["devices"].is_array()) {
+      return Status::Corruption("load state " + a->state_path_ + ": not a hostd state file");
+    }
+    for (const auto& dj : j["devices"]) {
+      Device d;
+      CXLKV_RETURN_IF_ERROR(DeviceFromJson(dj, &d).WithContext("load state " + a->state_path_));
+      a->devices_[d.allocation_id] = d;
+    }
+  } else if (!s.IsNotFound()) {
+    return s;
+  }
+  // Orphan specs: ours (by kind) but not in the state.
+  if (DIR* d = ::opendir(opt.cdi.cdi_dir.c_str())) {
+    std::vector<std::string> orphans;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() < 6 || name.substr(name.size() - 5) != ".json") continue;
+      std::string spec;
+      json sj;
+      if (!fi::ReadFile(opt.cdi.cdi_dir + "/" + name, &spec).ok() ||
+          !fi::ParseJson(spec, &sj).ok() || !sj.is_object() || sj.value("kind", "") != kCdiKind) {
+        continue;
+      }
+      std::string id = name.substr(0, name.size() - 5);
+      if (!a->devices_.count(id)) orphans.push_back(id);
+    }
+    ::closedir(d);
+    for (const auto& id : orphans) {
+      spdlog::warn("removing orphan CDI spec {}/{}.json", opt.cdi.cdi_dir, id);
+      Status rs = RemoveCdiSpec(id, opt.cdi);
+      if (!rs.ok()) spdlog::error("{}", rs.ToString());
+    }
+  }
+  *out = std::move(a);
+  return Status::OK();
+}
+
+Status HostAgent::Save() {
+  json devs = json::array();
+  for (const auto& [id, d] : devices_) devs.push_back(DeviceToJson(d));
+  json j = {{"version", 1}, {"hostId", opt_.host_id}, {"devices", devs}};
+  return fi::WriteFileAtomic(state_path_, j.dump(2)).WithContext("write state");
+}
+
+Status HostAgent::Materialize(const RegionRequest& req, Device* dev) {
+  std::lock_guard<std::mutex> l(mu_);
+  changed_[req.allocation_id] = ++seq_;
+  return MaterializeLocked(req, dev);
+}
+
+Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
+  CXLKV_RETURN_IF_ERROR(ValidateAllocationId(req.allocation_id));
+  auto it = devices_.find(req.allocation_id);
+  if (it != devices_.end()) {
+    if (it->second.size_bytes == req.size_bytes && it->second.offset_bytes == req.offset_bytes) {
+      // Rewrite the spec: it may have been lost with a tmpfs /var/run.
+      std::string spec_path;
+      CXLKV_RETURN_IF_ERROR(WriteCdiSpec(it->second, opt_.cdi, &spec_path));
+      *dev = it->second;
+      return Status::OK();
+    }
+    return Status::InvalidArgument("region " + req.allocation_id +
+                                   " is already materialized with another size");
+  }
+  Device d;
+  CXLKV_RETURN_IF_ERROR(materializer_->Materialize(req, &d));
+  std::string spec_path;
+  Status s = WriteCdiSpec(d, opt_.cdi, &spec_path);
+  if (s.ok()) {
+    devices_[d.allocation_id] = d;
+    s = Save();
+    if (!s.ok()) devices_.erase(d.allocation_id);
+  }
+  if (!s.ok()) {
+    (void)RemoveCdiSpec(d.allocation_id, opt_.cdi);
+    Status rs = materializer_->Remove(d);
+    if (!rs.ok()) spdlog::error("undo materialize {}: {}", d.allocation_id, rs.ToString());
+    return s;
+  }
+  spdlog::info("materialized region {} at {} ({} bytes), CDI {}", d.allocation_id, d.path,
+               d.size_bytes, spec_path);
+  *dev = d;
+  return Status::OK();
+}
+
+Status HostAgent::Remove(const std::string& allocation_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  changed_[allocation_id] = ++seq_;
+  return RemoveLocked(allocation_id);
+}
+
+Status HostAgent::RemoveLocked(const std::string& allocation_id) {
+  auto it = devices_.find(allocation_id);
+  if (it == devices_.end()) {
+    return Status::NotFound("region " + allocation_id + " is not materialized on this host");
+  }
+  Device d = it->second;
+  // The spec goes first: no new container may get a device that is going away.
+  CXLKV_RETURN_IF_ERROR(RemoveCdiSpec(allocation_id, opt_.cdi));
+  CXLKV_RETURN_IF_ERROR(materializer_->Remove(d));
+  devices_.erase(allocation_id);
+  CXLKV_RETURN_IF_ERROR(Save());
+  spdlog::info("removed region {} ({})", allocation_id, d.path);
+  return Status::OK();
+}
+
+std::vector<Device> HostAgent::List() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Device> out;
+  for (const auto& [id, d] : devices_) out.push_back(d);
+  return out;
+}
+
+Status HostAgent::Resync(ResyncResult* result) {
+  *result = ResyncResult();
+  if (opt_.fabric.base_url.empty()) return Status::Unsupported("resync: no fabric manager URL");
+  uint64_t start;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    start = ++seq_;
+  }
+  std::unique_ptr<fabric::FabricClient> client;
+  CXLKV_RETURN_IF_ERROR(fabric::FabricClient::Open(opt_.fabric, &client));
+  std::vector<fabric::Region> regions;
+  CXLKV_RETURN_IF_ERROR(client->HostRegions(opt_.host_id, &regions).WithContext("resync"));
+
+  std::lock_guard<std::mutex> l(mu_);
+  auto changed_since = [&](const std::string& id) {
+    auto it = changed_.find(id);
+    return it != changed_.end() && it->second > start;
+  };
+  std::set<std::string> wanted;
+  for (const auto& r : regions) {
+    wanted.insert(r.id);
+    if (devices_.count(r.id) || changed_since(r.id)) continue;
+    RegionRequest req;
+    req.allocation_id = r.id;
+    req.size_bytes = static_cast<uint64_t>(r.size_mib) << 20;
+    req.backing_path = r.backing_path;
+    Device d;
+    Status s = MaterializeLocked(req, &d);
+    if (s.ok()) {
+      ++result->materialized;
+    } else {
+      ++result->failed;
+      spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
+    }
+  }
+  std::vector<std::string> stale;
+  for (const auto& [id, d] : devices_) {
+    if (!wanted.count(id) && !changed_since(id)) stale.push_back(id);
+  }
+  for (const auto& id : stale) {
+    Status s = RemoveLocked(id);
+    if (s.ok()) {
+      ++result->removed;
+    } else {
+      spdlog::warn("resync: remove region {}: {}", id, s.ToString());
+    }
+  }
+  if (result->materialized || result->removed) {
+    spdlog::info("resync: {} materialized, {} removed, {} failed", result->materialized,
+                 result->removed, result->failed);
+  }
+  return Status::OK();
+}
+
+}  // namespace cxlkv::hostd

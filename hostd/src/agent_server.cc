@@ -1,0 +1,108 @@
+// Copyright cxlkv authors.
+#include "cxlkv/hostd/agent_server.h"
+
+#include <httplib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "json_codec.h"
+
+namespace cxlkv::hostd {
+namespace {
+
+using nlohmann::json;
+
+void Reply(httplib::Response& res, int code, const json& j) {
+  res.status = code;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void ReplyStatus(httplib::Response& res, const Status& s) {
+  int code = 500;
+  if (s.IsNotFound()) code = 404;
+  if (s.IsInvalidArgument() || s.IsUnsupported()) code = 400;
+  if (s.IsBusy() || s.IsNoSpace()) code = 409;
+  Reply(res, code, {{"error", s.message()}});
+}
+
+json DeviceJson(const Device& d) {
+  return {{"allocationId", d.allocation_id}, {"kind", d.kind},
+          {"device", d.path},                {"sizeBytes", d.size_bytes},
+          {"offsetBytes", d.offset_bytes},   {"cdiDevice", CdiDeviceName(d.allocation_id)}};
+}
+
+class HttpAgentServer : public AgentServer {
+ public:
+  explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
+    http_.set_keep_alive_max_count(1);
+    http_.Put(R"(/cxlkv/v1/regions/([^/]+))", [this](const httplib::Request& req,
+                                                      httplib::Response& res) {
+      json body;
+      Status s = fabric::internal::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+      if (!s.ok()) return ReplyStatus(res, s);
+      RegionRequest r;
+      r.allocation_id = req.matches[1];
+      try {
+        r.size_bytes = body.at("sizeBytes").get<uint64_t>();
+        r.offset_bytes = body.value("offsetBytes", uint64_t{0});
+        r.backing_path = body.value("backingPath", "");
+      } catch (const json::exception& e) {
+        return ReplyStatus(res, Status::InvalidArgument(std::string("region request: ") + e.what()));
+      }
+      Device d;
+      s = agent_->Materialize(r, &d);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200, DeviceJson(d));
+    });
+    http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   Status s = agent_->Remove(req.matches[1]);
+                   if (!s.ok()) return ReplyStatus(res, s);
+                   Reply(res, 200, {{"allocationId", req.matches[1]}});
+                 });
+    http_.Get("/cxlkv/v1/regions", [this](const httplib::Request&, httplib::Response& res) {
+      json arr = json::array();
+      for (const auto& d : agent_->List()) arr.push_back(DeviceJson(d));
+      Reply(res, 200, {{"hostId", agent_->options().host_id}, {"regions", arr}});
+    });
+    http_.Post("/cxlkv/v1/resync", [this](const httplib::Request&, httplib::Response& res) {
+      ResyncResult r;
+      Status s = agent_->Resync(&r);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200, {{"materialized", r.materialized}, {"removed", r.removed}, {"failed", r.failed}});
+    });
+    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (res.body.empty()) Reply(res, res.status, {{"error", "no such endpoint: " + req.path}});
+    });
+  }
+
+  Status Bind(const std::string& host, int port, int* bound_port) override {
+    int p = port == 0 ? http_.bind_to_any_port(host.c_str())
+                      : (http_.bind_to_port(host.c_str(), port) ? port : -1);
+    if (p <= 0) {
+      return Status::IOError("listen " + host + ":" + std::to_string(port) + ": " +
+                             std::strerror(errno));
+    }
+    *bound_port = p;
+    return Status::OK();
+  }
+  Status Serve() override {
+    if (!http_.listen_after_bind()) return Status::IOError("serve: listener stopped with an error");
+    return Status::OK();
+  }
+  void Stop() override { http_.stop(); }
+
+ private:
+  HostAgent* const agent_;
+  httplib::Server http_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentServer> AgentServer::Create(HostAgent* agent) {
+  return std::make_unique<HttpAgentServer>(agent);
+}
+
+}  // namespace cxlkv::hostd
