@@ -156,15 +156,31 @@ TEST(CorruptionTest, DamagedDataByteIsACrcMissNeverData) {
   EXPECT_EQ(r->ProcessCounters()[Counter::kCrcFailures], 1u);
 }
 
-TEST(CorruptionTest, DamagedMagicIsNotReformattedOverIntactBlocks) {
+TEST(CorruptionTest, DamagedMagicIsRepairedNeverReformatted) {
   ScratchRegion sr("magic");
   Populate(sr.path());
   {
     RawRegion raw(sr.path());
     raw.sb()->magic.fetch_xor(1);
   }
+  // Allowed to format, but the checksummed header proves a finished format:
+  // the magic is restored and every block is still there.
+  auto r = MustOpen(sr.path(), TestOptions(kSize, kSlot));
+  uint64_t hits = 0;
+  ExpectOnlyCorrectHits(r.get(), &hits);
+  EXPECT_EQ(hits, 40u);
+}
+
+TEST(CorruptionTest, DamagedMagicAndLockAreRefusedNotReformatted) {
+  ScratchRegion sr("magic2");
+  Populate(sr.path());
+  {
+    RawRegion raw(sr.path());
+    raw.sb()->magic.fetch_xor(1);
+    raw.sb()->format_lock.store(0);
+  }
   std::unique_ptr<Region> r;
-  Status s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);  // allowed to format
+  Status s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(s.message().find("magic"), std::string::npos) << s.ToString();
 }

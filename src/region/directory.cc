@@ -8,6 +8,9 @@
 // offsets: no separate allocator, nothing to leak.
 #include <immintrin.h>
 
+#include <chrono>
+#include <thread>
+
 #include "region_impl.h"
 
 namespace cxlkv::internal {
@@ -48,7 +51,7 @@ bool RegionImpl::KeyMatches(uint64_t slot, NamespaceId ns, const BlockKey& key) 
 }
 
 int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
-                         uint64_t* word, bool ready_only) const {
+                         uint64_t* word, bool readable_only) const {
   const int nsets = place.set[0] == place.set[1] ? 1 : 2;
   for (int k = 0; k < nsets; ++k) {
     const uint64_t set = place.set[k];
@@ -57,19 +60,13 @@ int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& pl
       if (t.tag[way].load(std::memory_order_relaxed) != place.tag) continue;
       const uint64_t slot = set * geo_.ways + way;
       std::atomic<uint64_t>& st = meta_[slot].state;
-      uint64_t w = st.load(std::memory_order_acquire);
-      // An eviction attempt holds EVICTING only for a few hundred ns and
-      // restores READY if the slot is pinned. Wait it out (bounded) so a
-      // pinned block never looks absent; if the evictor died right here the
-      // slot stays EVICTING until it is reclaimed, and we report a miss.
-      for (int spin = 0; WordState(w) == static_cast<uint8_t>(SlotState::kEvicting) && spin < 4096;
-           ++spin) {
-        _mm_pause();
-        w = st.load(std::memory_order_acquire);
-      }
+      const uint64_t w = st.load(std::memory_order_acquire);
       const uint8_t s = WordState(w);
+      // EVICTING keeps key, bytes and generation: the block is still there
+      // (an eviction attempt restores READY when it finds a pin).
       if (s == static_cast<uint8_t>(SlotState::kReady) ||
-          (!ready_only && s == static_cast<uint8_t>(SlotState::kWriting))) {
+          s == static_cast<uint8_t>(SlotState::kEvicting) ||
+          (!readable_only && s == static_cast<uint8_t>(SlotState::kWriting))) {
         if (!KeyMatches(slot, ns, key)) continue;
         // The key fields are only meaningful if the state did not change
         // while we read them (a writer reusing the slot bumps the word).
@@ -107,7 +104,29 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
   std::lock_guard<std::mutex> l(pin_mu_[stripe]);
   uint32_t& count = pin_counts_[stripe][slot];
   if (count == 0) pw.fetch_or(bit, std::memory_order_seq_cst);
-  if (meta_[slot].state.load(std::memory_order_seq_cst) != word) {
+  // READY with the same generation: pinned. EVICTING: an evictor is
+  // between its CAS and its pin check and may not have seen our bit; wait
+  // for its verdict (it restores READY, or moves on to WRITING). If it died
+  // there, its reclaimer restores READY after the liveness timeout.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::nanoseconds(2 * opts_.liveness_timeout_ns);
+  bool ok = false;
+  for (int spin = 0;; ++spin) {
+    const uint64_t cur = meta_[slot].state.load(std::memory_order_seq_cst);
+    if (WordGen(cur) != WordGen(word)) break;
+    if (WordState(cur) == static_cast<uint8_t>(SlotState::kReady)) {
+      ok = true;
+      break;
+    }
+    if (WordState(cur) != static_cast<uint8_t>(SlotState::kEvicting)) break;
+    if (spin < 256) {
+      _mm_pause();
+    } else {
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::yield();
+    }
+  }
+  if (!ok) {
     if (count == 0) {
       pw.fetch_and(~bit, std::memory_order_release);
       pin_counts_[stripe].erase(slot);

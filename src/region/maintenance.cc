@@ -50,7 +50,7 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
       if (len <= geo_.slot_size) {
         const uint32_t got = RegionBytesCrc(SlotData(s), len);
         std::atomic_thread_fence(std::memory_order_acquire);
-        if (st.load(std::memory_order_relaxed) != w) {
+        if (!SameReadableBlock(w, st.load(std::memory_order_relaxed))) {
           ++report->skipped_changed;
           continue;
         }

@@ -68,7 +68,11 @@ TEST(MultiProcessTest, EightProcessesRacingToFormatAgreeOnOneLayout) {
         while (!sh->go.load()) {
         }
         std::unique_ptr<Region> r;
-        if (!Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r).ok()) return 1;
+        Status s = Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r);
+        if (!s.ok()) {
+          std::fprintf(stderr, "child %d: %s\n", i, s.ToString().c_str());
+          return 1;
+        }
         sh->epoch[i] = r->info().format_epoch;
         // Prove the layout works for everyone: store and find our own block.
         std::vector<uint8_t> d(kSlot);

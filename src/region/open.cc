@@ -111,18 +111,23 @@ Status RegionImpl::FormatOrWait() {
     uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
     uint64_t progress = sb_->format_progress.load(std::memory_order_acquire);
     const auto now = Clock::now();
-    // A finished format whose magic is missing: either the formatter is
-    // about to store it, or the magic word was damaged. Never format over
-    // an intact header (that would destroy the blocks): after the stall
-    // timeout it is reported as corruption.
+    // A finished format (done bit set after the header was written) whose
+    // magic is missing: the formatter is between its last two steps, or the
+    // magic word was damaged. Either way the checksummed header is complete,
+    // so publishing the magic ourselves is safe and idempotent. An intact
+    // header with no format lock at all is not ours to guess about.
     const bool header_intact = HeaderCrc(*sb_) == sb_->header_crc && sb_->layout_version != 0;
+    if (header_intact && (lock & 1)) {
+      sb_->magic.store(kMagic, std::memory_order_release);
+      continue;
+    }
+    if (header_intact && lock == 0) {
+      return Status::Corruption("region " + map_->path() +
+                                ": magic number and format lock damaged but the header is intact; "
+                                "refusing to format over it (reformat with `cxlkv format --force`)");
+    }
     const bool stalled = lock == seen_lock && progress == seen_progress &&
                          now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns);
-    if (header_intact && (lock == 0 || (lock & 1)) && (lock == 0 || stalled)) {
-      return Status::Corruption("region " + map_->path() +
-                                ": magic number damaged but the header is intact; refusing to "
-                                "format over it (reformat with `cxlkv format --force`)");
-    }
     if (!opts_.create_if_missing && lock == 0) {
       return Status::NotFound("region " + map_->path() + " is not formatted");
     }
@@ -138,7 +143,7 @@ Status RegionImpl::FormatOrWait() {
       seen_lock = lock;
       seen_progress = progress;
       seen_since = now;
-    } else if (stalled && !(lock & 1)) {
+    } else if (stalled) {
       claim = opts_.create_if_missing && opts_.config.slot_size != 0;  // formatter presumed dead
       if (!claim) {
         return Status::NotFound("region " + map_->path() +

@@ -77,15 +77,17 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
                                    " bytes is smaller than the block (" + std::to_string(len) + ")");
   }
   // A participant pins the slot for the copy so eviction cannot waste it.
-  const bool pinned = self_ >= 0 && !fenced_.load(std::memory_order_relaxed) && PinSlot(slot, w);
-  if (self_ >= 0 && !pinned && meta_[slot].state.load(std::memory_order_acquire) != w) {
+  const bool participant = self_ >= 0 && !fenced_.load(std::memory_order_relaxed);
+  const bool pinned = participant && PinSlot(slot, w);
+  if (participant && !pinned) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block evicted before it could be read");
   }
   const uint32_t got = CopyWithCrc(dst, SlotData(slot), len, options.verify_crc);
   std::atomic_thread_fence(std::memory_order_acquire);
-  const bool unchanged = m.state.load(std::memory_order_relaxed) == w && KeyMatches(slot, ns, key);
+  const bool unchanged =
+      SameReadableBlock(w, m.state.load(std::memory_order_relaxed)) && KeyMatches(slot, ns, key);
   if (pinned) UnpinSlot(slot);
   if (!unchanged) {
     Count(Counter::kLoadRaces);
@@ -155,7 +157,7 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied) {
   const uint32_t crc = lease->crc32c();
   CloseReadLease(lease);
   std::atomic_thread_fence(std::memory_order_acquire);
-  const bool unchanged = meta_[slot].state.load(std::memory_order_relaxed) == w;
+  const bool unchanged = SameReadableBlock(w, meta_[slot].state.load(std::memory_order_relaxed));
   if (pinned) UnpinSlot(slot);
   if (!unchanged) {
     Count(Counter::kLoadRaces);

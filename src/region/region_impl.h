@@ -97,10 +97,11 @@ class RegionImpl final : public Region {
 
   // directory.cc
   KeyPlace Place(NamespaceId ns, const BlockKey& key) const;
-  // Finds a slot holding (ns, key) in one of `want` states; returns the slot
-  // and the state word observed (consistent with the key), or -1.
+  // Finds a slot holding (ns, key) READY or EVICTING (readable), and also
+  // WRITING unless `readable_only`; returns the slot and the state word
+  // observed (consistent with the key), or -1.
   int64_t Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* word,
-               bool ready_only) const;
+               bool readable_only) const;
   bool KeyMatches(uint64_t slot, NamespaceId ns, const BlockKey& key) const;
   // Pins `slot` for this participant and confirms it still holds `word`.
   bool PinSlot(uint64_t slot, uint64_t word);
@@ -169,6 +170,15 @@ class RegionImpl final : public Region {
 
   mutable std::atomic<uint32_t> clock_hand_{0};  // where eviction scans start
 };
+
+// True if a slot that held READY/EVICTING word `before` still holds the same
+// block: same generation, and not yet taken for writing.
+inline bool SameReadableBlock(uint64_t before, uint64_t after) {
+  const uint8_t s = WordState(after);
+  return WordGen(after) == WordGen(before) &&
+         (s == static_cast<uint8_t>(SlotState::kReady) ||
+          s == static_cast<uint8_t>(SlotState::kEvicting));
+}
 
 // Key/namespace fingerprints (directory.cc).
 uint64_t Mix64(uint64_t x);
