@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:8091", backend = "file", dev_dir = "/run/cxlkv/dev";
   std::string sysfs_root = "/sys", dev_root = "/dev", log_level = "info";
   int dax_region = 0, resync_interval_s = 30;
+  opt.fabric.timeout_ms = 10000;
   uint64_t dax_align = 2 << 20;
   app.add_option("--host-id", opt.host_id, "this host's id at the fabric manager")
       ->required()->envname("CXLKV_HOST_ID");
@@ -91,6 +92,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
     return 1;
   }
+  // First resync before serving: once "listening" is printed, this host's
+  // devices match the fabric manager's view (or the manager was unreachable).
+  {
+    cxlkv::hostd::ResyncResult r;
+    cxlkv::Status rs = agent->Resync(&r);
+    if (!rs.ok() && !rs.IsUnsupported()) spdlog::warn("{}", rs.message());
+  }
   auto server = cxlkv::hostd::AgentServer::Create(agent.get());
   int bound = 0;
   s = server->Bind(listen.substr(0, colon), port, &bound);
@@ -104,18 +112,18 @@ int main(int argc, char** argv) {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
-  // Resync at start (a restart after a power cycle or a missed free) and
-  // then periodically. A manager that is down is retried next time.
+  // Periodic resync (a missed free, a power cycle). A manager that is down
+  // is retried next time.
   std::thread resync([&] {
     std::unique_lock<std::mutex> l(mu);
-    do {
+    while (resync_interval_s > 0 &&
+           !cv.wait_for(l, std::chrono::seconds(resync_interval_s), [&] { return stopping; })) {
       l.unlock();
       cxlkv::hostd::ResyncResult r;
       cxlkv::Status rs = agent->Resync(&r);
       if (!rs.ok() && !rs.IsUnsupported()) spdlog::warn("{}", rs.message());
       l.lock();
-      if (resync_interval_s <= 0) break;
-    } while (!cv.wait_for(l, std::chrono::seconds(resync_interval_s), [&] { return stopping; }));
+    }
   });
   std::thread waiter([&] {
     int sig = 0;

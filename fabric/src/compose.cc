@@ -308,6 +308,13 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade,
     m.host_port = pc->host.empty() ? "" : pc->host_port;
     r.mappings.push_back(m);
   }
+  // Journal the mappings too: a crash during materialization must let
+  // Recover() tell each mapped host to drop the region.
+  next = state_;
+  next.regions[r.id] = r;
+  s = Save(next);
+  if (!s.ok()) return rollback(s);
+  state_ = next;
   CrashPoint("compose:assigned");
 
   // 4. Materialization on each host: non-fatal per host (paper §2.6).

@@ -51,10 +51,13 @@ Status HttpDo(const HttpOptions& opt, const std::string& method, const std::stri
   }
   struct curl_slist* headers = nullptr;
   headers = curl_slist_append(headers, "Accept: application/json");
-  if (!body.empty()) {
-    headers = curl_slist_append(headers, "Content-Type: application/json");
+  // POST/PUT/PATCH always carry a body (maybe empty) so that a
+  // Content-Length goes out; servers may refuse a body-less POST.
+  if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
+    if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   CURLcode rc = curl_easy_perform(c);

@@ -1,0 +1,407 @@
+// Copyright cxlkv authors.
+//
+// Multi-process scenarios: a real cxlkv-fabricd and two real cxlkv-hostd
+// processes ("node-a", "node-b", separate CDI and state dirs) over loopback
+// HTTP. After every scenario the fabric manager's listing, each agent's
+// listing and each CDI directory must agree.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "cxlkv/fabric/client.h"
+
+namespace cxlkv {
+namespace {
+
+using nlohmann::json;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string Slurp(const std::string& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+std::set<std::string> JsonFiles(const std::string& dir) {
+  std::set<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") out.insert(n.substr(0, n.size() - 5));
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+struct Proc {
+  pid_t pid = -1;
+  std::string log;
+};
+
+// Starts argv with stdout+stderr to `log`; waits for its "listening" line.
+Proc Start(const std::vector<std::string>& argv, const std::string& log) {
+  Proc p;
+  p.log = log;
+  // Truncate before forking: a restart must not see the previous process's
+  // "listening" line.
+  std::ofstream(log, std::ios::trunc).close();
+  p.pid = fork();
+  if (p.pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  // Readiness wait, bounded; no assertion is made on how long it takes.
+  for (int i = 0; i < 300; ++i) {
+    if (Slurp(log).find("listening ") != std::string::npos) return p;
+    int status;
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      ADD_FAILURE() << argv[0] << " exited early:\n" << Slurp(log);
+      p.pid = -1;
+      return p;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << argv[0] << " did not start:\n" << Slurp(log);
+  return p;
+}
+
+int Stop(Proc& p, int sig = SIGTERM) {
+  if (p.pid <= 0) return -1;
+  kill(p.pid, sig);
+  int status = 0;
+  waitpid(p.pid, &status, 0);
+  p.pid = -1;
+  return status;
+}
+
+class FabricScenarioTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cxlkv-scenario.XXXXXX";
+    root_ = mkdtemp(tmpl);
+    fport_ = FreePort();
+    url_ = "http://127.0.0.1:" + std::to_string(fport_);
+    for (const char* h : {"node-a", "node-b"}) StartHost(h);
+    WriteConfig("");
+    StartFabric();
+    fabric::ClientOptions o;
+    o.base_url = url_;
+    ASSERT_TRUE(fabric::FabricClient::Open(o, &client_).ok());
+  }
+  void TearDown() override {
+    Stop(fabricd_);
+    for (auto& [h, p] : hostd_) Stop(p);
+    if (!HasFailure()) std::system(("rm -rf " + root_).c_str());
+  }
+  void StartHost(const std::string& h) {
+    std::string d = root_ + "/" + h;
+    std::vector<std::string> argv = {CXLKV_HOSTD_BIN, "--host-id", h, "--listen",
+                                     "127.0.0.1:" + std::to_string(HostPort(h)), "--fabric", url_,
+                                     "--cdi-dir", d + "/cdi", "--state-dir", d + "/state",
+                                     "--dev-dir", d + "/dev", "--container-dir", "",
+                                     "--resync-interval", "0"};
+    hostd_[h] = Start(argv, d + ".log");
+  }
+  int HostPort(const std::string& h) {
+    if (!hport_.count(h)) hport_[h] = FreePort();
+    return hport_[h];
+  }
+  void WriteConfig(const std::string& extra) {
+    std::ofstream(root_ + "/fabricd.yaml")
+        << "stateDir: " << root_ << "/fabric-state\nbackingDir: " << root_ << "/backing\n"
+        << "appliances:\n  - id: cma-0\n    blades:\n      - id: blade-0\n"
+        << "        resourceBlockMiB: 16\n        channels: 4\n        blocksPerChannel: 2\n"
+        << "        ports:\n          - {id: P1, host: node-a, hostPort: port0}\n"
+        << "          - {id: P2, host: node-b, hostPort: port0}\n"
+        << "hosts:\n  - {id: node-a, agent: \"http://127.0.0.1:" << HostPort("node-a") << "\"}\n"
+        << "  - {id: node-b, agent: \"http://127.0.0.1:" << HostPort("node-b") << "\"}\n"
+        << extra;
+  }
+  void StartFabric() {
+    fabricd_ = Start({CXLKV_FABRICD_BIN, "--config", root_ + "/fabricd.yaml", "--listen",
+                      "127.0.0.1:" + std::to_string(fport_)},
+                     root_ + "/fabricd." + std::to_string(++fabric_starts_) + ".log");
+  }
+  json Call(const std::string& method, const std::string& path, const json& body = nullptr,
+            long* code = nullptr, const std::string& base = "") {
+    fabric::ClientOptions o;
+    o.base_url = base.empty() ? url_ : base;
+    std::unique_ptr<fabric::FabricClient> c;
+    EXPECT_TRUE(fabric::FabricClient::Open(o, &c).ok());
+    long status = 0;
+    std::string out;
+    Status s = c->Call(method, path, body.is_null() ? "" : body.dump(), &status, &out);
+    if (code) *code = s.ok() ? status : -1;
+    if (!s.ok()) return nullptr;
+    return out.empty() ? json() : json::parse(out, nullptr, false);
+  }
+  std::string HostUrl(const std::string& h) { return "http://127.0.0.1:" + std::to_string(HostPort(h)); }
+  void Resync(const std::string& h) {
+    long code = 0;
+    Call("POST", "/cxlkv/v1/resync", nullptr, &code, HostUrl(h));
+    EXPECT_EQ(code, 200) << "resync " << h;
+  }
+  int64_t AllocatedMiB() {
+    json b = Call("GET", "/cfm/v1/appliances/cma-0/blades/blade-0");
+    return b.value("totalMemoryAllocatedMiB", int64_t{0});
+  }
+  // The fabric manager's regions for each host == the agent's == the CDI dir.
+  void ExpectAgreement(const std::set<std::string>& want_a, const std::set<std::string>& want_b) {
+    for (const auto& [h, want] : std::map<std::string, std::set<std::string>>{
+             {"node-a", want_a}, {"node-b", want_b}}) {
+      std::set<std::string> fab, agent;
+      json fr = Call("GET", "/cxlkv/v1/hosts/" + h + "/regions");
+      for (const auto& r : fr["regions"]) fab.insert(r["id"].get<std::string>());
+      json ar = Call("GET", "/cxlkv/v1/regions", nullptr, nullptr, HostUrl(h));
+      for (const auto& r : ar["regions"]) agent.insert(r["allocationId"].get<std::string>());
+      EXPECT_EQ(fab, want) << h << ": fabric manager listing";
+      EXPECT_EQ(agent, want) << h << ": agent listing";
+      EXPECT_EQ(JsonFiles(root_ + "/" + h + "/cdi"), want) << h << ": CDI specs";
+    }
+  }
+  fabric::Region Compose(int share, int64_t mib, bool* partial = nullptr) {
+    fabric::ComposeRequest req;
+    req.size_mib = mib;
+    req.qos = 2;
+    req.share_count = share;
+    req.claim_uid = "claim-1";
+    fabric::ComposeResult r;
+    Status s = client_->Compose("cma-0", "blade-0", req, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (partial) *partial = r.partial;
+    return r.region;
+  }
+
+  std::string root_, url_;
+  int fport_ = 0, fabric_starts_ = 0;
+  std::map<std::string, int> hport_;
+  std::map<std::string, Proc> hostd_;
+  Proc fabricd_;
+  std::unique_ptr<fabric::FabricClient> client_;
+};
+
+TEST_F(FabricScenarioTest, ShareCountTwoMapsTheSameBytesOnBothHostsAndFreeCleansUp) {
+  fabric::Region r = Compose(2, 40);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  EXPECT_EQ(r.size_mib, 64) << "40 MiB at QoS 2 rounds up to 2 x 2 x 16 MiB";
+  for (const auto& m : r.mappings) EXPECT_EQ(m.materialization, "Materialized") << m.error;
+  ExpectAgreement({r.id}, {r.id});
+  // Same bytes: write through node-a's device, read through node-b's.
+  std::string pa = root_ + "/node-a/dev/" + r.id, pb = root_ + "/node-b/dev/" + r.id;
+  int fa = open(pa.c_str(), O_RDWR), fb = open(pb.c_str(), O_RDWR);
+  ASSERT_GE(fa, 0);
+  ASSERT_GE(fb, 0);
+  auto* a = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fa, 0));
+  auto* b = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fb, 0));
+  std::strcpy(a + 100, "stored by node-a");
+  EXPECT_STREQ(b + 100, "stored by node-a");
+  munmap(a, 4096);
+  munmap(b, 4096);
+  close(fa);
+  close(fb);
+  json spec = json::parse(Slurp(root_ + "/node-b/cdi/" + r.id + ".json"));
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][0], "CXL_DAX_DEVICE=" + pb);
+  EXPECT_EQ(AllocatedMiB(), 64);
+
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+  ExpectAgreement({}, {});
+  struct stat st;
+  EXPECT_NE(lstat(pa.c_str(), &st), 0);
+  EXPECT_NE(lstat(pb.c_str(), &st), 0);
+  EXPECT_TRUE(JsonFiles(root_ + "/backing").empty());
+  EXPECT_EQ(AllocatedMiB(), 0) << "capacity is back";
+  EXPECT_TRUE(client_->Free("cma-0", "blade-0", r.id).IsNotFound());
+}
+
+TEST_F(FabricScenarioTest, FailedPortAssignmentAnswers206AndKeepsTheRegion) {
+  long code = 0;
+  Call("PUT", "/cxlkv/v1/faults", {{"failAssignPorts", {"P2"}}}, &code);
+  ASSERT_EQ(code, 200);
+  json body = {{"memorySizeMiB", 16}, {"QoS", 1}, {"shareCount", 2}};
+  json r = Call("POST", "/cfm/v1/appliances/cma-0/blades/blade-0/memory", body, &code);
+  ASSERT_EQ(code, 206) << r.dump();
+  ASSERT_EQ(r["mappings"].size(), 1u);
+  EXPECT_EQ(r["mappings"][0]["appliancePort"], "P1");
+  std::string id = r["id"];
+  ExpectAgreement({id}, {});
+  EXPECT_EQ(AllocatedMiB(), 16) << "206 leaves the region allocated; the caller frees it";
+  // Assigning the failed port again still fails; after clearing the fault it works.
+  Call("PATCH", "/cfm/v1/appliances/cma-0/blades/blade-0/memory/" + id,
+       {{"Port", "P2"}, {"Operation", "assign"}}, &code);
+  EXPECT_EQ(code, 500);
+  Call("PUT", "/cxlkv/v1/faults", json::object(), &code);
+  fabric::Region out;
+  ASSERT_TRUE(client_->Assign("cma-0", "blade-0", id, "P2", true, &out).ok());
+  ExpectAgreement({id}, {id});
+  ASSERT_TRUE(client_->Assign("cma-0", "blade-0", id, "P2", false, &out).ok());
+  ExpectAgreement({id}, {});
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", id).ok());
+  ExpectAgreement({}, {});
+}
+
+TEST_F(FabricScenarioTest, HostFailureIsNonFatalAndTheHostCatchesUpOnRestart) {
+  Stop(hostd_["node-b"], SIGKILL);
+  fabric::Region r = Compose(2, 16);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  EXPECT_EQ(r.mappings[0].materialization, "Materialized");
+  EXPECT_EQ(r.mappings[1].materialization, "Failed");
+  EXPECT_NE(r.mappings[1].error.find("materialize on host node-b"), std::string::npos)
+      << r.mappings[1].error;
+  EXPECT_TRUE(JsonFiles(root_ + "/node-b/cdi").empty());
+  StartHost("node-b");  // resyncs at start
+  ExpectAgreement({r.id}, {r.id});
+
+  // An injected materialization failure on one host, with the agent up.
+  long code = 0;
+  Call("PUT", "/cxlkv/v1/faults", {{"failMaterializeHosts", {"node-a"}}}, &code);
+  fabric::Region r2 = Compose(2, 16);
+  EXPECT_EQ(r2.mappings[0].materialization, "Failed");
+  EXPECT_EQ(r2.mappings[1].materialization, "Materialized");
+  // The manager reports the failure; node-a does not have the region yet.
+  fabric::Region got;
+  ASSERT_TRUE(client_->Get("cma-0", "blade-0", r2.id, &got).ok());
+  EXPECT_EQ(got.mappings[0].materialization, "Failed");
+  EXPECT_TRUE(JsonFiles(root_ + "/node-a/cdi").count(r2.id) == 0);
+  Resync("node-a");  // the host agent repairs what the fault skipped
+  ExpectAgreement({r.id, r2.id}, {r.id, r2.id});
+}
+
+TEST_F(FabricScenarioTest, PowerCycleAndRestartForgetRegionsAndHostsFollowAfterResync) {
+  fabric::Region r = Compose(2, 32);
+  ExpectAgreement({r.id}, {r.id});
+  int forgotten = 0;
+  ASSERT_TRUE(client_->PowerCycle("cma-0", "blade-0", &forgotten).ok());
+  EXPECT_EQ(forgotten, 1);
+  Stop(fabricd_);
+  StartFabric();
+  std::vector<fabric::Region> regions;
+  ASSERT_TRUE(client_->List("cma-0", "blade-0", &regions).ok());
+  EXPECT_TRUE(regions.empty());
+  EXPECT_EQ(AllocatedMiB(), 0);
+  EXPECT_TRUE(JsonFiles(root_ + "/backing").empty());
+  // Hosts still hold stale devices until they resync (paper §2.6).
+  EXPECT_EQ(JsonFiles(root_ + "/node-a/cdi").size(), 1u);
+  Resync("node-a");
+  Resync("node-b");
+  ExpectAgreement({}, {});
+}
+
+TEST_F(FabricScenarioTest, StateSurvivesAKilledFabricManager) {
+  fabric::Region r = Compose(2, 16);
+  Stop(fabricd_, SIGKILL);
+  StartFabric();
+  fabric::Region got;
+  ASSERT_TRUE(client_->Get("cma-0", "blade-0", r.id, &got).ok());
+  EXPECT_EQ(got.size_mib, r.size_mib);
+  EXPECT_EQ(got.claim_uid, "claim-1");
+  EXPECT_EQ(got.mappings.size(), 2u);
+  EXPECT_EQ(AllocatedMiB(), r.size_mib);
+  ExpectAgreement({r.id}, {r.id});
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+  ExpectAgreement({}, {});
+}
+
+TEST_F(FabricScenarioTest, CrashMidComposeIsRolledBackEverywhere) {
+  for (const char* point : {"compose:allocated", "compose:assigned", "compose:materialized"}) {
+    SCOPED_TRACE(point);
+    long code = 0;
+    Call("PUT", "/cxlkv/v1/faults", {{"crashAt", point}}, &code);
+    ASSERT_EQ(code, 200);
+    fabric::ComposeRequest req;
+    req.size_mib = 16;
+    req.qos = 1;
+    req.share_count = 2;
+    fabric::ComposeResult res;
+    EXPECT_TRUE(client_->Compose("cma-0", "blade-0", req, &res).IsIOError());
+    int status = 0;
+    ASSERT_EQ(waitpid(fabricd_.pid, &status, 0), fabricd_.pid);
+    fabricd_.pid = -1;
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    StartFabric();  // the fault was runtime-only; recovery rolls back
+    std::vector<fabric::Region> regions;
+    ASSERT_TRUE(client_->List("cma-0", "blade-0", &regions).ok());
+    EXPECT_TRUE(regions.empty());
+    EXPECT_EQ(AllocatedMiB(), 0);
+    EXPECT_TRUE(JsonFiles(root_ + "/backing").empty());
+    ExpectAgreement({}, {});
+  }
+}
+
+TEST_F(FabricScenarioTest, BasicAuthIsEnforcedWhenConfigured) {
+  Stop(fabricd_);
+  WriteConfig("auth: {username: admin, password: s3cret}\n");
+  StartFabric();
+  long code = 0;
+  Call("GET", "/cfm/v1/appliances", nullptr, &code);
+  EXPECT_EQ(code, 401);
+  fabric::ClientOptions o;
+  o.base_url = url_;
+  o.username = "admin";
+  o.password = "s3cret";
+  std::unique_ptr<fabric::FabricClient> c;
+  ASSERT_TRUE(fabric::FabricClient::Open(o, &c).ok());
+  std::vector<fabric::Pool> pools;
+  Status s = c->ListPools(&pools);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(pools.size(), 1u);
+  EXPECT_EQ(pools[0].total_mib, 128);
+  EXPECT_EQ(pools[0].block_mib, 16);
+  EXPECT_EQ(pools[0].hosts, (std::vector<std::string>{"node-a", "node-b"}));
+}
+
+TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
+  fabric::Region r = Compose(1, 16);
+  Stop(fabricd_);
+  std::string good = Slurp(root_ + "/fabricd.yaml");
+  std::ofstream(root_ + "/fabricd.yaml") << "appliances: [ {id: cma-0\n";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open((root_ + "/bad.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    execl(CXLKV_FABRICD_BIN, CXLKV_FABRICD_BIN, "--config", (root_ + "/fabricd.yaml").c_str(),
+          "--listen", ("127.0.0.1:" + std::to_string(fport_)).c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_NE(Slurp(root_ + "/bad.log").find("parse config"), std::string::npos)
+      << Slurp(root_ + "/bad.log");
+  std::ofstream(root_ + "/fabricd.yaml") << good;
+  StartFabric();
+  fabric::Region got;
+  EXPECT_TRUE(client_->Get("cma-0", "blade-0", r.id, &got).ok());
+}
+
+}  // namespace
+}  // namespace cxlkv
