@@ -38,9 +38,17 @@ class ClientE2ETest : public E2ETest {
     ASSERT_EQ(list["items"].size(), 1u);
     EXPECT_EQ(list["items"][0]["metadata"]["name"], name);
 
-    got["metadata"]["labels"]["cxlkv.dev/updated"] = "yes";
+    // Controllers may write the object between our read and write (the node
+    // lifecycle controller taints new Nodes): re-read and retry on 409, as
+    // every client of an optimistic-concurrency API must.
     Json updated;
-    ASSERT_TRUE((s = rc.Update(got, &updated)).ok()) << s.ToString();
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      ASSERT_TRUE((s = rc.Get(name, &got)).ok()) << s.ToString();
+      got["metadata"]["labels"]["cxlkv.dev/updated"] = "yes";
+      s = rc.Update(got, &updated);
+      if (!s.IsConflict()) break;
+    }
+    ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(updated["metadata"]["labels"]["cxlkv.dev/updated"], "yes");
     EXPECT_NE(updated["metadata"]["resourceVersion"], got["metadata"]["resourceVersion"]);
 
@@ -128,7 +136,8 @@ TEST_F(ClientE2ETest, CrudEvent) {
              {"reason", "Crud"},
              {"type", "Normal"},
              {"note", "round trip"},
-             {"regarding", {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"name", ns_}}}});
+             {"regarding", {{"apiVersion", "coordination.k8s.io/v1"}, {"kind", "Lease"},
+                            {"namespace", ns_}, {"name", "some-lease"}}}});
 }
 
 // A PUT carrying a resourceVersion that is no longer current is refused with

@@ -93,26 +93,6 @@ TEST_F(InformerE2ETest, ResyncRedeliversCachedObjects) {
   EXPECT_EQ(rec.Count("add r"), 1);
 }
 
-// Starting the watch at a version the apiserver no longer has forces a real
-// 410 from the server; the informer must relist and end up with the objects.
-TEST_F(InformerE2ETest, RelistsAfterForced410) {
-  ASSERT_TRUE(MakeLease("g1").ok());
-  ASSERT_TRUE(MakeLease("g2").ok());
-  Recorder rec;
-  InformerOptions o;
-  o.ns = ns_;
-  o.start_resource_version = "1";
-  Informer inf(client_.get(), Leases(), o, rec.Handlers());
-  inf.Start();
-  ASSERT_TRUE(inf.WaitForSync(seconds(30)));
-  auto c = inf.counters();
-  EXPECT_GE(c.gone, 1);
-  EXPECT_GE(c.lists, 1);
-  EXPECT_EQ(inf.List().size(), 2u);
-  ASSERT_TRUE(MakeLease("g3").ok());
-  EXPECT_TRUE(Eventually([&] { return rec.Count("add g3") == 1; }, seconds(30)));
-}
-
 // The apiserver is stopped and started again under a running informer: the
 // watch breaks, the informer backs off and reconnects (relisting if its
 // version expired), and later changes still arrive.

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cxlkv/kube/informer.h"
 #include "cxlkv/kube/typed.h"
 #include "testing/e2e_env.h"
 
@@ -56,14 +57,25 @@ TEST_F(WatchE2ETest, DeliversAddModifyDeleteInOrder) {
 
 // A resourceVersion older than the apiserver's watch history is answered
 // with 410 Gone (as an HTTP status or as an ERROR event carrying code 410).
-TEST_F(WatchE2ETest, TooOldResourceVersionIsGone) {
+// To force it for real: note a version, write once more, restart the
+// apiserver (its watch cache then starts after the noted version).
+TEST_F(WatchE2ETest, VersionFromBeforeRestartIsGone) {
   ResourceClient leases = LeaseClient(client_.get(), ns_);
   Json obj;
   ASSERT_TRUE(leases.Create({{"metadata", {{"name", "old"}}}}, &obj).ok());
+  std::string old_rv = obj["metadata"]["resourceVersion"];
+  ASSERT_TRUE(leases.Create({{"metadata", {{"name", "newer"}}}}, &obj).ok());
+  ASSERT_EQ(ClusterCommand("restart-apiserver"), 0) << "needs CXLKV_E2E_CLUSTER (cluster.sh env)";
+
   WatchOptions wo;
-  wo.resource_version = "1";
+  wo.resource_version = old_rv;
   int error_code = 0;
   std::string error_reason;
+  std::atomic<bool> stop{false};
+  std::thread guard([&] {  // a watch that is not refused would idle forever
+    for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = true;
+  });
   Status s = leases.Watch(wo, [&](const WatchEvent& ev) {
     if (ev.type == "ERROR") {
       error_code = ev.object.value("code", 0);
@@ -71,11 +83,27 @@ TEST_F(WatchE2ETest, TooOldResourceVersionIsGone) {
       return false;
     }
     return true;
-  });
+  }, &stop);
+  stop = true;
+  guard.join();
   EXPECT_TRUE(s.IsGone() || error_code == 410) << s.ToString() << " code " << error_code;
   if (error_code == 410) {
     EXPECT_TRUE(error_reason == "Expired" || error_reason == "Gone") << error_reason;
   }
+
+  // An informer resuming from that version gets the same 410 and relists.
+  InformerOptions o;
+  o.ns = ns_;
+  o.start_resource_version = old_rv;
+  Informer inf(client_.get(), Leases(), o, {});
+  inf.Start();
+  ASSERT_TRUE(inf.WaitForSync(std::chrono::seconds(30)));
+  auto c = inf.counters();
+  EXPECT_GE(c.gone, 1);
+  EXPECT_GE(c.lists, 1);
+  Json cached;
+  EXPECT_TRUE(inf.Get(ns_ + "/old", &cached));
+  EXPECT_TRUE(inf.Get(ns_ + "/newer", &cached));
 }
 
 TEST_F(WatchE2ETest, StopFlagEndsAnIdleWatch) {

@@ -106,11 +106,16 @@ stop_proc() {  # <name>: TERM, wait up to 10 s, then KILL
   rm -f "$f"
 }
 
-wait_for() {  # <what> <seconds> <cmd...>
+alive() {  # <name>: true when its process runs
+  [ -f "$DIR/pids/$1" ] && kill -0 "$(cat "$DIR/pids/$1")" 2>/dev/null
+}
+
+wait_for() {  # <process name> <seconds> <cmd...>: poll cmd; fail early if the process died
   local what=$1 secs=$2; shift 2
   local deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
     [ $SECONDS -lt $deadline ] || { log "$what not ready after ${secs}s"; return 1; }
+    if [ -e "$DIR/pids/$what" ] && ! alive "$what"; then log "$what exited"; return 1; fi
     sleep 0.5
   done
 }
@@ -132,6 +137,7 @@ start_apiserver() {
     --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC --allow-privileged=true \
+    --endpoint-reconciler-type=none \
     --feature-gates="$GATES" \
     --profiling=false --v=1
   wait_for kube-apiserver 120 apiserver_healthy || { tail -20 "$DIR/logs/kube-apiserver.log" >&2; return 1; }
@@ -181,9 +187,9 @@ cmd_up() {
   log "registering $NODES fake nodes"
   start_proc fakenodes "$bin/cxlkv-fakenodes" --kubeconfig="$DIR/admin.kubeconfig" \
     --count="$NODES" --heartbeat=10s --ready-file="$DIR/nodes.ready"
-  wait_for "fake nodes" 120 test -f "$DIR/nodes.ready" || { tail "$DIR/logs/fakenodes.log" >&2; return 1; }
+  wait_for fakenodes 120 test -f "$DIR/nodes.ready" || { tail "$DIR/logs/fakenodes.log" >&2; return 1; }
   local k="$bin/kubectl --kubeconfig=$DIR/admin.kubeconfig"
-  wait_for "default service account" 120 $k get serviceaccount default -n default ||
+  wait_for kube-controller-manager 120 $k get serviceaccount default -n default ||
     { tail -20 "$DIR/logs/kube-controller-manager.log" >&2; return 1; }
   log "up in $((SECONDS - t0))s (build/cache check $((tb - t0))s): Kubernetes $VERSION, state in $DIR"
 }
