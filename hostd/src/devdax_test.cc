@@ -103,7 +103,7 @@ class DevdaxTest : public ::testing::Test {
 
 TEST_F(DevdaxTest, CreatesAlignedSizedBoundSubDeviceAndDestroysIt) {
   Device d;
-  Status s = m_->Materialize({"r1", 8 << 20, 0, ""}, &d);
+  Status s = m_->Materialize({"devdax-r1", 8 << 20, 0, ""}, &d);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(d.path, "/dev/dax0.1");
   EXPECT_EQ(d.major, 251);
@@ -122,6 +122,15 @@ TEST_F(DevdaxTest, CreatesAlignedSizedBoundSubDeviceAndDestroysIt) {
   EXPECT_NE(spec.find("\"type\": \"c\""), std::string::npos) << spec;
   EXPECT_NE(spec.find("\"hostPath\": \"/dev/dax0.1\""), std::string::npos) << spec;
   EXPECT_NE(spec.find("CXL_DAX_DEVICE=/dev/dax0.1"), std::string::npos) << spec;
+
+  // The stage's CDI check (scripts/test.d/30-fabric.sh) feeds this spec to
+  // the reference CDI implementation.
+  if (const char* dir = std::getenv("CXLKV_CDI_EXPORT_DIR")) {
+    CdiOptions o;
+    o.cdi_dir = dir;
+    std::string path;
+    ASSERT_TRUE(WriteCdiSpec(d, o, &path).ok());
+  }
 
   ASSERT_TRUE(m_->Remove(d).ok());
   EXPECT_FALSE(kernel_->bound.count("dax0.1"));

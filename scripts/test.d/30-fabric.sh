@@ -73,5 +73,122 @@ else
   run_st management --include-operation-id-regex "$destructive"
 fi
 
+# ---- 2. CDI specs through the reference implementation ----------------------
+CDICHECK=$WORK/cdicheck
+if (cd hostd/cdicheck && go build -o "$CDICHECK" .) >"$WORK/go-build.log" 2>&1; then
+  ok "build cdicheck (tags.cncf.io/container-device-interface)"
+else
+  bad "build cdicheck"; cat "$WORK/go-build.log"; CDICHECK=
+fi
+if [ -n "$CDICHECK" ]; then
+  mkdir -p "$WORK/devdax-cdi"
+  if CXLKV_CDI_EXPORT_DIR=$WORK/devdax-cdi "$BIN/hostd_unit_test" \
+       --gtest_filter='DevdaxTest.CreatesAlignedSizedBoundSubDeviceAndDestroysIt' >"$WORK/dd.log" 2>&1 &&
+     "$CDICHECK" -spec-dir "$WORK/devdax-cdi" cxlkv.dev/region=devdax-r1 >"$WORK/devdax-oci.json" &&
+     python3 - "$WORK/devdax-oci.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+env = s["process"]["env"]
+assert "CXL_DAX_DEVICE=/dev/dax0.1" in env and "CXL_DAX_SIZE=8388608" in env and "CXL_DAX_OFFSET=0" in env, env
+dev = s["linux"]["devices"][0]
+assert dev["path"] == "/dev/dax0.1" and dev["type"] == "c" and (dev["major"], dev["minor"]) == (251, 1), dev
+PY
+  then ok "CDI devdax spec validated and injected (env + c device node)"
+  else bad "CDI devdax spec"; cat "$WORK/dd.log"; fi
+fi
+
+# ---- 3. two hosts, one region, the cxlkv CLI on each ------------------------
+CLI=${CXLKV_CLI:-$BIN/cxlkv}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+E=$WORK/e2e; mkdir -p "$E"
+FPORT=$(free_port); PA=$(free_port); PB=$(free_port)
+cat >"$E/fabricd.yaml" <<YAML
+stateDir: $E/fabric-state
+backingDir: $E/backing
+appliances:
+  - id: cma-0
+    blades:
+      - id: blade-0
+        resourceBlockMiB: 16
+        channels: 4
+        blocksPerChannel: 2
+        ports:
+          - {id: P1, host: node-a, hostPort: port0}
+          - {id: P2, host: node-b, hostPort: port0}
+hosts:
+  - {id: node-a, agent: "http://127.0.0.1:$PA"}
+  - {id: node-b, agent: "http://127.0.0.1:$PB"}
+YAML
+"$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT" --log-level warn \
+  >"$E/fabricd.out" 2>&1 & pids+=($!)
+for h in a b; do
+  port=$PA; [ $h = b ] && port=$PB
+  "$BIN/cxlkv-hostd" --host-id node-$h --listen "127.0.0.1:$port" --fabric "http://127.0.0.1:$FPORT" \
+    --cdi-dir "$E/node-$h/cdi" --state-dir "$E/node-$h/state" --dev-dir "$E/node-$h/dev" \
+    --container-dir "$E/ctr-$h" --resync-interval 0 >"$E/hostd-$h.out" 2>&1 & pids+=($!)
+done
+up=0
+for _ in $(seq 100); do
+  if grep -q listening "$E/fabricd.out" && grep -q listening "$E/hostd-a.out" && grep -q listening "$E/hostd-b.out"; then up=1; break; fi
+  sleep 0.1
+done
+F=http://127.0.0.1:$FPORT
+MEM=$F/cfm/v1/appliances/cma-0/blades/blade-0/memory
+if [ $up = 0 ]; then
+  bad "e2e: processes did not start"; cat "$E"/*.out
+else
+  code=$(curl -s -o "$E/region.json" -w '%{http_code}' -X POST "$MEM" \
+    -H 'Content-Type: application/json' -d '{"memorySizeMiB": 64, "QoS": 2, "shareCount": 2, "claimUid": "e2e"}')
+  ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$E/region.json" 2>/dev/null)
+  if [ "$code" = 201 ] && [ -n "$ID" ]; then ok "e2e: compose shareCount 2 -> 201"; else bad "e2e: compose ($code)"; cat "$E/region.json"; fi
+  cdi_ok=1
+  for h in a b; do
+    if [ -n "$CDICHECK" ] && "$CDICHECK" -spec-dir "$E/node-$h/cdi" "cxlkv.dev/region=$ID" >"$E/oci-$h.json" &&
+       python3 - "$E/oci-$h.json" "$E/ctr-$h/$ID" "$E/node-$h/dev/$ID" <<'PY'
+import json, sys
+s, ctr, host = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+env = s["process"]["env"]
+assert f"CXL_DAX_DEVICE={ctr}" in env and f"CXL_DAX_SIZE={64 << 20}" in env and "CXL_DAX_OFFSET=0" in env, env
+assert any(m["destination"] == ctr and m["source"] == host and "bind" in m["options"] for m in s["mounts"]), s["mounts"]
+PY
+    then :; else cdi_ok=0; fi
+  done
+  [ $cdi_ok = 1 ] && ok "e2e: both hosts' CDI specs validated and injected (env + bind mount)" || bad "e2e: CDI specs"
+  if [ "$(id -u)" != 0 ] || ! unshare --mount true 2>/dev/null; then
+    bad "e2e: cxlkv on each host needs root for a private mount namespace (unshare -m)"
+  elif [ ! -x "$CLI" ]; then
+    bad "e2e: cxlkv CLI not built ($CLI)"
+  else
+    # One replay worker "on" each host, each attaching through its own CDI
+    # environment and mount; they share only the region's bytes (and the
+    # replay's control file, which stands for the request router).
+    for i in 0 1; do
+      h=a; [ $i = 1 ] && h=b
+      python3 hostd/cdicheck/run_in_oci.py "$E/oci-$h.json" -- "$CLI" replay \
+        --trace data/traces/mooncake-conversation-trace.jsonl --limit 400 --block-tokens 16 \
+        --kv-bytes-per-token 64 --replica-index $i --replica-count 2 --control "$E/replay.ctl" \
+        --json --quiet >"$E/replay-$h.json" 2>"$E/replay-$h.err" &
+      eval "rp$i=\$!"
+    done
+    wait "$rp0"; r0=$?; wait "$rp1"; r1=$?
+    if [ $r0 = 0 ] && [ $r1 = 0 ] && python3 - "$E/replay-a.json" "$E/replay-b.json" <<'PY'
+import json, sys
+for p in sys.argv[1:]:
+    r = json.load(open(p))
+    assert r["errors"] == 0 and r["wrong_data"] == 0 and r["unexpected_verify_failures"] == 0, r
+    assert r["cross_replica_hits"] > 0, f"{p}: no hit on the other host's stores: {r}"
+    print(f"  {p.rsplit('/', 1)[1]}: region {r['region']}, {r['cross_replica_hits']} cross-host hits")
+PY
+    then ok "e2e: cxlkv on node-a and node-b attach through CDI and see each other's stores"
+    else bad "e2e: cxlkv replay across hosts (rc $r0/$r1)"; tail -5 "$E"/replay-*; fi
+  fi
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$MEM/$ID")
+  left=$(ls "$E/node-a/cdi" "$E/node-b/cdi" "$E/node-a/dev" "$E/node-b/dev" "$E/backing" 2>/dev/null | grep -c "$ID")
+  alloc=$(curl -s "$F/cfm/v1/appliances/cma-0/blades/blade-0" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("totalMemoryAllocatedMiB", 0))')
+  if [ "$code" = 200 ] && [ "$left" = 0 ] && [ "$alloc" = 0 ]; then
+    ok "e2e: free -> both hosts' devices and CDI specs gone, capacity back"
+  else bad "e2e: free (HTTP $code, $left leftovers, $alloc MiB still allocated)"; fi
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
