@@ -311,23 +311,25 @@ PYBIND11_MODULE(_cxlkv, m) {
          py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
       .def("load", [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
                       const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
-                      const std::vector<uint32_t>& first_piece, GpuPath path) {
+                      const std::vector<uint32_t>& first_piece, GpuPath path, bool verify_crc) {
         if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
             first_piece.back() != ptr.size())
           Raise(Status::InvalidArgument("load: keys, pieces and first_piece do not agree"));
         GpuLoadResult res;
+        LoadOptions lo;
+        lo.verify_crc = verify_crc;
         Status s;
         {
           py::gil_scoped_release nogil;
           s = g.Load(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()},
-                     path, &res);
+                     path, &res, lo);
         }
         Raise(s);
         py::list st;
         for (size_t i = 0; i < keys.size(); ++i) st.append(StatusTuple(res.status[i]));
         return py::make_tuple(res.loaded, res.prefix, st, res.len);
       }, py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
-         py::arg("path") = GpuPath::kDirect);
+         py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
 #endif
   m.attr("HAVE_CUDA") = py::bool_(
 #if defined(CXLKV_WITH_CUDA)

@@ -134,7 +134,7 @@ class GpuRegion:
         return StoreResult(stored, statuses, outcomes)
 
     def load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
-             on_failure="raise"):
+             on_failure="raise", verify_crc=True):
         """Loads keys[i] into chunk i of ``block_ids``. Returns a LoadResult.
 
         Every chunk is checked (GPU CRC32C against the CRC recorded at store, and
@@ -143,6 +143,7 @@ class GpuRegion:
         chunk failed (vLLM's default policy treats a failed promised load as
         fatal); ``"report"`` returns the result so the caller can recompute the
         failed chunks (vLLM's kv_load_failure_policy="recompute").
+        ``verify_crc=False`` skips the GPU CRC32C (generation check only).
         """
         if on_failure not in ("raise", "report"):
             raise ValueError("on_failure must be 'raise' or 'report'")
@@ -150,7 +151,8 @@ class GpuRegion:
         ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
         if len(first) - 1 != len(keys):
             raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
-        loaded, prefix, statuses, lengths = self._gpu.load(ns, keys, ptr, length, first, _PATHS[path])
+        loaded, prefix, statuses, lengths = self._gpu.load(ns, keys, ptr, length, first, _PATHS[path],
+                                                           bool(verify_crc))
         result = LoadResult(loaded, prefix, statuses, lengths)
         if on_failure == "raise" and loaded != len(keys):
             failed = result.failed

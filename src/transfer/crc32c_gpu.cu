@@ -44,42 +44,38 @@ __device__ uint32_t RawCrc(const uint8_t* p, uint64_t n, const uint32_t (*t)[256
   return c;
 }
 
-// Largest p in [0, num_pieces) with seg_first[p] <= g: the piece holding
-// segment g (pieces without segments share their successor's seg_first).
-__device__ uint32_t FindPiece(const uint64_t* seg_first, uint32_t num_pieces, uint64_t g) {
-  uint32_t lo = 0, hi = num_pieces;
+// Largest i in [0, n) with first[i] <= g: the piece (or block) holding
+// segment g (entries without segments share their successor's first).
+__device__ uint32_t FindOwner(const uint64_t* first, uint32_t n, uint64_t g) {
+  uint32_t lo = 0, hi = n;
   while (hi - lo > 1) {
     const uint32_t mid = lo + (hi - lo) / 2;
-    if (seg_first[mid] <= g) lo = mid; else hi = mid;
+    if (first[mid] <= g) lo = mid; else hi = mid;
   }
   return lo;
 }
 
-// One thread block per segment g in [seg_begin, seg_begin + gridDim.x):
-// seg_crc[g] = raw CRC of the segment.
-__global__ void SegmentKernel(const uint64_t* piece_ptr, const uint64_t* piece_len,
-                              const uint64_t* seg_first, uint32_t num_pieces, uint64_t seg_begin,
-                              const uint32_t* tables, uint32_t* seg_crc) {
-  __shared__ uint32_t t[8][256];
-  __shared__ uint32_t pow8[kPowWords];
-  __shared__ uint32_t crc[kThreads];
-  __shared__ uint32_t len[kThreads];
-  const int tid = threadIdx.x;
-  for (int i = tid; i < kTableWords; i += kThreads) t[i / 256][i % 256] = tables[i];
-  if (tid < kPowWords) pow8[tid] = tables[kTableWords + tid];
-  __syncthreads();
+struct Desc {
+  const uint64_t* piece_ptr;
+  const uint64_t* piece_len;
+  const uint64_t* seg_first;        // per piece, + end
+  const uint64_t* block_seg_first;  // per block, + end
+  uint32_t* done;                   // per block: segments finished
+  uint32_t num_pieces, num_blocks;
+};
 
-  const uint64_t g = seg_begin + blockIdx.x;
-  const uint32_t p = FindPiece(seg_first, num_pieces, g);
-  const uint64_t seg_off = (g - seg_first[p]) * kCrcSegmentBytes;
-  const uint64_t seg_len = min(kCrcSegmentBytes, piece_len[p] - seg_off);
-  const uint64_t start = static_cast<uint64_t>(tid) * kChunk;
-  const uint64_t mine = start < seg_len ? min(kChunk, seg_len - start) : 0;
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(piece_ptr[p]) + seg_off + start;
-  crc[tid] = mine ? RawCrc(base, mine, t) : 0u;
-  len[tid] = static_cast<uint32_t>(mine);
-  __syncthreads();
-  // Fold neighbours: left * x^(8 |right|) ^ right, doubling the span each round.
+__device__ uint64_t SegmentLen(const Desc& d, uint64_t g, uint64_t* offset, uint32_t* piece) {
+  const uint32_t p = FindOwner(d.seg_first, d.num_pieces, g);
+  const uint64_t off = (g - d.seg_first[p]) * kCrcSegmentBytes;
+  if (offset) *offset = off;
+  if (piece) *piece = p;
+  return min(kCrcSegmentBytes, d.piece_len[p] - off);
+}
+
+// Folds crc[0..kThreads) / len[0..kThreads) into crc[0] / len[0]:
+// left * x^(8 |right|) ^ right, doubling the span each round.
+__device__ void FoldTree(uint32_t* crc, uint32_t* len, const uint32_t* pow8) {
+  const int tid = threadIdx.x;
   for (int s = 1; s < kThreads; s <<= 1) {
     if ((tid & (2 * s - 1)) == 0) {
       crc[tid] = GfMul(crc[tid], XPow8n(len[tid + s], pow8)) ^ crc[tid + s];
@@ -87,30 +83,71 @@ __global__ void SegmentKernel(const uint64_t* piece_ptr, const uint64_t* piece_l
     }
     __syncthreads();
   }
-  if (tid == 0) seg_crc[g] = crc[0];
 }
 
-// One thread per block b in [begin, end): folds its segments in order and
-// finishes the CRC (initial value and final inversion).
-__global__ void BlockKernel(const uint64_t* piece_len, const uint64_t* seg_first,
-                            const uint32_t* first_piece, uint32_t begin, uint32_t end,
-                            const uint32_t* tables, const uint32_t* seg_crc, uint32_t* result) {
-  const uint32_t b = begin + blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= end) return;
-  const uint32_t* pow8 = tables + kTableWords;
-  const uint32_t x_seg = XPow8n(kCrcSegmentBytes, pow8);
+// One thread block per segment g in [seg_begin, seg_begin + gridDim.x):
+// seg_crc[g] = raw CRC of the segment. The last thread block to finish a
+// block's segments folds them and writes result[block] (mapped host memory).
+__global__ void CrcKernel(Desc d, uint64_t seg_begin, const uint32_t* tables, uint32_t* seg_crc,
+                          uint32_t* result) {
+  __shared__ uint32_t t[8][256];
+  __shared__ uint32_t pow8[kPowWords];
+  __shared__ uint32_t crc[kThreads];
+  __shared__ uint32_t len[kThreads];
+  __shared__ bool last;
+  __shared__ uint32_t block;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kTableWords; i += kThreads) t[i / 256][i % 256] = tables[i];
+  if (tid < kPowWords) pow8[tid] = tables[kTableWords + tid];
+  __syncthreads();
+
+  const uint64_t g = seg_begin + blockIdx.x;
+  uint64_t seg_off;
+  uint32_t p;
+  const uint64_t seg_len = SegmentLen(d, g, &seg_off, &p);
+  const uint64_t start = static_cast<uint64_t>(tid) * kChunk;
+  const uint64_t mine = start < seg_len ? min(kChunk, seg_len - start) : 0;
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(d.piece_ptr[p]) + seg_off + start;
+  crc[tid] = mine ? RawCrc(base, mine, t) : 0u;
+  len[tid] = static_cast<uint32_t>(mine);
+  __syncthreads();
+  FoldTree(crc, len, pow8);
+
+  if (tid == 0) {
+    seg_crc[g] = crc[0];
+    // Publish the segment before counting it (the classic last-block
+    // reduction: the finisher must see every segment's CRC).
+    __threadfence();
+    const uint32_t b = FindOwner(d.block_seg_first, d.num_blocks, g);
+    const uint32_t nseg = static_cast<uint32_t>(d.block_seg_first[b + 1] - d.block_seg_first[b]);
+    block = b;
+    last = atomicAdd(&d.done[b], 1u) == nseg - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+
+  const uint32_t b = block;
+  const uint64_t first = d.block_seg_first[b], end = d.block_seg_first[b + 1];
   uint32_t acc = 0;
   uint64_t total = 0;
-  for (uint32_t p = first_piece[b]; p < first_piece[b + 1]; ++p) {
-    uint64_t left = piece_len[p];
-    for (uint64_t g = seg_first[p]; g < seg_first[p + 1]; ++g) {
-      const uint64_t n = min(left, kCrcSegmentBytes);
-      acc = GfMul(acc, n == kCrcSegmentBytes ? x_seg : XPow8n(n, pow8)) ^ seg_crc[g];
-      total += n;
-      left -= n;
+  for (uint64_t chunk = first; chunk < end; chunk += kThreads) {
+    const uint64_t i = chunk + tid;
+    // __ldcg: read through L2, not a possibly stale L1 line.
+    crc[tid] = i < end ? __ldcg(seg_crc + i) : 0u;
+    len[tid] = i < end ? static_cast<uint32_t>(SegmentLen(d, i, nullptr, nullptr)) : 0u;
+    __syncthreads();
+    FoldTree(crc, len, pow8);
+    if (tid == 0) {
+      acc = GfMul(acc, XPow8n(len[0], pow8)) ^ crc[0];
+      total += len[0];
     }
+    __syncthreads();
   }
-  result[b] = FinishRaw(acc, total, pow8);
+  if (tid == 0) {
+    result[b] = FinishRaw(acc, total, pow8);
+    __threadfence_system();  // the host reads it after the stream synchronizes
+  }
 }
 
 Status LaunchStatus(const char* what) {
@@ -148,7 +185,7 @@ GpuCrc32c::~GpuCrc32c() {
 }
 
 Status GpuCrc32c::Reserve(size_t pieces, size_t blocks, uint64_t segments) {
-  const size_t need = 8 * (3 * pieces + 1) + 4 * (blocks + 1) + 4 * blocks + 64;
+  const size_t need = 8 * (3 * pieces + 1) + 8 * (blocks + 1) + 4 * blocks + 64;
   if (need > desc_bytes_) {
     const size_t cap = std::max(need, desc_bytes_ * 2);
     if (desc_) CXLKV_CU(cuMemFree(desc_));
@@ -165,11 +202,13 @@ Status GpuCrc32c::Reserve(size_t pieces, size_t blocks, uint64_t segments) {
   if (blocks > result_capacity_) {
     if (host_result_) CXLKV_CU(cuMemFreeHost(host_result_));
     host_result_ = nullptr;
+    dev_result_ = 0;
     result_capacity_ = 0;
     void* h = nullptr;
     const size_t cap = std::max<size_t>(blocks, 256);
-    CXLKV_CU(cuMemHostAlloc(&h, cap * sizeof(uint32_t), 0));
+    CXLKV_CU(cuMemHostAlloc(&h, cap * sizeof(uint32_t), CU_MEMHOSTALLOC_DEVICEMAP));
     host_result_ = static_cast<uint32_t*>(h);
+    CXLKV_CU(cuMemHostGetDevicePointer(&dev_result_, h, 0));
     result_capacity_ = cap;
   }
   if (segments > seg_capacity_) {
@@ -193,54 +232,47 @@ Status GpuCrc32c::Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len,
     piece_seg_first_[p + 1] =
         piece_seg_first_[p] + (piece_len[p] + kCrcSegmentBytes - 1) / kCrcSegmentBytes;
   }
-  first_piece_.assign(first_piece, first_piece + num_blocks + 1);
-  if (num_blocks == 0) first_piece_.assign(1, 0);
+  block_seg_first_.assign(num_blocks + 1, 0);
+  for (size_t b = 0; b <= num_blocks; ++b) block_seg_first_[b] = piece_seg_first_[first_piece[b]];
   CXLKV_RETURN_IF_ERROR(Reserve(num_pieces, num_blocks, piece_seg_first_[num_pieces]));
   num_pieces_ = num_pieces;
   num_blocks_ = num_blocks;
   off_len_ = 8 * num_pieces;
   off_seg_first_ = 16 * num_pieces;
-  off_first_piece_ = off_seg_first_ + 8 * (num_pieces + 1);
-  off_result_ = off_first_piece_ + 4 * (num_blocks + 1);
+  off_block_seg_ = off_seg_first_ + 8 * (num_pieces + 1);
+  off_done_ = off_block_seg_ + 8 * (num_blocks + 1);
+  desc_used_ = off_done_ + 4 * num_blocks;
   std::memcpy(host_desc_, piece_ptr, 8 * num_pieces);
   std::memcpy(host_desc_ + off_len_, piece_len, 8 * num_pieces);
   std::memcpy(host_desc_ + off_seg_first_, piece_seg_first_.data(), 8 * (num_pieces + 1));
-  std::memcpy(host_desc_ + off_first_piece_, first_piece_.data(), 4 * (num_blocks + 1));
-  CXLKV_CU(cuMemcpyHtoDAsync(desc_, host_desc_, off_result_, stream));
+  std::memcpy(host_desc_ + off_block_seg_, block_seg_first_.data(), 8 * (num_blocks + 1));
+  std::memset(host_desc_ + off_done_, 0, 4 * num_blocks);
+  // An empty block has no segment to finish it: its CRC32C is 0.
+  for (size_t b = 0; b < num_blocks; ++b) host_result_[b] = 0;
+  CXLKV_CU(cuMemcpyHtoDAsync(desc_, host_desc_, desc_used_, stream));
   return Status::OK();
 }
 
 Status GpuCrc32c::Launch(size_t begin, size_t end, CUstream stream) {
   if (begin > end || end > num_blocks_) return Status::InvalidArgument("crc32c: block range");
-  if (begin == end) return Status::OK();
-  const uint64_t seg_begin = piece_seg_first_[first_piece_[begin]];
-  const uint64_t seg_end = piece_seg_first_[first_piece_[end]];
+  const uint64_t seg_begin = block_seg_first_[begin];
+  const uint64_t seg_end = block_seg_first_[end];
+  if (seg_end == seg_begin) return Status::OK();
   auto* d = reinterpret_cast<uint8_t*>(desc_);
-  const auto* ptrs = reinterpret_cast<const uint64_t*>(d);
-  const auto* lens = reinterpret_cast<const uint64_t*>(d + off_len_);
-  const auto* seg_first = reinterpret_cast<const uint64_t*>(d + off_seg_first_);
-  const auto* first_piece = reinterpret_cast<const uint32_t*>(d + off_first_piece_);
-  auto* result = reinterpret_cast<uint32_t*>(d + off_result_);
-  const auto* tables = reinterpret_cast<const uint32_t*>(tables_);
-  auto* seg_crc = reinterpret_cast<uint32_t*>(seg_crc_);
-  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  Desc desc;
+  desc.piece_ptr = reinterpret_cast<const uint64_t*>(d);
+  desc.piece_len = reinterpret_cast<const uint64_t*>(d + off_len_);
+  desc.seg_first = reinterpret_cast<const uint64_t*>(d + off_seg_first_);
+  desc.block_seg_first = reinterpret_cast<const uint64_t*>(d + off_block_seg_);
+  desc.done = reinterpret_cast<uint32_t*>(d + off_done_);
+  desc.num_pieces = static_cast<uint32_t>(num_pieces_);
+  desc.num_blocks = static_cast<uint32_t>(num_blocks_);
   // Grid x may be up to 2^31 - 1 segments (256 TiB): no batch comes close.
-  if (seg_end > seg_begin) {
-    SegmentKernel<<<static_cast<unsigned>(seg_end - seg_begin), kThreads, 0, s>>>(
-        ptrs, lens, seg_first, static_cast<uint32_t>(num_pieces_), seg_begin, tables, seg_crc);
-    CXLKV_RETURN_IF_ERROR(LaunchStatus("crc32c segment kernel"));
-  }
-  const unsigned n = static_cast<unsigned>(end - begin);
-  BlockKernel<<<(n + 127) / 128, 128, 0, s>>>(lens, seg_first, first_piece,
-                                              static_cast<uint32_t>(begin),
-                                              static_cast<uint32_t>(end), tables, seg_crc, result);
-  return LaunchStatus("crc32c block kernel");
-}
-
-Status GpuCrc32c::Download(CUstream stream) {
-  if (num_blocks_ == 0) return Status::OK();
-  CXLKV_CU(cuMemcpyDtoHAsync(host_result_, desc_ + off_result_, 4 * num_blocks_, stream));
-  return Status::OK();
+  CrcKernel<<<static_cast<unsigned>(seg_end - seg_begin), kThreads, 0,
+              reinterpret_cast<cudaStream_t>(stream)>>>(
+      desc, seg_begin, reinterpret_cast<const uint32_t*>(tables_),
+      reinterpret_cast<uint32_t*>(seg_crc_), reinterpret_cast<uint32_t*>(dev_result_));
+  return LaunchStatus("crc32c kernel");
 }
 
 }  // namespace cxlkv::internal

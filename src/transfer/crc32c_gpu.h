@@ -6,10 +6,12 @@
 // more "pieces" (device byte ranges): vLLM's offloaded chunk is several GPU
 // pages that need not be adjacent.
 //
-// Method: each thread block checksums one 128 KiB segment of a piece
-// (slicing-by-8 per thread over 512 bytes, then a tree that combines the
-// threads' CRCs by multiplying with x^(8n) mod P); a second kernel folds the
-// segments of each block in order. Results equal the CPU's CRC32C bit for bit.
+// Method: one kernel. Each thread block checksums one 128 KiB segment of a
+// piece (slicing-by-8 per thread over 512 bytes, then a tree that combines
+// the threads' CRCs by multiplying with x^(8n) mod P); the last thread block
+// to finish a block's segments folds them in order and writes the block's
+// CRC straight into mapped host memory (no separate fold launch, no copy
+// back). Results equal the CPU's CRC32C bit for bit.
 //
 // Thread-safety: not thread-safe; the owner (GpuTransferEngine) serializes.
 // All calls need the owning CUDA context current.
@@ -38,17 +40,14 @@ class GpuCrc32c {
   // that description on `stream`. Block b consists of pieces
   // [first_piece[b], first_piece[b+1]) in order; piece p is piece_len[p]
   // bytes at device address piece_ptr[p]. The arrays are copied; the device
-  // memory they name must stay valid until the stream passes Download.
+  // memory they name must stay valid until the computation has completed.
   // REQUIRES: the previous computation has completed (stream synchronized).
   Status Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len,
                  const uint32_t* first_piece, size_t num_blocks, CUstream stream);
 
   // Enqueues on `stream` the CRCs of blocks [begin, end) of the prepared set.
+  // Result(b) is valid once `stream` has passed this point (synchronize it).
   Status Launch(size_t begin, size_t end, CUstream stream);
-
-  // Enqueues the copy of all prepared blocks' CRCs to host memory owned by
-  // this object; Result(b) is valid once `stream` has passed this point.
-  Status Download(CUstream stream);
   uint32_t Result(size_t b) const { return host_result_[b]; }
 
  private:
@@ -58,21 +57,23 @@ class GpuCrc32c {
   CUdeviceptr tables_ = 0;  // 8 x 256 slicing table, then 64 powers x^(8*2^k)
 
   // Scratch, grown on demand. Device layout: piece_ptr[P], piece_len[P],
-  // piece_seg_first[P+1] (u64 each), first_piece[B+1] (u32), result[B] (u32);
-  // segment CRCs separately (u32 each).
+  // piece_seg_first[P+1], block_seg_first[B+1] (u64 each), done[B] (u32,
+  // uploaded as zeros: segments finished per block); segment CRCs separately
+  // (u32 each); results in mapped pinned host memory.
   CUdeviceptr desc_ = 0;
   size_t desc_bytes_ = 0;
   CUdeviceptr seg_crc_ = 0;
   uint64_t seg_capacity_ = 0;
   uint8_t* host_desc_ = nullptr;  // pinned mirror of the description
-  uint32_t* host_result_ = nullptr;  // pinned
+  uint32_t* host_result_ = nullptr;  // pinned, mapped into the device
+  CUdeviceptr dev_result_ = 0;       // its device address
   size_t result_capacity_ = 0;
 
   // The prepared set (host copies, for launch geometry).
   size_t num_pieces_ = 0, num_blocks_ = 0;
   std::vector<uint64_t> piece_seg_first_;
-  std::vector<uint32_t> first_piece_;
-  size_t off_len_ = 0, off_seg_first_ = 0, off_first_piece_ = 0, off_result_ = 0;
+  std::vector<uint64_t> block_seg_first_;
+  size_t off_len_ = 0, off_seg_first_ = 0, off_block_seg_ = 0, off_done_ = 0, desc_used_ = 0;
 };
 
 // Bytes each thread block of the first kernel checksums (one piece segment).

@@ -59,7 +59,7 @@ struct GpuTransferEngine::Impl {
   bool ctx_retained = false;
   std::string name;
   CUstream copy = nullptr;  // DMA
-  CUstream crc = nullptr;   // CRC kernels, descriptor uploads, result downloads
+  CUstream crc = nullptr;   // CRC kernels and their descriptor uploads
   CUevent group_ev[kMaxGroups] = {};
   CUevent after_ev = nullptr;
   CUevent stage_ev[2] = {};
@@ -300,7 +300,6 @@ Status GpuTransferEngine::Impl::LoadDirect(const GpuBatch& b, uint32_t* crc_out)
     acc = 0;
     ++g;
   }
-  if (crc_out) CXLKV_RETURN_IF_ERROR(crc32c->Download(crc));
   CXLKV_RETURN_IF_ERROR(Drain());
   if (crc_out) CollectCrc(b, crc_out);
   return Status::OK();
@@ -312,7 +311,6 @@ Status GpuTransferEngine::Impl::StoreDirect(const GpuBatch& b, uint32_t* crc_out
     // The CRC reads the GPU bytes while the copy engine reads them too.
     CXLKV_RETURN_IF_ERROR(crc32c->Prepare(b.gpu(), b.len(), b.first_piece(), b.num_blocks(), crc));
     CXLKV_RETURN_IF_ERROR(crc32c->Launch(0, b.num_blocks(), crc));
-    CXLKV_RETURN_IF_ERROR(crc32c->Download(crc));
   }
   CXLKV_RETURN_IF_ERROR(Issue(0, copies.size(), false, copy));
   CXLKV_RETURN_IF_ERROR(Drain());
@@ -368,7 +366,6 @@ Status GpuTransferEngine::Impl::LoadStaged(const GpuBatch& b, uint32_t* crc_out)
     CXLKV_CU(cuEventRecord(group_ev[0], copy));
     CXLKV_CU(cuStreamWaitEvent(crc, group_ev[0], 0));
     CXLKV_RETURN_IF_ERROR(crc32c->Launch(0, b.num_blocks(), crc));
-    CXLKV_RETURN_IF_ERROR(crc32c->Download(crc));
   }
   CXLKV_RETURN_IF_ERROR(Drain());
   if (crc_out) CollectCrc(b, crc_out);
@@ -381,7 +378,6 @@ Status GpuTransferEngine::Impl::StoreStaged(const GpuBatch& b, uint32_t* crc_out
   if (crc_out) {
     CXLKV_RETURN_IF_ERROR(crc32c->Prepare(b.gpu(), b.len(), b.first_piece(), b.num_blocks(), crc));
     CXLKV_RETURN_IF_ERROR(crc32c->Launch(0, b.num_blocks(), crc));
-    CXLKV_RETURN_IF_ERROR(crc32c->Download(crc));
   }
   auto drain_chunk = [&](size_t k) -> Status {
     const int i = static_cast<int>(k % 2);
@@ -504,7 +500,6 @@ Status GpuTransferEngine::Checksum(const GpuBatch& batch, uint32_t* crc_out,
   Status s = m.WaitFor(after_stream);
   if (s.ok()) s = m.crc32c->Prepare(batch.gpu(), batch.len(), batch.first_piece(), batch.num_blocks(), m.crc);
   if (s.ok()) s = m.crc32c->Launch(0, batch.num_blocks(), m.crc);
-  if (s.ok()) s = m.crc32c->Download(m.crc);
   s = m.Finish(std::move(s));
   if (s.ok()) m.CollectCrc(batch, crc_out);
   return s;

@@ -39,7 +39,7 @@ TEST_F(GpuTransferTest, GpuCrcEqualsCpuCrcForAnyLengthAlignmentAndSplit) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
   const std::vector<uint64_t> lens = {0, 1, 15, 16, 17, 4095, 131071, 131072, 131073,
-                                      917504, 14 * kMiB + 3};
+                                      917504, 14 * kMiB + 3, 40 * kMiB + 5};
   uint64_t total = 0;
   for (uint64_t n : lens) total += n + 64;
   std::vector<uint8_t> host(total);

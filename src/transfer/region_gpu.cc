@@ -97,7 +97,8 @@ Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& b
 }
 
 Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks,
-                       GpuPath path, GpuLoadResult* result) {
+                       GpuPath path, GpuLoadResult* result, const LoadOptions& options) {
+  const bool verify = opts_.gpu_crc && options.verify_crc;
   const size_t n = blocks.num_blocks;
   result->status.assign(n, Status::OK());
   result->len.assign(n, 0);
@@ -125,7 +126,7 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
     which.push_back(b);
   }
   std::vector<uint32_t> crc(batch.num_blocks());
-  Status s = engine_->Load(batch, path, opts_.gpu_crc ? crc.data() : nullptr);
+  Status s = engine_->Load(batch, path, verify ? crc.data() : nullptr);
   if (!s.ok()) {
     for (size_t b : which) {
       (void)region_->EndRead(&leases[b]);
@@ -144,7 +145,7 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
       result->status[b] = std::move(e);
       continue;
     }
-    if (opts_.gpu_crc && crc[i] != recorded) {
+    if (verify && crc[i] != recorded) {
       char msg[128];
       std::snprintf(msg, sizeof(msg), "block failed CRC32C on the GPU (recorded %08x, loaded %08x)",
                     recorded, crc[i]);

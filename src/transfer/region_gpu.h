@@ -90,8 +90,11 @@ class RegionGpu {
   // least the stored length; a shorter stored block fills a prefix). OK if
   // the batch ran, per-block results in *result; an error only if the DMA
   // failed (all leases are then closed and nothing counts as loaded).
+  // options.verify_crc (default true) checks each block's GPU CRC32C; false
+  // leaves only the generation check (also when the Open options turned
+  // gpu_crc off).
   Status Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
-              GpuLoadResult* result);
+              GpuLoadResult* result, const LoadOptions& options = {});
 
  private:
   RegionGpu() = default;

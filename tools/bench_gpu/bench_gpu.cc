@@ -9,7 +9,8 @@
 //             CRC32C of every block);
 //   dma-only  the engine's direct DMA of the same slots, no CRC, no leases;
 //   staged    RegionGpu through pinned staging buffers (the paper's path);
-//   GPU CRC   the engine's CRC32C of the blocks in device memory alone.
+//   GPU CRC   the engine's CRC32C of the blocks in device memory alone;
+//   w/o CRC   the direct RegionGpu load with verify_crc off (leases + DMA).
 // Every rate is bytes / wall time of a synchronous call (enqueue to
 // completion), median of --iters; ratios are to the ceiling of the same
 // run, block size and batch. Loads that miss or fail abort the run.
@@ -87,6 +88,8 @@ struct Row {
   double direct_store = 0, staged_store = 0;
   double h2d_loop = 0, h2d_batch = 0, d2h_loop = 0, d2h_batch = 0;  // the ceilings' two methods
   double gpu_crc = 0;  // GPU CRC32C of the blocks in device memory
+  double direct_nocrc = 0;  // RegionGpu load with verify_crc off (leases + DMA)
+  double lease_us = 0;      // BeginRead + EndRead per block, no copy (microseconds)
 };
 
 }  // namespace
@@ -230,14 +233,24 @@ int main(int argc, char** argv) {
         std::vector<uint32_t> crc(k);
         r.gpu_crc = gb / Median(iters, [&] { Check(rg->engine()->Checksum(b, crc.data()), "crc"); });
       }
-      auto load = [&](GpuPath p) {
+      auto load = [&](GpuPath p, bool verify = true) {
         GpuLoadResult res;
-        Check(rg->Load(ns, keys.data(), blocks, p, &res), "load");
+        LoadOptions lo;
+        lo.verify_crc = verify;
+        Check(rg->Load(ns, keys.data(), blocks, p, &res, lo), "load");
         if (res.prefix != k) Die("load hit " + std::to_string(res.prefix) + " of " + std::to_string(k) +
                                  ": " + res.status[res.prefix].ToString());
       };
       r.direct_load = gb / Median(iters, [&] { load(GpuPath::kDirect); });
       r.staged_load = gb / Median(iters, [&] { load(GpuPath::kStaged); });
+      r.direct_nocrc = gb / Median(iters, [&] { load(GpuPath::kDirect, false); });
+      {
+        std::vector<ReadLease> leases(k);
+        r.lease_us = 1e6 / k * Median(iters, [&] {
+          for (uint64_t i = 0; i < k; ++i) Check(region->BeginRead(ns, keys[i], &leases[i]), "BeginRead");
+          for (uint64_t i = 0; i < k; ++i) Check(region->EndRead(&leases[i]), "EndRead");
+        });
+      }
       {  // the engine's DMA alone, on the same slots (leases held meanwhile)
         std::vector<ReadLease> leases(k);
         GpuBatch b;
@@ -278,15 +291,16 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n| block | batch | H2D ceiling GB/s | direct load GB/s (x ceil) | DMA only (x) | staged load (x) "
-              "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s | load w/o CRC (x) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %s | %llu | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.0f |\n",
+    std::printf("| %s | %llu | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.0f | %.1f (%.2f) |\n",
                 r.size == 917504 ? "896 KiB" : r.size == 14680064 ? "14 MiB"
                                                                   : std::to_string(r.size).c_str(),
                 (unsigned long long)r.batch, r.h2d, r.direct_load, r.direct_load / r.h2d, r.dma_load,
                 r.dma_load / r.h2d, r.staged_load, r.staged_load / r.h2d, r.d2h, r.direct_store,
-                r.direct_store / r.d2h, r.staged_store, r.staged_store / r.d2h, r.gpu_crc);
+                r.direct_store / r.d2h, r.staged_store, r.staged_store / r.d2h, r.gpu_crc,
+                r.direct_nocrc, r.direct_nocrc / r.h2d);
   }
   if (!f.json.empty()) {
     FILE* out = std::fopen(f.json.c_str(), "w");
@@ -299,10 +313,11 @@ int main(int argc, char** argv) {
                    "\"d2h_ceiling_gbps\": %.3f, \"direct_load_gbps\": %.3f, \"dma_only_load_gbps\": %.3f, "
                    "\"staged_load_gbps\": %.3f, \"direct_store_gbps\": %.3f, \"staged_store_gbps\": %.3f, "
                    "\"h2d_pinned_loop_gbps\": %.3f, \"h2d_pinned_batch_gbps\": %.3f, "
-                   "\"d2h_pinned_loop_gbps\": %.3f, \"d2h_pinned_batch_gbps\": %.3f, \"gpu_crc32c_gbps\": %.3f}%s\n",
+                   "\"d2h_pinned_loop_gbps\": %.3f, \"d2h_pinned_batch_gbps\": %.3f, \"gpu_crc32c_gbps\": %.3f, "
+                   "\"direct_load_no_crc_gbps\": %.3f, \"lease_us_per_block\": %.3f}%s\n",
                    (unsigned long long)r.size, (unsigned long long)r.batch, r.h2d, r.d2h, r.direct_load,
                    r.dma_load, r.staged_load, r.direct_store, r.staged_store, r.h2d_loop, r.h2d_batch,
-                   r.d2h_loop, r.d2h_batch, r.gpu_crc,
+                   r.d2h_loop, r.d2h_batch, r.gpu_crc, r.direct_nocrc, r.lease_us,
                    i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(out, "]}\n");
