@@ -1,0 +1,72 @@
+// Copyright cxlkv authors.
+//
+// LocalComposer: the Composer for a single node with several GPUs and no
+// appliance (the most common deployment). Carves regions from a node-local
+// pool directory: /dev/shm (tmpfs) or a hugetlbfs mount. Each region is a
+// file <pool>/<id>.region sized up to whole blocks; the pool's capacity is
+// accounted here and persisted (atomic writes) in <state_dir>.
+// To the driver it looks like a fabric manager with one appliance ("local"),
+// one blade (the pool name) and one host (this node); host agents
+// materialize its regions with the file backend as they do cxlkv-fabricd's.
+//
+// Thread-safety: safe for concurrent use (one mutex).
+#ifndef CXLKV_FABRIC_LOCAL_COMPOSER_H_
+#define CXLKV_FABRIC_LOCAL_COMPOSER_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cxlkv/fabric/composer.h"
+
+namespace cxlkv::fabric {
+
+struct LocalPoolOptions {
+  std::string name = "shm";                  // the pool's blade id
+  std::string dir = "/dev/shm/cxlkv-pool";   // tmpfs or hugetlbfs directory
+  // Pool size in MiB; 0 = the file system's total size.
+  int64_t capacity_mib = 0;
+  // Allocation granularity in MiB; 0 = the file system's block size rounded
+  // up to 1 MiB (the huge page size on hugetlbfs, so every region maps with
+  // huge pages).
+  int64_t block_mib = 0;
+  std::string node_id;                            // this node's host id
+  std::string state_dir = "/var/lib/cxlkv-local";  // local-composer-state.json
+};
+
+class LocalComposer : public Composer {
+ public:
+  // Creates the pool directory if needed, loads the state, and deletes
+  // region files the state does not list. InvalidArgument: no node id;
+  // Corruption: unreadable state file; IOError: unusable directories.
+  static Status Open(const LocalPoolOptions& opt, std::unique_ptr<LocalComposer>* out);
+
+  Status ListPools(std::vector<Pool>* pools) override;
+  // share_count > 1, or candidate hosts other than this node: InvalidArgument.
+  Status Compose(const std::string& appliance_id, const std::string& blade_id,
+                 const ComposeRequest& req, ComposeResult* result) override;
+  Status Free(const std::string& appliance_id, const std::string& blade_id,
+              const std::string& memory_id) override;
+  Status Get(const std::string& appliance_id, const std::string& blade_id,
+             const std::string& memory_id, Region* region) override;
+  Status List(const std::string& appliance_id, const std::string& blade_id,
+              std::vector<Region>* regions) override;
+
+  static constexpr const char* kApplianceId = "local";
+
+ private:
+  explicit LocalComposer(const LocalPoolOptions& o) : opt_(o) {}
+  Status CheckPool(const std::string& aid, const std::string& bid);
+  Status Save(const std::map<std::string, Region>& regions);
+
+  LocalPoolOptions opt_;  // immutable after Open
+  std::string state_path_;
+  std::mutex mu_;
+  std::map<std::string, Region> regions_;  // guarded by mu_
+  int64_t allocated_mib_ = 0;              // guarded by mu_
+};
+
+}  // namespace cxlkv::fabric
+
+#endif  // CXLKV_FABRIC_LOCAL_COMPOSER_H_
