@@ -19,6 +19,7 @@ ENGINE_PKGS=(
 )
 FABRIC_PKGS=(
   libcpp-httplib-dev libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libspdlog-dev
+  curl util-linux        # fabric test stage: HTTP calls, unshare/mount for the CDI e2e
 )
 KUBE_PKGS=(
   golang-go              # test tooling only: builds kube-apiserver & friends for e2e tests
