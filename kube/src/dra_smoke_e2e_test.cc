@@ -6,6 +6,8 @@
 // The slice is trivial and published by the test; no driver is involved.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "cxlkv/kube/typed.h"
 #include "testing/e2e_env.h"
 
@@ -98,6 +100,32 @@ TEST_F(DraSmokeE2ETest, PodWithClaimIsScheduledOnceASliceExists) {
   EXPECT_EQ(results[0]["pool"], node);
   ASSERT_EQ(claim["status"]["reservedFor"].size(), 1u);
   EXPECT_EQ(claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"]);
+}
+
+// The consumable-capacity fields survive a round trip exactly when the
+// DRAConsumableCapacity gate is on; with it off the apiserver drops them
+// silently (which a driver must detect by comparing what it wrote).
+TEST_F(DraSmokeE2ETest, ConsumableCapacityFieldsFollowTheGate) {
+  const char* gates = std::getenv("CXLKV_E2E_GATES");
+  ASSERT_NE(gates, nullptr) << "CXLKV_E2E_GATES comes from cluster.sh env";
+  const bool on = std::string(gates).find("DRAConsumableCapacity=true") != std::string::npos;
+  slice_ = UniqueName("cc-slice");
+  Json out;
+  Status s = ResourceSliceClient(client_.get()).Create(
+      {{"metadata", {{"name", slice_}}},
+       {"spec", {{"driver", "cc.e2e.cxlkv.dev"},
+                 {"allNodes", true},
+                 {"pool", {{"name", slice_}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                 {"devices", Json::array({{{"name", "region-0"},
+                                           {"allowMultipleAllocations", true},
+                                           {"capacity", {{"memory", {{"value", "512Gi"},
+                                               {"requestPolicy", {{"default", "16Gi"},
+                                                   {"validRange", {{"min", "1Gi"}, {"step", "1Gi"}}}}}}}}}}})}}}},
+      &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const Json& dev = out["spec"]["devices"][0];
+  EXPECT_EQ(dev.value("allowMultipleAllocations", false), on) << dev.dump();
+  EXPECT_EQ(dev["capacity"]["memory"].contains("requestPolicy"), on) << dev.dump();
 }
 
 }  // namespace

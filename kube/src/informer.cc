@@ -38,6 +38,9 @@ struct Informer::Rep {
   void Loop();
   void ResyncLoop();
   Status Relist();
+  // REQUIRES: handler_mu held.
+  void DeliverListDiff(const std::map<std::string, Json>& old,
+                       const std::map<std::string, Json>& fresh);
   void Apply(const WatchEvent& ev);
   std::string last_rv() {
     std::lock_guard<std::mutex> l(mu);
@@ -127,11 +130,24 @@ Status Informer::Rep::Relist() {
     old.swap(cache);
     cache = fresh;
     rv = list_rv;
-    synced = true;
     counters.lists++;
   }
+  {
+    std::lock_guard<std::mutex> h(handler_mu);
+    DeliverListDiff(old, fresh);
+  }
+  // Synced only after the handlers saw the first list, so a caller that
+  // waited for sync can rely on its add handler having run for every object.
+  {
+    std::lock_guard<std::mutex> l(mu);
+    synced = true;
+  }
   cv.notify_all();
-  std::lock_guard<std::mutex> h(handler_mu);
+  return Status::OK();
+}
+
+void Informer::Rep::DeliverListDiff(const std::map<std::string, Json>& old,
+                                    const std::map<std::string, Json>& fresh) {
   for (const auto& [key, obj] : old) {
     if (!fresh.count(key) && handlers.on_delete) handlers.on_delete(obj);
   }
@@ -144,7 +160,6 @@ Status Informer::Rep::Relist() {
       if (handlers.on_update) handlers.on_update(it->second, obj);
     }
   }
-  return Status::OK();
 }
 
 void Informer::Rep::Apply(const WatchEvent& ev) {

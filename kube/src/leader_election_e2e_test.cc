@@ -96,15 +96,18 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   pid_t pid;
   ASSERT_EQ(posix_spawn(&pid, CXLKV_LEASE_HOLDER, &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
+  // Whatever happens below (a failed ASSERT returns early), the helper dies.
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
   close(out_pipe[1]);
   char buf[16] = {};
   ssize_t n = read(out_pipe[0], buf, sizeof(buf) - 1);  // blocks until "leading"
   close(out_pipe[0]);
-  if (n <= 0 || std::string(buf).rfind("leading", 0) != 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    FAIL() << "lease holder did not start leading";
-  }
+  ASSERT_TRUE(n > 0 && std::string(buf).rfind("leading", 0) == 0) << "lease holder did not start leading";
   EXPECT_EQ(Holder(), "victim");
 
   std::unique_ptr<LeaderElector> survivor;
@@ -118,6 +121,7 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   auto killed_at = std::chrono::steady_clock::now();
   waitpid(pid, nullptr, 0);
+  reaper.pid = 0;
   bool led = Eventually([&] { return survivor->IsLeader(); }, kTakeoverBound + seconds(10));
   auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
   ASSERT_TRUE(led);

@@ -152,6 +152,7 @@ cmd_up() {
   mkdir -p "$DIR/logs" "$DIR/pids" "$DIR/etcd"
   echo "$bin" >"$DIR/bin.path"
   echo "$VERSION" >"$DIR/version"
+  echo "$GATES" >"$DIR/gates"
   for n in etcd etcd-peer apiserver; do free_port >"$DIR/$n.port"; done
   gen_pki
   for n in admin controller-manager scheduler; do write_kubeconfig "$n"; done
@@ -212,6 +213,7 @@ cmd_env() {
   echo "export CXLKV_E2E_DIR=$DIR"
   echo "export CXLKV_E2E_CLUSTER=$HERE/cluster.sh"
   echo "export CXLKV_E2E_K8S_VERSION=$(cat "$DIR/version")"
+  echo "export CXLKV_E2E_GATES=$(cat "$DIR/gates")"
 }
 
 cmd_restart_apiserver() {

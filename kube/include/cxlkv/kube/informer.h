@@ -76,7 +76,8 @@ class Informer {
   // Stops and joins the threads (returns within about a second).
   void Stop();
 
-  // True once the first list has been applied to the cache.
+  // True once the first list has been applied to the cache and the handlers
+  // have been called for it.
   bool HasSynced() const;
   // Waits until HasSynced() or `timeout`; returns HasSynced().
   bool WaitForSync(std::chrono::milliseconds timeout) const;
