@@ -379,6 +379,35 @@ TEST_F(FabricScenarioTest, BasicAuthIsEnforcedWhenConfigured) {
   EXPECT_EQ(pools[0].hosts, (std::vector<std::string>{"node-a", "node-b"}));
 }
 
+TEST_F(FabricScenarioTest, TlsServesHttpsAndTheClientVerifiesTheCertificate) {
+  if (std::system("command -v openssl >/dev/null") != 0) GTEST_SKIP() << "openssl CLI not installed";
+  std::string key = root_ + "/tls.key", crt = root_ + "/tls.crt";
+  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + crt +
+                    " >" + root_ + "/openssl.log 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << Slurp(root_ + "/openssl.log");
+  Stop(fabricd_);
+  WriteConfig("tls: {cert: " + crt + ", key: " + key + "}\n");
+  StartFabric();
+  fabric::ClientOptions o;
+  o.base_url = "https://127.0.0.1:" + std::to_string(fport_);
+  o.ca_file = crt;
+  std::unique_ptr<fabric::FabricClient> c;
+  ASSERT_TRUE(fabric::FabricClient::Open(o, &c).ok());
+  std::vector<fabric::Pool> pools;
+  Status s = c->ListPools(&pools);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(pools.size(), 1u);
+  // Without the CA the certificate is not trusted.
+  o.ca_file = root_ + "/fabricd.yaml";
+  ASSERT_TRUE(fabric::FabricClient::Open(o, &c).ok());
+  EXPECT_TRUE(c->ListPools(&pools).IsIOError());
+  // Plain HTTP to the HTTPS port gets no answer it can use.
+  long code = 0;
+  Call("GET", "/cfm/v1", nullptr, &code);
+  EXPECT_NE(code, 200);
+}
+
 TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
   fabric::Region r = Compose(1, 16);
   Stop(fabricd_);
