@@ -15,26 +15,46 @@ namespace cxlkv::internal {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr uint64_t kChunk = kCrcSegmentBytes / kThreads;  // bytes per thread: 512
+constexpr uint64_t kChunk = kCrcSegmentBytes / kThreads;  // bytes per thread: 128
 static_assert(kChunk % 16 == 0, "threads read 16-byte words");
+constexpr int kWords = static_cast<int>(kChunk / 16);
 constexpr int kTableWords = 8 * 256;
 constexpr int kPowWords = 64;
+
+// Advances raw CRC c over 8 bytes (lo, hi little-endian words): slicing-by-8.
+__device__ __forceinline__ uint32_t Step8(uint32_t c, uint32_t lo, uint32_t hi,
+                                          const uint32_t (*t)[256]) {
+  lo ^= c;
+  return t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+         t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+}
 
 // Raw CRC (from 0, no inversion) of n bytes at p, slicing-by-8 on tables t.
 __device__ uint32_t RawCrc(const uint8_t* p, uint64_t n, const uint32_t (*t)[256]) {
   uint32_t c = 0;
-  if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+  if (aligned && n == kChunk) {
+    // The common case, fully unrolled. (ptxas still interleaves the loads
+    // with the lookups, about two in flight per thread; the small segments
+    // supply the parallelism that hides memory latency.)
+    const uint4* w = reinterpret_cast<const uint4*>(p);
+    uint4 v[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) v[i] = __ldg(w + i);
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      c = Step8(c, v[i].x, v[i].y, t);
+      c = Step8(c, v[i].z, v[i].w, t);
+    }
+    return c;
+  }
+  if (aligned) {
     const uint4* w = reinterpret_cast<const uint4*>(p);
     const uint64_t words = n / 16;
     for (uint64_t i = 0; i < words; ++i) {
       const uint4 v = __ldg(w + i);
-      uint32_t lo = v.x ^ c, hi = v.y;
-      c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-          t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
-      lo = v.z ^ c;
-      hi = v.w;
-      c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-          t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+      c = Step8(c, v.x, v.y, t);
+      c = Step8(c, v.z, v.w, t);
     }
     p += words * 16;
     n -= words * 16;

@@ -6,8 +6,8 @@
 // more "pieces" (device byte ranges): vLLM's offloaded chunk is several GPU
 // pages that need not be adjacent.
 //
-// Method: one kernel. Each thread block checksums one 128 KiB segment of a
-// piece (slicing-by-8 per thread over 512 bytes, then a tree that combines
+// Method: one kernel. Each thread block checksums one 32 KiB segment of a
+// piece (slicing-by-8 per thread over 128 bytes, then a tree that combines
 // the threads' CRCs by multiplying with x^(8n) mod P); the last thread block
 // to finish a block's segments folds them in order and writes the block's
 // CRC straight into mapped host memory (no separate fold launch, no copy
@@ -77,7 +77,7 @@ class GpuCrc32c {
 };
 
 // Bytes each thread block of the first kernel checksums (one piece segment).
-inline constexpr uint64_t kCrcSegmentBytes = 128 * 1024;
+inline constexpr uint64_t kCrcSegmentBytes = 32 * 1024;
 
 }  // namespace cxlkv::internal
 
