@@ -103,13 +103,22 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
   const int stripe = static_cast<int>(slot % kPinStripes);
   std::lock_guard<std::mutex> l(pin_mu_[stripe]);
   uint32_t& count = pin_counts_[stripe][slot];
-  if (count == 0) pw.fetch_or(bit, std::memory_order_seq_cst);
-  // READY with the same generation: pinned. EVICTING: an evictor is
-  // between its CAS and its pin check and may not have seen our bit; wait
-  // for its verdict (it restores READY, or moves on to WRITING). If it died
-  // there, its reclaimer restores READY after the liveness timeout.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::nanoseconds(2 * opts_.liveness_timeout_ns);
+  if (count > 0) {
+    // Already pinned by this process: no eviction can complete, so the
+    // block is ours as long as the generation holds (an evictor may be
+    // between its CAS and seeing our bit: EVICTING is fine).
+    if (!SameReadableBlock(word, meta_[slot].state.load(std::memory_order_seq_cst))) return false;
+    ++count;
+    return true;
+  }
+  pw.fetch_or(bit, std::memory_order_seq_cst);
+  // READY with the same generation: pinned. EVICTING: an evictor is between
+  // its CAS and its pin check and may not have seen our bit; wait for its
+  // verdict (it restores READY, or moves on to WRITING) while it is a live
+  // participant, for at most kEvictWait. A word naming no live evictor
+  // (damaged, or its owner died) is a miss now; reclaim restores it later.
+  constexpr auto kEvictWait = std::chrono::milliseconds(200);
+  const auto deadline = std::chrono::steady_clock::now() + kEvictWait;
   bool ok = false;
   for (int spin = 0;; ++spin) {
     const uint64_t cur = meta_[slot].state.load(std::memory_order_seq_cst);
@@ -119,6 +128,7 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
       break;
     }
     if (WordState(cur) != static_cast<uint8_t>(SlotState::kEvicting)) break;
+    if (!ParticipantActive(WordOwner(cur))) break;
     if (spin < 256) {
       _mm_pause();
     } else {
@@ -127,10 +137,8 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
     }
   }
   if (!ok) {
-    if (count == 0) {
-      pw.fetch_and(~bit, std::memory_order_release);
-      pin_counts_[stripe].erase(slot);
-    }
+    pw.fetch_and(~bit, std::memory_order_release);
+    pin_counts_[stripe].erase(slot);
     return false;
   }
   ++count;
