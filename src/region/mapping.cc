@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -98,6 +99,12 @@ Status Mapping::Open(const std::string& path, uint64_t offset, uint64_t size, bo
                                      " is not a multiple of 4096");
     }
     if (!exists && !create) return Status::NotFound("region " + path + " does not exist");
+    if (!exists) {
+      // The default place is /dev/shm/cxlkv/<name>: create the directory.
+      std::error_code ec;
+      const auto parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    }
     m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0660);
     if (m->fd_ < 0) return Errno("open", path, errno);
     if (::fstat(m->fd_, &st) != 0) return Errno("stat", path, errno);

@@ -1,0 +1,232 @@
+// Copyright cxlkv authors.
+//
+// The `cxlkv` command through its real interface: a child process, its
+// exit status, its --json output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cxlkv/region.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+Result Cxlkv(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " CXLKV_BIN " " + args + " 2>/tmp/cxlkv-cli-test.err";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream err("/tmp/cxlkv-cli-test.err");
+  std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  if (r.out.empty()) r.out = e;  // errors are what we check then
+  return r;
+}
+
+json Json(const Result& r) {
+  try {
+    return json::parse(r.out);
+  } catch (...) {
+    ADD_FAILURE() << "not JSON: " << r.out;
+    return json::object();
+  }
+}
+
+std::string Region(const std::string& tag) {
+  return "/dev/shm/cxlkv-test/cli-" + tag + "-" + std::to_string(::getpid());
+}
+
+const std::string kTrace = " --trace " CXLKV_TRACE " ";
+// 1 KiB blocks keep these runs small; 64 MiB holds every block of the first
+// 1,500 requests (about 27,000 distinct) with room to spare.
+const std::string kSmall = kTrace + " --kv-bytes-per-token 2 --limit 1500 --quiet --json ";
+
+TEST(ReplayTest, HitRateEqualsBoundWhenTheRegionHoldsEverything) {
+  for (int replicas : {1, 4}) {
+    const std::string region = Region("bound");
+    Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas " +
+                  std::to_string(replicas) + kSmall);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    json j = Json(r);
+    EXPECT_EQ(j["evictions"], 0);
+    EXPECT_EQ(j["blocks_hit"].get<uint64_t>(),
+              static_cast<uint64_t>(std::llround(j["hit_rate_bound"].get<double>() *
+                                                 j["blocks_requested"].get<double>())));
+    EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), j["hit_rate_bound"].get<double>()) << replicas;
+    EXPECT_GT(j["hit_rate"].get<double>(), 0.1);
+    EXPECT_EQ(j["wrong_data"], 0);
+    EXPECT_EQ(j["store_failures"], 0);
+    if (replicas > 1) {
+      EXPECT_GT(j["cross_replica_hits"].get<uint64_t>(), 0u);
+    }
+    ::unlink(region.c_str());
+  }
+}
+
+TEST(ReplayTest, CorruptedSlotsAreCountedExactlyAndNeverServed) {
+  const std::string region = Region("corrupt");
+  // One replica: every corrupted slot read fails verification exactly once.
+  Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 1 --inject-corruption 0.05" + kSmall);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = Json(r);
+  EXPECT_GT(j["corrupted_slots"].get<uint64_t>(), 100u);
+  EXPECT_GT(j["corrupted_slots_read"].get<uint64_t>(), 10u);
+  EXPECT_EQ(j["verify_failures"], j["corrupted_slots_read"]);
+  EXPECT_EQ(j["unexpected_verify_failures"], 0);
+  EXPECT_EQ(j["wrong_data"], 0);
+  EXPECT_LT(j["hit_rate"].get<double>(), j["hit_rate_bound"].get<double>());
+  // Four replicas: every failed verification is a read of a corrupted slot.
+  r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 4 --inject-corruption 0.05" + kSmall);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = Json(r);
+  EXPECT_EQ(j["verify_failures"], j["corrupted_read_events"]);
+  EXPECT_GE(j["corrupted_read_events"].get<uint64_t>(), j["corrupted_slots_read"].get<uint64_t>());
+  EXPECT_EQ(j["unexpected_verify_failures"], 0);
+  EXPECT_EQ(j["wrong_data"], 0);
+  ::unlink(region.c_str());
+}
+
+TEST(ReplayTest, PrivateRegionsNeverHitAcrossReplicas) {
+  const std::string region = Region("private");
+  Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 2 --baseline private" + kSmall);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = Json(r);
+  EXPECT_EQ(j["cross_replica_hits"], 0);
+  EXPECT_LT(j["hit_rate"].get<double>(), j["hit_rate_bound"].get<double>());
+  for (int i = 0; i < 2; ++i) ::unlink((region + ".r" + std::to_string(i)).c_str());
+}
+
+TEST(ReplayTest, SeparatelyStartedWorkersTogetherReachTheBound) {
+  const std::string region = Region("workers");
+  const std::string ctl = region + ".ctl";
+  ::unlink(region.c_str());
+  ::unlink(ctl.c_str());
+  const std::string common = "replay --region " + region + " --region-size 64MiB --replica-count 2 --control " + ctl + kSmall;
+  // Two independent processes (as Kubernetes would start them).
+  FILE* a = ::popen((CXLKV_BIN " " + common + " --replica-index 0").c_str(), "r");
+  FILE* b = ::popen((CXLKV_BIN " " + common + " --replica-index 1").c_str(), "r");
+  std::string oa, ob;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, a)) > 0) oa.append(buf, n);
+  while ((n = std::fread(buf, 1, sizeof buf, b)) > 0) ob.append(buf, n);
+  ASSERT_EQ(::pclose(a), 0);
+  ASSERT_EQ(::pclose(b), 0);
+  json ja = json::parse(oa), jb = json::parse(ob);
+  const uint64_t hit = ja["blocks_hit"].get<uint64_t>() + jb["blocks_hit"].get<uint64_t>();
+  const uint64_t req = ja["blocks_requested"].get<uint64_t>() + jb["blocks_requested"].get<uint64_t>();
+  EXPECT_EQ(ja["requests"].get<uint64_t>() + jb["requests"].get<uint64_t>(), 1500u);
+  EXPECT_DOUBLE_EQ(double(hit) / req, ja["hit_rate_bound"].get<double>());
+  ::unlink(region.c_str());
+  ::unlink(ctl.c_str());
+}
+
+TEST(ReplayTest, MalformedTraceIsAClearErrorNamingTheLine) {
+  const std::string bad = "/tmp/cxlkv-bad-trace-" + std::to_string(::getpid()) + ".jsonl";
+  {
+    std::ofstream f(bad);
+    f << "{\"hash_ids\": [1, 2]}\n{\"hash_ids\": [1, oops]}\n";
+  }
+  Result r = Cxlkv("replay --trace " + bad + " --region " + Region("bad") + " --region-size 8MiB --quiet");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
+  ::unlink(bad.c_str());
+}
+
+TEST(CliTest, FormatInspectStatsVerifyWipeThroughTheCommand) {
+  const std::string region = Region("admin");
+  ::unlink(region.c_str());
+  Result r = Cxlkv("format --region " + region + " --region-size 16MiB --slot-size 64KiB --hash-algorithm sha256_cbor --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = Json(r);
+  EXPECT_EQ(j["slot_size"], 65536);
+  EXPECT_EQ(j["hash_algorithm"], "sha256_cbor");
+  // Formatting again alike is fine; with another slot size it is refused,
+  // naming the field and both values.
+  EXPECT_EQ(Cxlkv("format --region " + region + " --region-size 16MiB --slot-size 64KiB").rc, 0);
+  r = Cxlkv("format --region " + region + " --region-size 16MiB --slot-size 128KiB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("slot_size mismatch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("131072"), std::string::npos) << r.out;
+  // Store a block through the library, then look at it with the command.
+  {
+    cxlkv::RegionOptions o;
+    o.create_if_missing = false;
+    o.prefault = cxlkv::Prefault::kNone;
+    std::unique_ptr<cxlkv::Region> reg;
+    ASSERT_TRUE(cxlkv::Region::Open(region, o, &reg).ok());
+    cxlkv::NamespaceId ns;
+    ASSERT_TRUE(reg->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &ns).ok());
+    std::string d(65536, 'x');
+    ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(1), d.data(), d.size()).ok());
+  }
+  r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = Json(r);
+  EXPECT_EQ(j["slots"]["ready"], 1);
+  EXPECT_EQ(j["counters"]["stores"], 1);
+  // The CDI environment is the default for --region.
+  r = Cxlkv("stats --json", "CXL_DAX_DEVICE=" + region);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["counters"]["stores"], 1);
+  r = Cxlkv("verify --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["verified"], 1);
+  r = Cxlkv("wipe --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["dropped"], 1);
+  EXPECT_EQ(Json(Cxlkv("inspect --region " + region + " --json"))["slots"]["ready"], 0);
+  ::unlink(region.c_str());
+}
+
+TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
+  Result r = Cxlkv("inspect --region /dev/shm/cxlkv-test/does-not-exist");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("does-not-exist"), std::string::npos) << r.out;
+  r = Cxlkv("format --region " + Region("sz") + " --region-size 12parsecs --slot-size 4KiB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("unknown suffix"), std::string::npos) << r.out;
+  r = Cxlkv("inspect");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("--region"), std::string::npos) << r.out;
+  EXPECT_EQ(Cxlkv("no-such-command").rc, 2);
+}
+
+TEST(CliTest, GcRemovesAbandonedRegionsAndKeepsLiveOnes) {
+  const std::string dir = "/dev/shm/cxlkv-test/gc-" + std::to_string(::getpid());
+  ::system(("mkdir -p " + dir).c_str());
+  const std::string dead = dir + "/dead", live = dir + "/live", other = dir + "/not-a-region";
+  ASSERT_EQ(Cxlkv("format --region " + dead + " --region-size 4MiB --slot-size 4KiB").rc, 0);
+  ASSERT_EQ(Cxlkv("format --region " + live + " --region-size 4MiB --slot-size 4KiB").rc, 0);
+  { std::ofstream f(other); f << "hello"; }
+  cxlkv::RegionOptions o;
+  o.create_if_missing = false;
+  o.prefault = cxlkv::Prefault::kNone;
+  std::unique_ptr<cxlkv::Region> holder;
+  ASSERT_TRUE(cxlkv::Region::Open(live, o, &holder).ok());
+  Result r = Cxlkv("gc " + dir + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(::access(live.c_str(), F_OK), -1);
+  EXPECT_EQ(::access(dead.c_str(), F_OK), -1);
+  EXPECT_NE(::access(other.c_str(), F_OK), -1);
+  holder.reset();
+  ::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
