@@ -20,6 +20,7 @@ static_assert(kChunk % 16 == 0, "threads read 16-byte words");
 constexpr int kWords = static_cast<int>(kChunk / 16);
 constexpr int kTableWords = 8 * 256;
 constexpr int kPowWords = 64;
+constexpr int kShiftWords = kThreads;  // x^(8 * kChunk * (kThreads - 1 - t))
 
 // Advances raw CRC c over 8 bytes (lo, hi little-endian words): slicing-by-8.
 __device__ __forceinline__ uint32_t Step8(uint32_t c, uint32_t lo, uint32_t hi,
@@ -78,42 +79,52 @@ __device__ uint32_t FindOwner(const uint64_t* first, uint32_t n, uint64_t g) {
 struct Desc {
   const uint64_t* piece_ptr;
   const uint64_t* piece_len;
+  const uint64_t* piece_off;        // offset of the piece in its block
   const uint64_t* seg_first;        // per piece, + end
   const uint64_t* block_seg_first;  // per block, + end
+  const uint64_t* block_len;        // per block
   uint32_t* done;                   // per block: segments finished
   uint32_t num_pieces, num_blocks;
 };
 
+// Piece, offset in the piece and length of segment g.
 __device__ uint64_t SegmentLen(const Desc& d, uint64_t g, uint64_t* offset, uint32_t* piece) {
   const uint32_t p = FindOwner(d.seg_first, d.num_pieces, g);
   const uint64_t off = (g - d.seg_first[p]) * kCrcSegmentBytes;
-  if (offset) *offset = off;
-  if (piece) *piece = p;
+  *offset = off;
+  *piece = p;
   return min(kCrcSegmentBytes, d.piece_len[p] - off);
 }
 
-// Folds crc[0..kThreads) / len[0..kThreads) into crc[0] / len[0]:
-// left * x^(8 |right|) ^ right, doubling the span each round.
-__device__ void FoldTree(uint32_t* crc, uint32_t* len, const uint32_t* pow8) {
+// XOR of v over the thread block, valid in thread 0. `warp_x` has one slot
+// per warp.
+__device__ uint32_t BlockXor(uint32_t v, uint32_t* warp_x) {
+  for (int o = 16; o > 0; o >>= 1) v ^= __shfl_xor_sync(0xFFFFFFFFu, v, o);
   const int tid = threadIdx.x;
-  for (int s = 1; s < kThreads; s <<= 1) {
-    if ((tid & (2 * s - 1)) == 0) {
-      crc[tid] = GfMul(crc[tid], XPow8n(len[tid + s], pow8)) ^ crc[tid + s];
-      len[tid] += len[tid + s];
-    }
-    __syncthreads();
+  if ((tid & 31) == 0) warp_x[tid >> 5] = v;
+  __syncthreads();
+  uint32_t x = 0;
+  if (tid == 0) {
+    for (int w = 0; w < kThreads / 32; ++w) x ^= warp_x[w];
   }
+  __syncthreads();  // warp_x may be reused right after
+  return x;
 }
 
 // One thread block per segment g in [seg_begin, seg_begin + gridDim.x):
 // seg_crc[g] = raw CRC of the segment. The last thread block to finish a
-// block's segments folds them and writes result[block] (mapped host memory).
+// block's segments combines them and writes result[block] (mapped host
+// memory).
+//
+// Combining without a serial fold: raw CRC is linear, so the raw CRC of a
+// concatenation is the XOR of each part's raw CRC times x^(8 * bytes after
+// that part). Each thread scales its own part (one GF(2) multiply; for full
+// segments the factor comes from a table) and the block XORs the results.
 __global__ void CrcKernel(Desc d, uint64_t seg_begin, const uint32_t* tables, uint32_t* seg_crc,
                           uint32_t* result) {
   __shared__ uint32_t t[8][256];
   __shared__ uint32_t pow8[kPowWords];
-  __shared__ uint32_t crc[kThreads];
-  __shared__ uint32_t len[kThreads];
+  __shared__ uint32_t warp_x[kThreads / 32];
   __shared__ bool last;
   __shared__ uint32_t block;
   const int tid = threadIdx.x;
@@ -127,14 +138,19 @@ __global__ void CrcKernel(Desc d, uint64_t seg_begin, const uint32_t* tables, ui
   const uint64_t seg_len = SegmentLen(d, g, &seg_off, &p);
   const uint64_t start = static_cast<uint64_t>(tid) * kChunk;
   const uint64_t mine = start < seg_len ? min(kChunk, seg_len - start) : 0;
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(d.piece_ptr[p]) + seg_off + start;
-  crc[tid] = mine ? RawCrc(base, mine, t) : 0u;
-  len[tid] = static_cast<uint32_t>(mine);
-  __syncthreads();
-  FoldTree(crc, len, pow8);
+  uint32_t v = 0;
+  if (mine) {
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(d.piece_ptr[p]) + seg_off + start;
+    const uint32_t c = RawCrc(base, mine, t);
+    const uint32_t k = seg_len == kCrcSegmentBytes
+                           ? tables[kTableWords + kPowWords + tid]  // x^(8*128*(255-tid))
+                           : XPow8n(seg_len - start - mine, pow8);
+    v = GfMul(c, k);
+  }
+  v = BlockXor(v, warp_x);
 
   if (tid == 0) {
-    seg_crc[g] = crc[0];
+    seg_crc[g] = v;
     // Publish the segment before counting it (the classic last-block
     // reduction: the finisher must see every segment's CRC).
     __threadfence();
@@ -149,23 +165,19 @@ __global__ void CrcKernel(Desc d, uint64_t seg_begin, const uint32_t* tables, ui
 
   const uint32_t b = block;
   const uint64_t first = d.block_seg_first[b], end = d.block_seg_first[b + 1];
+  const uint64_t len = d.block_len[b];
   uint32_t acc = 0;
-  uint64_t total = 0;
-  for (uint64_t chunk = first; chunk < end; chunk += kThreads) {
-    const uint64_t i = chunk + tid;
+  for (uint64_t i = first + tid; i < end; i += kThreads) {
+    uint64_t off;
+    uint32_t q;
+    const uint64_t n = SegmentLen(d, i, &off, &q);
+    const uint64_t after = len - (d.piece_off[q] + off + n);
     // __ldcg: read through L2, not a possibly stale L1 line.
-    crc[tid] = i < end ? __ldcg(seg_crc + i) : 0u;
-    len[tid] = i < end ? static_cast<uint32_t>(SegmentLen(d, i, nullptr, nullptr)) : 0u;
-    __syncthreads();
-    FoldTree(crc, len, pow8);
-    if (tid == 0) {
-      acc = GfMul(acc, XPow8n(len[0], pow8)) ^ crc[0];
-      total += len[0];
-    }
-    __syncthreads();
+    acc ^= GfMul(__ldcg(seg_crc + i), XPow8n(after, pow8));
   }
+  acc = BlockXor(acc, warp_x);
   if (tid == 0) {
-    result[b] = FinishRaw(acc, total, pow8);
+    result[b] = FinishRaw(acc, len, pow8);
     __threadfence_system();  // the host reads it after the stream synchronizes
   }
 }
@@ -181,9 +193,12 @@ Status LaunchStatus(const char* what) {
 
 Status GpuCrc32c::Create(std::unique_ptr<GpuCrc32c>* out) {
   std::unique_ptr<GpuCrc32c> c(new GpuCrc32c());
-  uint32_t host[kTableWords + kPowWords];
+  uint32_t host[kTableWords + kPowWords + kShiftWords];
   FillSlicingTables(reinterpret_cast<uint32_t(*)[256]>(host));
   FillXPow8Table(host + kTableWords);
+  for (int t = 0; t < kShiftWords; ++t) {
+    host[kTableWords + kPowWords + t] = XPow8n(kChunk * (kThreads - 1 - t), host + kTableWords);
+  }
   CXLKV_CU(cuMemAlloc(&c->tables_, sizeof(host)));
   CXLKV_CU(cuMemcpyHtoD(c->tables_, host, sizeof(host)));
   *out = std::move(c);
@@ -205,7 +220,7 @@ GpuCrc32c::~GpuCrc32c() {
 }
 
 Status GpuCrc32c::Reserve(size_t pieces, size_t blocks, uint64_t segments) {
-  const size_t need = 8 * (3 * pieces + 1) + 8 * (blocks + 1) + 4 * blocks + 64;
+  const size_t need = 8 * (4 * pieces + 1) + 8 * (2 * blocks + 1) + 4 * blocks + 64;
   if (need > desc_bytes_) {
     const size_t cap = std::max(need, desc_bytes_ * 2);
     if (desc_) CXLKV_CU(cuMemFree(desc_));
@@ -258,12 +273,24 @@ Status GpuCrc32c::Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len,
   num_pieces_ = num_pieces;
   num_blocks_ = num_blocks;
   off_len_ = 8 * num_pieces;
-  off_seg_first_ = 16 * num_pieces;
+  off_piece_off_ = 16 * num_pieces;
+  off_seg_first_ = 24 * num_pieces;
   off_block_seg_ = off_seg_first_ + 8 * (num_pieces + 1);
-  off_done_ = off_block_seg_ + 8 * (num_blocks + 1);
+  off_block_len_ = off_block_seg_ + 8 * (num_blocks + 1);
+  off_done_ = off_block_len_ + 8 * num_blocks;
   desc_used_ = off_done_ + 4 * num_blocks;
   std::memcpy(host_desc_, piece_ptr, 8 * num_pieces);
   std::memcpy(host_desc_ + off_len_, piece_len, 8 * num_pieces);
+  auto* piece_off = reinterpret_cast<uint64_t*>(host_desc_ + off_piece_off_);
+  auto* block_len = reinterpret_cast<uint64_t*>(host_desc_ + off_block_len_);
+  for (size_t b = 0; b < num_blocks; ++b) {
+    uint64_t off = 0;
+    for (uint32_t p = first_piece[b]; p < first_piece[b + 1]; ++p) {
+      piece_off[p] = off;
+      off += piece_len[p];
+    }
+    block_len[b] = off;
+  }
   std::memcpy(host_desc_ + off_seg_first_, piece_seg_first_.data(), 8 * (num_pieces + 1));
   std::memcpy(host_desc_ + off_block_seg_, block_seg_first_.data(), 8 * (num_blocks + 1));
   std::memset(host_desc_ + off_done_, 0, 4 * num_blocks);
@@ -282,8 +309,10 @@ Status GpuCrc32c::Launch(size_t begin, size_t end, CUstream stream) {
   Desc desc;
   desc.piece_ptr = reinterpret_cast<const uint64_t*>(d);
   desc.piece_len = reinterpret_cast<const uint64_t*>(d + off_len_);
+  desc.piece_off = reinterpret_cast<const uint64_t*>(d + off_piece_off_);
   desc.seg_first = reinterpret_cast<const uint64_t*>(d + off_seg_first_);
   desc.block_seg_first = reinterpret_cast<const uint64_t*>(d + off_block_seg_);
+  desc.block_len = reinterpret_cast<const uint64_t*>(d + off_block_len_);
   desc.done = reinterpret_cast<uint32_t*>(d + off_done_);
   desc.num_pieces = static_cast<uint32_t>(num_pieces_);
   desc.num_blocks = static_cast<uint32_t>(num_blocks_);

@@ -7,11 +7,12 @@
 // pages that need not be adjacent.
 //
 // Method: one kernel. Each thread block checksums one 32 KiB segment of a
-// piece (slicing-by-8 per thread over 128 bytes, then a tree that combines
-// the threads' CRCs by multiplying with x^(8n) mod P); the last thread block
-// to finish a block's segments folds them in order and writes the block's
-// CRC straight into mapped host memory (no separate fold launch, no copy
-// back). Results equal the CPU's CRC32C bit for bit.
+// piece (slicing-by-8 per thread over 128 bytes); the parts are combined by
+// scaling each part's CRC with x^(8 * bytes after it) mod P and XORing, in
+// parallel (no serial fold). The last thread block to finish a block's
+// segments combines them the same way and writes the block's CRC straight
+// into mapped host memory (no second launch, no copy back). Results equal
+// the CPU's CRC32C bit for bit.
 //
 // Thread-safety: not thread-safe; the owner (GpuTransferEngine) serializes.
 // All calls need the owning CUDA context current.
@@ -57,9 +58,10 @@ class GpuCrc32c {
   CUdeviceptr tables_ = 0;  // 8 x 256 slicing table, then 64 powers x^(8*2^k)
 
   // Scratch, grown on demand. Device layout: piece_ptr[P], piece_len[P],
-  // piece_seg_first[P+1], block_seg_first[B+1] (u64 each), done[B] (u32,
-  // uploaded as zeros: segments finished per block); segment CRCs separately
-  // (u32 each); results in mapped pinned host memory.
+  // piece_off[P] (in its block), piece_seg_first[P+1], block_seg_first[B+1],
+  // block_len[B] (u64 each), done[B] (u32, uploaded as zeros: segments
+  // finished per block); segment CRCs separately (u32 each); results in
+  // mapped pinned host memory.
   CUdeviceptr desc_ = 0;
   size_t desc_bytes_ = 0;
   CUdeviceptr seg_crc_ = 0;
@@ -73,7 +75,8 @@ class GpuCrc32c {
   size_t num_pieces_ = 0, num_blocks_ = 0;
   std::vector<uint64_t> piece_seg_first_;
   std::vector<uint64_t> block_seg_first_;
-  size_t off_len_ = 0, off_seg_first_ = 0, off_block_seg_ = 0, off_done_ = 0, desc_used_ = 0;
+  size_t off_len_ = 0, off_piece_off_ = 0, off_seg_first_ = 0, off_block_seg_ = 0;
+  size_t off_block_len_ = 0, off_done_ = 0, desc_used_ = 0;
 };
 
 // Bytes each thread block of the first kernel checksums (one piece segment).

@@ -116,5 +116,25 @@ TEST(Crc32cMathTest, CombiningPiecesEqualsWholeCrc) {
   }
 }
 
+// The kernels' parallel form of the same identity: each part's raw CRC
+// scaled by x^(8 * bytes after the part), all XORed together.
+TEST(Crc32cMathTest, ScaledPartsXorToWholeCrc) {
+  const Tables tb;
+  std::mt19937 rng(13);
+  const auto v = Random(200000, 9);
+  for (int trial = 0; trial < 50; ++trial) {
+    const size_t n = rng() % v.size();
+    std::vector<size_t> cuts = {0, n};
+    for (int k = rng() % 12; k > 0; --k) cuts.push_back(n ? rng() % (n + 1) : 0);
+    std::sort(cuts.begin(), cuts.end());
+    uint32_t acc = 0;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const uint32_t part = RawSliced(tb, v.data() + cuts[i], cuts[i + 1] - cuts[i]);
+      acc ^= GfMul(part, XPow8n(n - cuts[i + 1], tb.pow8));
+    }
+    EXPECT_EQ(FinishRaw(acc, n, tb.pow8), Crc32c(v.data(), n)) << "n=" << n;
+  }
+}
+
 }  // namespace
 }  // namespace cxlkv::internal
