@@ -445,7 +445,9 @@ void AddReplayCommand(CLI::App& app, int* rc) {
   cmd->add_option("--seed", f->seed, "seed for random routing and corruption");
   cmd->add_option("--replica-index", f->replica_index, "run as one worker of --replica-count");
   cmd->add_option("--replica-count", f->replica_count, "workers started separately");
-  cmd->add_option("--control", f->control, "control file shared by separately started workers");
+  cmd->add_option("--control", f->control,
+                  "control file shared by separately started workers (default REGION.ctl; "
+                  "remove it, and the region, before a new run)");
   cmd->add_flag("--no-verify", f->no_verify, "load without CRC32C verification");
   cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
   cmd->add_flag("--json", f->json, "machine-readable output");

@@ -61,7 +61,7 @@ Status OpenParticipant(const RegionFlags& f, std::unique_ptr<Region>* out) {
 
 int Fail(const std::string& cmd, const Status& s) {
   std::fprintf(stderr, "cxlkv %s: %s\n", cmd.c_str(), s.ToString().c_str());
-  return s.IsInvalidArgument() ? kExitFailed : kExitFailed;
+  return kExitFailed;
 }
 
 nlohmann::json CountersJson(const Counters& c) {
