@@ -19,12 +19,11 @@ struct Client::Rep {
 
 namespace {
 
+// "<resource> <ns>/<name>" or "<resource> <name>", for error context.
 std::string Describe(const ResourceType& type, const std::string& ns, const std::string& name) {
-  std::string d = type.resource;
-  if (type.namespaced && !ns.empty()) d += " " + ns + "/" + name;
-  else d += " " + name;
-  if (name.empty()) d.pop_back();
-  return d;
+  std::string d = type.resource + " ";
+  if (type.namespaced && !ns.empty()) d += ns + "/";
+  return d + name;
 }
 
 void AddParam(std::string* q, const std::string& k, const std::string& v) {
@@ -243,7 +242,6 @@ Status Client::Watch(const ResourceType& type, const std::string& ns, const Watc
   // The apiserver frames a JSON watch stream as one event per line.
   std::string pending;
   Status parse_error;
-  bool stopped_by_handler = false;
   HttpRequest req;
   req.path_and_query = ResourcePath(type, ns) + "?" + q;
   req.stop = stop;
@@ -261,10 +259,7 @@ Status Client::Watch(const ResourceType& type, const std::string& ns, const Watc
         return false;
       }
       WatchEvent ev{j["type"].get<std::string>(), std::move(j["object"])};
-      if (!on_event(ev)) {
-        stopped_by_handler = true;
-        return false;
-      }
+      if (!on_event(ev)) return false;  // the caller is done: end the stream, OK
     }
     pending.erase(0, start);
     return true;
@@ -275,7 +270,6 @@ Status Client::Watch(const ResourceType& type, const std::string& ns, const Watc
   if (!s.ok()) return s.WithContext(what);
   if (!parse_error.ok()) return parse_error.WithContext(what);
   if (resp.status < 200 || resp.status >= 300) return internal::ErrorFromResponse(resp).WithContext(what);
-  (void)stopped_by_handler;
   return Status::OK();
 }
 

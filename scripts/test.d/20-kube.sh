@@ -47,7 +47,7 @@ done
 
 echo "== kube: e2e tests (serially: one test restarts the apiserver)"
 log=$(mktemp)
-ctest --test-dir "$BUILD" -L e2e -R '^(ClientE2ETest|WatchE2ETest|InformerE2ETest|LeaderElectionE2ETest|EventRecorderE2ETest|DraSmokeE2ETest|DraGatesE2ETest)\.' \
+ctest --test-dir "$BUILD" -L e2e -R '^(ClientE2ETest|WatchE2ETest|InformerE2ETest|LeaderElectionE2ETest|EventRecorderE2ETest|DraSmokeE2ETest|DraGatesE2ETest|ConfigE2ETest)\.' \
   --output-on-failure -j 1 --timeout 300 2>&1 | tee "$log"
 total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
 fail=$(grep -oE '[0-9]+ tests failed out of' "$log" | grep -oE '^[0-9]+' | tail -1)
