@@ -144,7 +144,6 @@ start_apiserver() {
 }
 
 cmd_up() {
-  if [ -f "$DIR/pids/kube-apiserver" ]; then die "already up (state in $DIR); run down first"; fi
   local t0=$SECONDS bin
   bin=$(k8s_build "$VERSION") || die "build of Kubernetes $VERSION failed"
   local tb=$SECONDS
@@ -225,7 +224,12 @@ cmd_restart_apiserver() {
 }
 
 case "${1:-}" in
-  up) cmd_up ;;
+  up)
+    if [ -f "$DIR/pids/kube-apiserver" ]; then die "already up (state in $DIR); run down first"; fi
+    # A failed start leaves nothing behind: every started process is stopped.
+    trap 'rc=$?; if [ $rc -ne 0 ]; then log "up failed (exit $rc); tearing down"; cmd_down; fi' EXIT
+    cmd_up
+    trap - EXIT ;;
   down) cmd_down ;;
   env) cmd_env ;;
   restart-apiserver) cmd_restart_apiserver ;;
