@@ -24,6 +24,9 @@ cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ENGINE
 rm -f build-py.configure.log
 cmake --build build-py --target _cxlkv || exit 1
 
+# The C++ GPU tests are registered as skipped in a build without CUDA; show why.
+ctest --test-dir build-py -L gpu -V 2>/dev/null | grep -E "^[0-9]+: SKIPPED" || true
+
 export PYTHONPATH=$PWD/build-py/python
 if "$PY" -c 'import pytest' > /dev/null 2>&1; then
   "$PY" -m pytest -v -rs python/tests
