@@ -32,23 +32,31 @@ std::string NewId() {
 
 }  // namespace
 
-Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalComposer>* out) {
+Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalComposer>* out,
+                           std::unique_ptr<RegionCarver> carver) {
   if (opt.node_id.empty()) return Status::InvalidArgument("local pool: node id is required");
   if (opt.name.empty()) return Status::InvalidArgument("local pool: name is required");
   std::unique_ptr<LocalComposer> c(new LocalComposer(opt));
-  CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.dir));
+  c->carver_ = std::move(carver);
   CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.state_dir));
-  struct statfs fs;
-  if (::statfs(opt.dir.c_str(), &fs) != 0) {
-    return Status::IOError("statfs " + opt.dir + ": " + std::strerror(errno));
-  }
-  if (c->opt_.block_mib <= 0) {
-    int64_t bs = static_cast<int64_t>(fs.f_bsize);
-    c->opt_.block_mib = std::max<int64_t>(1, (bs + (1 << 20) - 1) >> 20);
-  }
-  if (c->opt_.capacity_mib <= 0) {
-    c->opt_.capacity_mib = static_cast<int64_t>((static_cast<unsigned __int128>(fs.f_blocks) *
-                                                 fs.f_bsize) >> 20);
+  if (c->carver_) {
+    if (opt.capacity_mib <= 0 || opt.block_mib <= 0) {
+      return Status::InvalidArgument("devdax pool " + opt.name + ": capacity and block size are required");
+    }
+  } else {
+    CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.dir));
+    struct statfs fs;
+    if (::statfs(opt.dir.c_str(), &fs) != 0) {
+      return Status::IOError("statfs " + opt.dir + ": " + std::strerror(errno));
+    }
+    if (c->opt_.block_mib <= 0) {
+      int64_t bs = static_cast<int64_t>(fs.f_bsize);
+      c->opt_.block_mib = std::max<int64_t>(1, (bs + (1 << 20) - 1) >> 20);
+    }
+    if (c->opt_.capacity_mib <= 0) {
+      c->opt_.capacity_mib = static_cast<int64_t>(
+          (static_cast<unsigned __int128>(fs.f_blocks) * fs.f_bsize) >> 20);
+    }
   }
   c->state_path_ = opt.state_dir + "/local-composer-state.json";
   std::string text;
@@ -64,6 +72,9 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
       CXLKV_RETURN_IF_ERROR(in::RegionFromJson(rj, &r).WithContext("load state " + c->state_path_));
       c->allocated_mib_ += r.size_mib;
       c->regions_[r.id] = r;
+      if (rj.contains("carverHandle") && rj["carverHandle"].is_string()) {
+        c->handles_[r.id] = rj["carverHandle"].get<std::string>();
+      }
     }
   } else if (!s.IsNotFound()) {
     return s;
@@ -72,7 +83,8 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   // as freed, never unlinked).
   std::set<std::string> owned;
   for (const auto& [id, r] : c->regions_) owned.insert(r.backing_path);
-  if (DIR* d = ::opendir(opt.dir.c_str())) {
+  DIR* d = c->carver_ ? nullptr : ::opendir(opt.dir.c_str());
+  if (d != nullptr) {
     std::vector<std::string> orphans;
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
@@ -87,9 +99,14 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   return Status::OK();
 }
 
-Status LocalComposer::Save(const std::map<std::string, Region>& regions) {
+Status LocalComposer::Save(const std::map<std::string, Region>& regions,
+                           const std::map<std::string, std::string>& handles) {
   json arr = json::array();
-  for (const auto& [id, r] : regions) arr.push_back(in::RegionToJson(r));
+  for (const auto& [id, r] : regions) {
+    json rj = in::RegionToJson(r);
+    if (auto it = handles.find(id); it != handles.end()) rj["carverHandle"] = it->second;
+    arr.push_back(std::move(rj));
+  }
   json j = {{"version", 1}, {"pool", opt_.name}, {"regions", arr}};
   return in::WriteFileAtomic(state_path_, j.dump(2)).WithContext("write state");
 }
@@ -146,34 +163,52 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
   r.qos = req.qos;
   r.share_count = 1;
   r.claim_uid = req.claim_uid;
-  r.backing_path = opt_.dir + "/" + r.id + ".region";
   Mapping m;
   m.appliance_port = "local";
   m.host_id = opt_.node_id;
   m.materialization = "Pending";  // the host agent materializes it
   r.mappings.push_back(m);
 
-  int fd = ::open(r.backing_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-  if (fd < 0) return Status::IOError("create " + r.backing_path + ": " + std::strerror(errno));
-  // Reserve the memory now (tmpfs pages, huge pages): a pool that cannot
-  // back the region fails here, not later with SIGBUS in a consumer.
-  int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size) << 20);
-  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(fd, static_cast<off_t>(size) << 20) ? errno : 0;
-  ::close(fd);
-  if (rc != 0) {
-    ::unlink(r.backing_path.c_str());
-    Status e = rc == ENOSPC ? Status::NoSpace("size " + r.backing_path + ": " + std::strerror(rc))
-                            : Status::IOError("size " + r.backing_path + ": " + std::strerror(rc));
-    return e;
+  std::string handle;
+  if (carver_) {
+    CXLKV_RETURN_IF_ERROR(
+        carver_->Carve(r.id, static_cast<uint64_t>(size) << 20, &r.backing_path, &handle));
+  } else {
+    r.backing_path = opt_.dir + "/" + r.id + ".region";
+    int fd = ::open(r.backing_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+    if (fd < 0) return Status::IOError("create " + r.backing_path + ": " + std::strerror(errno));
+    // Reserve the memory now (tmpfs pages, huge pages): a pool that cannot
+    // back the region fails here, not later with SIGBUS in a consumer.
+    int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size) << 20);
+    if (rc == EOPNOTSUPP || rc == EINVAL) {
+      rc = ::ftruncate(fd, static_cast<off_t>(size) << 20) ? errno : 0;
+    }
+    ::close(fd);
+    if (rc != 0) {
+      ::unlink(r.backing_path.c_str());
+      return rc == ENOSPC ? Status::NoSpace("size " + r.backing_path + ": " + std::strerror(rc))
+                          : Status::IOError("size " + r.backing_path + ": " + std::strerror(rc));
+    }
   }
+  auto undo = [&] {
+    if (carver_) {
+      Status rs = carver_->Release(r.backing_path, handle);
+      (void)rs;
+    } else {
+      ::unlink(r.backing_path.c_str());
+    }
+  };
   auto next = regions_;
   next[r.id] = r;
-  Status s = Save(next);
+  auto next_handles = handles_;
+  if (carver_) next_handles[r.id] = handle;
+  Status s = Save(next, next_handles);
   if (!s.ok()) {
-    ::unlink(r.backing_path.c_str());
+    undo();
     return s;
   }
   regions_ = std::move(next);
+  handles_ = std::move(next_handles);
   allocated_mib_ += size;
   result->region = r;
   result->partial = false;
@@ -185,13 +220,22 @@ Status LocalComposer::Free(const std::string& aid, const std::string& bid, const
   std::lock_guard<std::mutex> l(mu_);
   auto it = regions_.find(mid);
   if (it == regions_.end()) return Status::NotFound("memory region " + mid + " not found");
+  Region r = it->second;
+  std::string handle = handles_.count(mid) ? handles_[mid] : "";
+  if (carver_) {
+    // Device first: a device that cannot be removed keeps its region listed.
+    CXLKV_RETURN_IF_ERROR(carver_->Release(r.backing_path, handle));
+  }
   auto next = regions_;
   next.erase(mid);
-  CXLKV_RETURN_IF_ERROR(Save(next));  // first: a crash leaves an orphan file Open() removes
-  Region r = it->second;
+  auto next_handles = handles_;
+  next_handles.erase(mid);
+  // For files, state first: a crash leaves an orphan file Open() removes.
+  CXLKV_RETURN_IF_ERROR(Save(next, next_handles));
   regions_ = std::move(next);
+  handles_ = std::move(next_handles);
   allocated_mib_ -= r.size_mib;
-  return in::RemoveFile(r.backing_path);
+  return carver_ ? Status::OK() : in::RemoveFile(r.backing_path);
 }
 
 Status LocalComposer::Get(const std::string& aid, const std::string& bid, const std::string& mid,

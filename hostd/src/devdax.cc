@@ -182,7 +182,42 @@ class SysfsDaxBus : public DaxBus {
   const SysfsHook hook_;
 };
 
+class DevdaxCarver : public fabric::RegionCarver {
+ public:
+  DevdaxCarver(std::unique_ptr<DaxBus> bus, DevdaxOptions opt)
+      : m_(std::move(bus), std::move(opt)) {}
+  Status Carve(const std::string& id, uint64_t size_bytes, std::string* device,
+               std::string* handle) override {
+    Device d;
+    CXLKV_RETURN_IF_ERROR(m_.Materialize({id, size_bytes, 0, ""}, &d));
+    *device = d.path;
+    handle->clear();
+    for (const auto& p : d.pad_devices) *handle += (handle->empty() ? "" : ",") + p;
+    return Status::OK();
+  }
+  Status Release(const std::string& device, const std::string& handle) override {
+    Device d;
+    d.path = device;
+    size_t pos = 0;
+    while (pos < handle.size()) {
+      size_t comma = handle.find(',', pos);
+      if (comma == std::string::npos) comma = handle.size();
+      d.pad_devices.push_back(handle.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    return m_.Remove(d);
+  }
+
+ private:
+  DevdaxMaterializer m_;
+};
+
 }  // namespace
+
+std::unique_ptr<fabric::RegionCarver> NewDevdaxCarver(std::unique_ptr<DaxBus> bus,
+                                                      DevdaxOptions opt) {
+  return std::make_unique<DevdaxCarver>(std::move(bus), std::move(opt));
+}
 
 std::unique_ptr<DaxBus> NewSysfsDaxBus(std::string sysfs_root, SysfsHook hook) {
   return std::make_unique<SysfsDaxBus>(std::move(sysfs_root), std::move(hook));

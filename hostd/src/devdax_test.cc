@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/hostd/cdi.h"
 
 namespace cxlkv::hostd {
@@ -161,6 +162,51 @@ TEST_F(DevdaxTest, RejectsMisalignedAndOversizedRegions) {
   EXPECT_TRUE(m_->Materialize({"r1", 3 << 20, 0, ""}, &d).IsInvalidArgument());
   EXPECT_TRUE(m_->Materialize({"r1", 2 << 20, 1 << 20, ""}, &d).IsInvalidArgument());
   EXPECT_TRUE(m_->Materialize({"r1", 128 << 20, 0, ""}, &d).IsNoSpace());
+}
+
+TEST_F(DevdaxTest, LocalComposerDevdaxPoolCarvesSubDevicesAndSurvivesRestart) {
+  fabric::LocalPoolOptions o;
+  o.name = "dax0";
+  o.node_id = "gpu-node-1";
+  o.capacity_mib = 32;
+  o.block_mib = 2;
+  o.state_dir = root_ + "/local-state";
+  DevdaxOptions d;
+  auto hook = [this](const std::string& p, const std::string& v) { kernel_->OnWrite(p, v); };
+  std::unique_ptr<fabric::LocalComposer> c;
+  ASSERT_TRUE(fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
+  fabric::ComposeRequest req;
+  req.size_mib = 5;
+  req.qos = 1;
+  fabric::ComposeResult r;
+  ASSERT_TRUE(c->Compose("local", "dax0", req, &r).ok());
+  EXPECT_EQ(r.region.size_mib, 6);
+  EXPECT_EQ(r.region.backing_path, "/dev/dax0.1");
+  EXPECT_EQ(kernel_->sizes_["dax0.1"], 6u << 20);
+  req.size_mib = 30;
+  EXPECT_TRUE(c->Compose("local", "dax0", req, &r).IsNoSpace()) << "pool capacity is 32 MiB";
+  c.reset();
+  ASSERT_TRUE(fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
+  std::vector<fabric::Region> regions;
+  ASSERT_TRUE(c->List("local", "dax0", &regions).ok());
+  ASSERT_EQ(regions.size(), 1u);
+  ASSERT_TRUE(c->Free("local", "dax0", regions[0].id).ok());
+  EXPECT_EQ(kernel_->sizes_.count("dax0.1"), 0u);
+}
+
+TEST(FileMaterializerTest, CharacterDevicesPassThroughAsDeviceNodes) {
+  FileMaterializer m("/nonexistent-dev-dir");
+  Device d;
+  ASSERT_TRUE(m.Materialize({"local-1", 4096, 0, "/dev/null"}, &d).ok());
+  EXPECT_EQ(d.kind, "devdax");
+  EXPECT_EQ(d.path, "/dev/null");
+  EXPECT_EQ(d.major, 1);
+  EXPECT_EQ(d.minor, 3);
+  std::string spec = CdiSpecJson(d, CdiOptions{});
+  EXPECT_NE(spec.find("\"deviceNodes\""), std::string::npos) << spec;
+  ASSERT_TRUE(m.Remove(d).ok());
+  struct stat st;
+  EXPECT_EQ(stat("/dev/null", &st), 0) << "the pool owns the device; removal leaves it";
 }
 
 TEST(DevdaxHardwareTest, LibdaxctlOnARealDaxRegion) {

@@ -1,5 +1,6 @@
 // Copyright cxlkv authors.
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,18 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
     if (errno == ENOENT) return Status::NotFound("stat " + req.backing_path + ": " + err);
     return Status::IOError("stat " + req.backing_path + ": " + err);
   }
+  if (S_ISCHR(st.st_mode)) {
+    Device d;
+    d.allocation_id = req.allocation_id;
+    d.kind = "devdax";
+    d.path = req.backing_path;
+    d.size_bytes = req.size_bytes;
+    d.offset_bytes = req.offset_bytes;
+    d.major = static_cast<int>(major(st.st_rdev));
+    d.minor = static_cast<int>(minor(st.st_rdev));
+    *dev = std::move(d);
+    return Status::OK();
+  }
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("backing path " + req.backing_path + " is not a regular file");
   }
@@ -67,6 +80,7 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
 }
 
 Status FileMaterializer::Remove(const Device& dev) {
+  if (dev.kind == "devdax") return Status::OK();  // the pool owns the device
   if (::unlink(dev.path.c_str()) != 0 && errno != ENOENT) {
     return Status::IOError("remove " + dev.path + ": " + std::strerror(errno));
   }

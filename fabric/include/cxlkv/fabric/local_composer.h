@@ -2,9 +2,11 @@
 //
 // LocalComposer: the Composer for a single node with several GPUs and no
 // appliance (the most common deployment). Carves regions from a node-local
-// pool directory: /dev/shm (tmpfs) or a hugetlbfs mount. Each region is a
-// file <pool>/<id>.region sized up to whole blocks; the pool's capacity is
-// accounted here and persisted (atomic writes) in <state_dir>.
+// pool: a directory on /dev/shm (tmpfs) or hugetlbfs, where each region is a
+// file <dir>/<id>.region; or a devdax region, where each region is a
+// sub-device made by a RegionCarver (cxlkv-hostd's NewDevdaxCarver). Sizes
+// are rounded up to whole blocks; the pool's capacity is accounted here and
+// persisted (atomic writes) in <state_dir>.
 // To the driver it looks like a fabric manager with one appliance ("local"),
 // one blade (the pool name) and one host (this node); host agents
 // materialize its regions with the file backend as they do cxlkv-fabricd's.
@@ -22,9 +24,21 @@
 
 namespace cxlkv::fabric {
 
+// Makes and removes device-backed regions for a devdax pool.
+class RegionCarver {
+ public:
+  virtual ~RegionCarver() = default;
+  // Creates a device of size_bytes for region `id`; *device gets its path,
+  // *handle whatever Release needs later (persisted with the region).
+  virtual Status Carve(const std::string& id, uint64_t size_bytes, std::string* device,
+                       std::string* handle) = 0;
+  // Removes what Carve made. Already gone is OK.
+  virtual Status Release(const std::string& device, const std::string& handle) = 0;
+};
+
 struct LocalPoolOptions {
   std::string name = "shm";                  // the pool's blade id
-  std::string dir = "/dev/shm/cxlkv-pool";   // tmpfs or hugetlbfs directory
+  std::string dir = "/dev/shm/cxlkv-pool";   // tmpfs or hugetlbfs directory (file pools)
   // Pool size in MiB; 0 = the file system's total size.
   int64_t capacity_mib = 0;
   // Allocation granularity in MiB; 0 = the file system's block size rounded
@@ -38,9 +52,12 @@ struct LocalPoolOptions {
 class LocalComposer : public Composer {
  public:
   // Creates the pool directory if needed, loads the state, and deletes
-  // region files the state does not list. InvalidArgument: no node id;
+  // region files the state does not list. With a carver the pool is a
+  // devdax pool: REQUIRES capacity_mib > 0 and block_mib > 0; `dir` is not
+  // used. InvalidArgument: no node id, or a devdax pool without sizes;
   // Corruption: unreadable state file; IOError: unusable directories.
-  static Status Open(const LocalPoolOptions& opt, std::unique_ptr<LocalComposer>* out);
+  static Status Open(const LocalPoolOptions& opt, std::unique_ptr<LocalComposer>* out,
+                     std::unique_ptr<RegionCarver> carver = nullptr);
 
   Status ListPools(std::vector<Pool>* pools) override;
   // share_count > 1, or candidate hosts other than this node: InvalidArgument.
@@ -58,10 +75,13 @@ class LocalComposer : public Composer {
  private:
   explicit LocalComposer(const LocalPoolOptions& o) : opt_(o) {}
   Status CheckPool(const std::string& aid, const std::string& bid);
-  Status Save(const std::map<std::string, Region>& regions);
+  Status Save(const std::map<std::string, Region>& regions,
+              const std::map<std::string, std::string>& handles);
 
   LocalPoolOptions opt_;  // immutable after Open
   std::string state_path_;
+  std::unique_ptr<RegionCarver> carver_;     // devdax pools only
+  std::map<std::string, std::string> handles_;  // carver handles; guarded by mu_
   std::mutex mu_;
   std::map<std::string, Region> regions_;  // guarded by mu_
   int64_t allocated_mib_ = 0;              // guarded by mu_

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/hostd/materializer.h"
 
 namespace cxlkv::hostd {
@@ -75,6 +76,11 @@ class DevdaxMaterializer : public Materializer {
   std::unique_ptr<DaxBus> bus_;
   const DevdaxOptions opt_;
 };
+
+// A RegionCarver for LocalComposer's devdax pools: one sub-device (plus pad
+// devices when needed) per region, through the same DevdaxMaterializer.
+std::unique_ptr<fabric::RegionCarver> NewDevdaxCarver(std::unique_ptr<DaxBus> bus,
+                                                      DevdaxOptions opt);
 
 }  // namespace cxlkv::hostd
 

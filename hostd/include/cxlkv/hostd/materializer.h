@@ -55,7 +55,10 @@ class Materializer {
   virtual Status Remove(const Device& dev) = 0;
 };
 
-// Creates <dev_dir>/<allocation_id>, a symbolic link to the backing file.
+// For regions whose bytes this host already reaches: a regular backing file
+// gets <dev_dir>/<allocation_id>, a symbolic link to it (kind "file"); a
+// backing path that is a character device (a local devdax pool's sub-device)
+// is passed through as is (kind "devdax"), and Remove leaves it to its pool.
 // REQUIRES: dev_dir exists or can be created.
 class FileMaterializer : public Materializer {
  public:
