@@ -10,8 +10,14 @@ for each tensor in order, the pages of the chunk's block ids in order.
 Loads and stores are synchronous (they return after the DMA and the GPU
 CRC32C checks) and release the GIL. A store first waits for the work queued
 on ``stream`` (default: the current stream of the KV tensors' device), so a
-KV written by the model is complete before it is copied.
+KV written by the model is complete before it is copied. ``submit_load`` and
+``submit_store`` run the same calls on one worker thread per GpuRegion, in
+submission order, and return futures (vLLM's worker submits transfers and
+polls for finished ones).
 """
+
+import concurrent.futures
+import threading
 
 from . import _cxlkv, as_keys
 from .errors import LoadFailedError, UnsupportedError
@@ -107,6 +113,8 @@ class GpuRegion:
         self.region = region
         self.device = int(device)
         self._gpu = _cxlkv.RegionGpu.open(region, o)
+        self._executor = None
+        self._executor_lock = threading.Lock()
 
     @property
     def direct(self):
@@ -126,12 +134,50 @@ class GpuRegion:
         ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
         if len(first) - 1 != len(keys):
             raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
+        after = self._after_stream(kv_caches, stream)
+        stored, statuses, outcomes = self._gpu.store(ns, keys, ptr, length, first, _PATHS[path], after)
+        return StoreResult(stored, statuses, outcomes)
+
+    @staticmethod
+    def _after_stream(kv_caches, stream):
         if stream is None:
             import torch
             stream = torch.cuda.current_stream(kv_caches[0].device)
-        after = int(getattr(stream, "cuda_stream", stream) or 0)
-        stored, statuses, outcomes = self._gpu.store(ns, keys, ptr, length, first, _PATHS[path], after)
-        return StoreResult(stored, statuses, outcomes)
+        return int(getattr(stream, "cuda_stream", stream) or 0)
+
+    def _pool(self):
+        with self._executor_lock:
+            if self._executor is None:
+                # One thread: the engine serializes its calls anyway, and one
+                # thread keeps transfers in submission order.
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="cxlkv-gpu")
+            return self._executor
+
+    def submit_store(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
+                     stream=None):
+        """store() on the worker thread; returns a Future of the StoreResult.
+
+        The stream to wait for is taken now (default: the caller's current
+        stream), so the copy follows the work queued before this call.
+        """
+        after = self._after_stream(kv_caches, stream)
+        return self._pool().submit(self.store, ns, keys, kv_caches, block_ids, blocks_per_chunk,
+                                   path=path, stream=after)
+
+    def submit_load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, **kwargs):
+        """load() on the worker thread; returns a Future of the LoadResult (or
+        of the LoadFailedError it raises). The destination pages must not be
+        read until the future is done."""
+        return self._pool().submit(self.load, ns, keys, kv_caches, block_ids, blocks_per_chunk,
+                                   **kwargs)
+
+    def close(self):
+        """Waits for submitted transfers and stops the worker thread."""
+        with self._executor_lock:
+            ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=True)
 
     def load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
              on_failure="raise", verify_crc=True):

@@ -50,6 +50,7 @@ class GpuBindingTest(unittest.TestCase):
         self.kv = torch.randint(-128, 128, (64, PAGE), dtype=torch.int8, device="cuda", generator=g)
 
     def tearDown(self):
+        self.gpu.close()
         del self.gpu
         del self.region
         os.unlink(self.path)
@@ -118,6 +119,24 @@ class GpuBindingTest(unittest.TestCase):
         res = self.gpu.load(self.ns, keys, [dst], ids, PER_CHUNK, on_failure="report")
         self.assertEqual([f[:2] for f in res.failed], [(2, "NotFound")])
         self.assertEqual(res.loaded, 3)
+
+    def test_submitted_transfers_complete_in_order_with_the_same_bytes(self):
+        torch = self.torch
+        ids = self._ids(4, 6 * PER_CHUNK)
+        keys = list(range(400, 406))
+        store = self.gpu.submit_store(self.ns, keys, [self.kv], ids, PER_CHUNK)
+        dst = torch.zeros_like(self.kv)
+        ids2 = self._ids(5, 6 * PER_CHUNK)
+        # Submitted after the store, so it runs after it (one worker thread).
+        load = self.gpu.submit_load(self.ns, keys, [dst], ids2, PER_CHUNK)
+        self.assertEqual(store.result(timeout=60).stored, 6)
+        res = load.result(timeout=60)
+        self.assertEqual((res.loaded, res.prefix), (6, 6))
+        for c in range(6):
+            self.assertTrue(torch.equal(self._chunk_bytes(dst, ids2, c), self._chunk_bytes(self.kv, ids, c)))
+        missing = self.gpu.submit_load(self.ns, [999], [dst], ids2[:PER_CHUNK], PER_CHUNK)
+        with self.assertRaises(cxlkv.LoadFailedError):
+            missing.result(timeout=60)
 
 
 if __name__ == "__main__":
