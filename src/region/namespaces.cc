@@ -5,6 +5,7 @@
 // the same descriptor start probing at the same entry; the one that loses
 // the claim waits for the winner's READY and finds the match, so one
 // descriptor never gets two ids. Entries are never removed.
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -92,6 +93,8 @@ Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
   for (uint32_t probe = 0; probe < kNamespaceEntries; ++probe) {
     const uint32_t i = (start + probe) % kNamespaceEntries;
     NamespaceRecord& r = nss_[i];
+    auto writing_since = std::chrono::steady_clock::now();
+    uint64_t writing_word = ~0ull;
     for (;;) {
       uint64_t w = r.state.load(std::memory_order_acquire);
       const uint8_t st = WordState(w);
@@ -103,9 +106,18 @@ Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
         break;  // next probe
       }
       if (st == kNsWriting) {
-        // Someone is registering here; wait for READY unless they died
-        // (the reclaimer frees a dead participant's WRITING entry).
-        if (!ParticipantActive(WordOwner(w))) {
+        // Someone is registering here: a few microseconds, normally. Wait
+        // for READY, unless the registrant is not a live participant or the
+        // entry has been WRITING for kStaleWriting (damaged, or its writer
+        // stalled): then reset it. A stalled writer's final CAS then fails
+        // and it retries from the start.
+        constexpr auto kStaleWriting = std::chrono::milliseconds(200);
+        const auto now = std::chrono::steady_clock::now();
+        if (w != writing_word) {
+          writing_word = w;
+          writing_since = now;
+        }
+        if (!ParticipantActive(WordOwner(w)) || now - writing_since > kStaleWriting) {
           r.state.compare_exchange_strong(w, 0, std::memory_order_acq_rel);
         }
         std::this_thread::yield();
@@ -116,12 +128,14 @@ Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
         return Status::NotFound("namespace " + d.ToString() + " is not registered in region " +
                                 info_.path);
       }
-      if (!r.state.compare_exchange_strong(w, PackWord(0, self_index(), kNsWriting),
-                                           std::memory_order_acq_rel)) {
-        continue;
-      }
+      const uint64_t mine = PackWord(0, self_index(), kNsWriting);
+      if (!r.state.compare_exchange_strong(w, mine, std::memory_order_acq_rel)) continue;
       WriteImage(r, want);
-      r.state.store(PackWord(0, 0, kNsReady), std::memory_order_release);
+      uint64_t expected = mine;
+      if (!r.state.compare_exchange_strong(expected, PackWord(0, 0, kNsReady),
+                                           std::memory_order_acq_rel)) {
+        return RegisterNamespace(d, id);  // our claim was reset as stale: start over
+      }
       *id = i;
       return Status::OK();
     }
