@@ -85,8 +85,9 @@ enum class PatchType : unsigned char {
 struct WatchOptions {
   std::string label_selector;
   std::string field_selector;
-  // Start after this version; "" = from "now" (the apiserver sends ADDED for
-  // every existing object first only if it chooses to; use List then Watch).
+  // Start after this version. "" = the current state: the apiserver first
+  // sends a synthetic ADDED for every existing object, then changes. A
+  // version older than the server's history window gives 410 Gone.
   std::string resource_version;
   bool allow_bookmarks = true;
   // Server closes the stream after this many seconds; 0 = server default.
