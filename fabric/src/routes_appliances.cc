@@ -304,8 +304,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
   On("GET", mem, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2];
     json out = manager_->Read([&](const FabricState& s) {
-      auto& st = const_cast<FabricState&>(s);
-      ApplianceState* a = st.FindAppliance(aid);
+      const ApplianceState* a = s.FindAppliance(aid);
       if (a == nullptr || a->FindBlade(bid) == nullptr) return json();
       std::vector<std::string> uris;
       for (const auto& [id, r] : s.regions) {
@@ -354,8 +353,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
   On("GET", one, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2], mid = req.matches[3];
     json out = manager_->Read([&](const FabricState& s) {
-      auto& st = const_cast<FabricState&>(s);
-      ApplianceState* a = st.FindAppliance(aid);
+      const ApplianceState* a = s.FindAppliance(aid);
       if (a == nullptr || a->FindBlade(bid) == nullptr) return json();
       auto it = s.regions.find(mid);
       if (it == s.regions.end() || it->second.appliance_id != aid || it->second.blade_id != bid) {

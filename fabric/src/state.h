@@ -38,6 +38,9 @@ struct ApplianceState {
   bool managed = true;
   std::vector<BladeState> blades;
   BladeState* FindBlade(const std::string& id);
+  const BladeState* FindBlade(const std::string& id) const {
+    return const_cast<ApplianceState*>(this)->FindBlade(id);
+  }
 };
 
 struct HostState {
@@ -53,6 +56,9 @@ struct FabricState {
   std::map<std::string, Region> regions;  // by memory id
 
   ApplianceState* FindAppliance(const std::string& id);  // managed only
+  const ApplianceState* FindAppliance(const std::string& id) const {
+    return const_cast<FabricState*>(this)->FindAppliance(id);
+  }
   HostState* FindHost(const std::string& id);            // managed only
   // Recomputes every blade's `used` from the regions. Corruption when two
   // regions claim one block or a block is out of range.
