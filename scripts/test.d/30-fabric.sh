@@ -56,6 +56,7 @@ else
     local name=$1; shift
     mkdir -p "$WORK/$name"
     sed "s#\${STATE}#$WORK/$name#g" fabric/api/fuzz-topology.yaml >"$WORK/$name/topology.yaml"
+    [ -n "${ST_EXTRA_YAML:-}" ] && printf '%s\n' "$ST_EXTRA_YAML" >>"$WORK/$name/topology.yaml"
     start_fabricd "$WORK/$name/topology.yaml" "$WORK/$name/fabricd.log" || { bad "schemathesis $name: start"; return; }
     local log=$WORK/$name/schemathesis.log
     # From the scratch dir: schemathesis leaves a cache directory in its cwd.
@@ -75,6 +76,12 @@ else
   }
   run_st api --exclude-path /cxlkv/v1/faults --exclude-operation-id-regex "$destructive"
   run_st management --include-operation-id-regex "$destructive"
+  # With basic auth on: every operation must refuse a request without it (401,
+  # documented by the overlay) and serve one with it.
+  ST_EXTRA_YAML='auth: {username: fuzz, password: fuzz-pass}' \
+    CXLKV_FUZZ_EXAMPLES=${CXLKV_FUZZ_AUTH_EXAMPLES:-8} \
+    run_st auth --auth fuzz:fuzz-pass --exclude-path /cxlkv/v1/faults \
+      --exclude-operation-id-regex "$destructive"
 fi
 
 # ---- 2. CDI specs through the reference implementation ----------------------
