@@ -30,7 +30,8 @@ enum class Counter : uint32_t {
   kBytesLoaded = 13,     // payload bytes of hits
   kBytesStored = 14,     // payload bytes of commits
   kReleasedPins = 15,    // pins of dead participants released by reclaim
-  kCount = 16,
+  kStoreFenced = 16,     // store failed: this participant had been judged dead
+  kCount = 17,
 };
 
 const char* CounterName(Counter c);
@@ -41,7 +42,7 @@ struct Counters {
   uint64_t operator[](Counter c) const { return v[static_cast<uint32_t>(c)]; }
   uint64_t store_failures() const {
     return (*this)[Counter::kStoreFull] + (*this)[Counter::kStoreTooLarge] +
-           (*this)[Counter::kStoreLostRace];
+           (*this)[Counter::kStoreLostRace] + (*this)[Counter::kStoreFenced];
   }
   Counters& operator+=(const Counters& o) {
     for (uint32_t i = 0; i < static_cast<uint32_t>(Counter::kCount); ++i) v[i] += o.v[i];

@@ -154,7 +154,9 @@ void RegionImpl::UnpinSlot(uint64_t slot) {
   if (it == pin_counts_[stripe].end()) return;
   if (--it->second == 0) {
     pin_counts_[stripe].erase(it);
-    pw.fetch_and(~bit, std::memory_order_release);
+    // Once reclaimed, our bit was cleared by the reclaimer and may now be
+    // the pin of the entry's next owner: leave it alone.
+    if (StillRegistered()) pw.fetch_and(~bit, std::memory_order_release);
   }
 }
 
@@ -186,16 +188,32 @@ bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
   return true;
 }
 
+uint32_t RegionImpl::SlotTag(uint64_t slot) const {
+  return tags_[slot / geo_.ways].tag[slot % geo_.ways].load(std::memory_order_relaxed);
+}
+
+void RegionImpl::ClearTag(uint64_t slot, uint32_t tag) {
+  uint32_t expected = tag;
+  tags_[slot / geo_.ways].tag[slot % geo_.ways].compare_exchange_strong(
+      expected, 0, std::memory_order_relaxed);
+}
+
 bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
   // Corrupt bytes fail every reader alike, so pins (which protect good
   // blocks from eviction) do not hold a corrupt one. Pinners that copy it
   // concurrently see the state change and miss; their pin bits only delay
   // the next eviction of the reused slot until they unpin.
-  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(0, std::memory_order_relaxed);
+  // The tag is cleared only after we freed the slot, and only if it is
+  // still the dropped block's: a new owner's tag must survive.
+  const uint32_t tag = SlotTag(slot);
   uint64_t expected = word;
-  return meta_[slot].state.compare_exchange_strong(
-      expected, PackWord(WordGen(word), 0, static_cast<uint8_t>(SlotState::kFree)),
-      std::memory_order_acq_rel);
+  if (!meta_[slot].state.compare_exchange_strong(
+          expected, PackWord(WordGen(word), 0, static_cast<uint8_t>(SlotState::kFree)),
+          std::memory_order_acq_rel)) {
+    return false;
+  }
+  ClearTag(slot, tag);
+  return true;
 }
 
 void RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
@@ -260,7 +278,8 @@ Status RegionImpl::CheckWritable() const {
     return Status::InvalidArgument("region " + info_.path +
                                    " was opened as an observer (register_participant=false)");
   }
-  if (fenced_.load(std::memory_order_acquire)) {
+  if (!StillRegistered()) {
+    const_cast<RegionImpl*>(this)->Fence();
     return Status::Busy("region " + info_.path +
                         ": this participant was judged dead and reclaimed (paused longer than "
                         "the liveness timeout?); reopen the region");

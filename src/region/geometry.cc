@@ -89,9 +89,10 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
 
 Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out) {
   if (sb.region_size > mapped_bytes) {
-    return Status::Corruption("header says region_size " + std::to_string(sb.region_size) +
-                              " but only " + std::to_string(mapped_bytes) +
-                              " bytes are mapped");
+    return Status::InvalidArgument("region_size mismatch: the region has " +
+                                   std::to_string(sb.region_size) + " bytes but only " +
+                                   std::to_string(mapped_bytes) +
+                                   " are mapped (pass the region's size, or none)");
   }
   Geometry g;
   Status s = ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants, &g);

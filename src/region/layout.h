@@ -32,8 +32,10 @@ inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
 inline constexpr uint32_t kMaxWays = 16;
 inline constexpr uint32_t kNamespaceEntries = 256;
 inline constexpr uint32_t kCounterCount = static_cast<uint32_t>(Counter::kCount);
+inline constexpr uint32_t kCounterSlots = 24;  // room to append counters without a layout change
+static_assert(kCounterCount <= kCounterSlots);
 inline constexpr uint64_t kMinSlotSize = 64;
-inline constexpr uint64_t kMaxSlotSize = 1ull << 40;
+inline constexpr uint64_t kMaxSlotSize = (1ull << 32) - 4096;  // SlotMeta::len is 32-bit
 
 // ---- Superblock ----
 //
@@ -84,9 +86,9 @@ static_assert(offsetof(Superblock, header_crc) == 508);
 enum class ParticipantState : uint8_t { kFree = 0, kActive = 1, kReclaiming = 2 };
 
 struct alignas(64) CounterBlock {
-  std::atomic<uint64_t> v[kCounterCount];
+  std::atomic<uint64_t> v[kCounterSlots];
 };
-static_assert(sizeof(CounterBlock) == 128);
+static_assert(sizeof(CounterBlock) == 192);
 
 struct alignas(64) ParticipantRecord {
   std::atomic<uint64_t> state;
@@ -98,7 +100,7 @@ struct alignas(64) ParticipantRecord {
   uint8_t reserved[64];
   CounterBlock counters;
 };
-static_assert(sizeof(ParticipantRecord) == 256);
+static_assert(sizeof(ParticipantRecord) == 320);
 
 // ---- Namespace table ----
 //

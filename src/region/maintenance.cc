@@ -69,8 +69,9 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
       if (ForceDropSlot(s, w)) ++report->dropped;
     } else {
       uint64_t expected = w;
+      const uint32_t tag = SlotTag(s);
       if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0), std::memory_order_acq_rel)) {
-        tags_[s / geo_.ways].tag[s % geo_.ways].store(0, std::memory_order_relaxed);
+        ClearTag(s, tag);
         ++report->dropped;
       }
     }

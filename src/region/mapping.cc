@@ -105,7 +105,12 @@ Status Mapping::Open(const std::string& path, uint64_t offset, uint64_t size, bo
       const auto parent = std::filesystem::path(path).parent_path();
       if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     }
-    m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0660);
+    m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0660);
+    if (m->fd_ >= 0 && create) {
+      m->created_ = true;
+    } else if (m->fd_ < 0 && create && errno == EEXIST) {
+      m->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // someone created it first: fine
+    }
     if (m->fd_ < 0) return Errno("open", path, errno);
     if (::fstat(m->fd_, &st) != 0) return Errno("stat", path, errno);
     uint64_t file_size = static_cast<uint64_t>(st.st_size);
@@ -135,9 +140,25 @@ Status Mapping::Open(const std::string& path, uint64_t offset, uint64_t size, bo
         }
       }
     }
-    // A shared lock marks the file as in use on this host (see `cxlkv gc`).
-    if (::flock(m->fd_, LOCK_SH | LOCK_NB) != 0 && errno != EWOULDBLOCK) {
-      return Errno("lock", path, errno);
+    // A shared lock marks the file as in use on this host. `cxlkv gc` and
+    // `cxlkv format --force` hold an exclusive lock while they decide, so
+    // wait for it (bounded), then make sure the path still names the file
+    // we locked: if gc removed it meanwhile, start over on the new path.
+    bool locked = false;
+    for (int i = 0; i < 500 && !locked; ++i) {
+      if (::flock(m->fd_, LOCK_SH | LOCK_NB) == 0) {
+        locked = true;
+      } else if (errno == EWOULDBLOCK) {
+        ::usleep(10'000);
+      } else {
+        return Errno("lock", path, errno);
+      }
+    }
+    if (!locked) return Status::Busy("region " + path + " is locked exclusively (gc or format --force running?)");
+    struct stat now_st {};
+    if (::fstat(m->fd_, &st) != 0) return Errno("stat", path, errno);
+    if (::stat(path.c_str(), &now_st) != 0 || now_st.st_ino != st.st_ino || now_st.st_dev != st.st_dev) {
+      return Open(path, offset, size, create, sysfs_root, out);  // removed while we waited
     }
   }
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_,
@@ -147,6 +168,12 @@ Status Mapping::Open(const std::string& path, uint64_t offset, uint64_t size, bo
   m->size_ = size;
   *out = std::move(m);
   return Status::OK();
+}
+
+void Mapping::RemoveIfCreatedAndUnused() {
+  // Only if we created the file and nobody else has it open on this host.
+  if (!created_ || fd_ < 0) return;
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) ::unlink(path_.c_str());
 }
 
 Mapping::~Mapping() {

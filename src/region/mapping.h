@@ -44,6 +44,10 @@ class Mapping {
   bool is_devdax() const { return devdax_; }
   const std::string& path() const { return path_; }
 
+  // Removes the file again if this Open created it and no other process
+  // holds it (a region that failed to format leaves nothing behind).
+  void RemoveIfCreatedAndUnused();
+
   // Populates page tables for [0, size) without changing any byte
   // (MADV_POPULATE_WRITE, else one atomic no-op add per page).
   void Prefault(uint64_t begin, uint64_t end) const;
@@ -56,6 +60,7 @@ class Mapping {
   uint64_t size_ = 0;
   uint64_t offset_ = 0;
   bool devdax_ = false;
+  bool created_ = false;
 };
 
 }  // namespace cxlkv::internal

@@ -229,6 +229,76 @@ TEST(MultiProcessTest, PausedParticipantIsFencedAfterReclaim) {
   EXPECT_TRUE(r->Lookup(ns, BlockKey::FromId(1)).IsNotFound());
 }
 
+// A paused reader is reclaimed, its index reused by a newcomer that pins the
+// same block; when the old reader resumes and releases its pins it must not
+// clear the newcomer's pin bit.
+TEST(MultiProcessTest, ResumedReclaimedReaderDoesNotReleaseANewcomersPin) {
+  ScratchRegion sr("zpin");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(3);
+  std::vector<uint8_t> d(kSlot, 3);
+  ASSERT_TRUE(r->Store(ns, key, d.data(), d.size()).ok());
+  struct Shared { std::atomic<int> zombie_index{-1}, newcomer_index{-1}; std::atomic<bool> done{false}; };
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    auto rr = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    PinSet pins;
+    if (!rr->PinPrefix(Ns(rr.get()), &key, 1, &pins).ok() || pins.size() != 1) return 1;
+    sh->zombie_index = rr->info().participant;
+    ::raise(SIGSTOP);
+    pins.Release();  // after being reclaimed
+    return 0;
+  });
+  WaitFor([&] { return sh->zombie_index.load() >= 0; });
+  WaitFor([&] { return r->Participants().size() == 1; });  // reclaimed
+  ASSERT_EQ(r->Participants().size(), 1u);
+  pid_t n = Spawn([&] {
+    auto rr = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+    PinSet pins;
+    if (!rr->PinPrefix(Ns(rr.get()), &key, 1, &pins).ok() || pins.size() != 1) return 1;
+    sh->newcomer_index = rr->info().participant;
+    while (!sh->done.load()) std::this_thread::sleep_for(2ms);
+    return 0;
+  });
+  WaitFor([&] { return sh->newcomer_index.load() >= 0; });
+  EXPECT_EQ(sh->newcomer_index.load(), sh->zombie_index.load());  // the index was reused
+  ::kill(z, SIGCONT);
+  EXPECT_EQ(Reap(z), 0);
+  EXPECT_TRUE(r->Drop(ns, key).IsBusy());  // the newcomer's pin holds
+  sh->done = true;
+  EXPECT_EQ(Reap(n), 0);
+  EXPECT_TRUE(r->Drop(ns, key).ok());
+}
+
+// Every participant entry held by a dead process: the next opener watches
+// them for a liveness timeout, reclaims them and registers.
+TEST(MultiProcessTest, RegistryFullOfDeadProcessesIsReclaimedByTheNextOpener) {
+  ScratchRegion sr("full");
+  { auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot)); }
+  std::vector<pid_t> kids;
+  struct Shared { std::atomic<int> attached{0}; };
+  auto* sh = SharedAnon<Shared>();
+  for (int i = 0; i < 64; ++i) {
+    kids.push_back(Spawn([&] {
+      auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
+      sh->attached++;
+      ::raise(SIGSTOP);
+      return 0;
+    }));
+  }
+  WaitFor([&] { return sh->attached.load() == 64; }, 20000ms);
+  ASSERT_EQ(sh->attached.load(), 64);
+  for (pid_t k : kids) {
+    ::kill(k, SIGKILL);
+    Reap(k);
+  }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r->Participants().size(), 1u);
+}
+
 // >= 4 processes storing and loading the same keys for >= 10 s, with heavy
 // eviction (the region holds a fraction of the keys) and two extra
 // processes that are SIGKILLed at random and restarted. Every hit must

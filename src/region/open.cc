@@ -44,8 +44,12 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
     return Status::InvalidArgument("region " + path + " is " + std::to_string(map->size()) +
                                    " bytes, smaller than its 4096-byte header");
   }
+  internal::Mapping* raw = map.get();
   auto impl = std::make_unique<internal::RegionImpl>(std::move(map), options);
-  CXLKV_RETURN_IF_ERROR(impl->Init());
+  if (Status s = impl->Init(); !s.ok()) {
+    raw->RemoveIfCreatedAndUnused();
+    return s;
+  }
   *out = std::move(impl);
   return Status::OK();
 }
@@ -82,9 +86,25 @@ RegionImpl::RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& option
 }
 
 Status RegionImpl::Init() {
+  try {
+    return InitOrThrow();
+  } catch (const std::exception& e) {  // e.g. bad_alloc: never cross the API
+    return Status::IOError("open region " + map_->path() + ": " + e.what());
+  }
+}
+
+Status RegionImpl::InitOrThrow() {
   const RegionConfig& c = opts_.config;
   if (c.hash_algorithm.size() > 31) {
     return Status::InvalidArgument("hash_algorithm '" + c.hash_algorithm + "' longer than 31 bytes");
+  }
+  for (char ch : c.hash_algorithm) {
+    if (ch < 0x21 || ch > 0x7e) {
+      return Status::InvalidArgument("hash_algorithm must be printable ASCII without spaces");
+    }
+  }
+  if (opts_.register_participant && opts_.heartbeat_interval_ns < 1'000'000) {
+    return Status::InvalidArgument("heartbeat_interval_ns must be at least 1 ms");
   }
   if (c.metadata_json.size() > 2048) {
     return Status::InvalidArgument("metadata_json is " + std::to_string(c.metadata_json.size()) +
@@ -103,55 +123,72 @@ Status RegionImpl::Init() {
 
 Status RegionImpl::FormatOrWait() {
   using Clock = std::chrono::steady_clock;
+  const std::string& path = map_->path();
   const auto deadline = Clock::now() + std::chrono::nanoseconds(opts_.format_wait_ns);
   uint64_t seen_lock = ~0ull, seen_progress = ~0ull;
   auto seen_since = Clock::now();
+  auto all_zero = [this](uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; ++i)
+      if (reinterpret_cast<volatile const uint8_t*>(base_)[i] != 0) return false;
+    return true;
+  };
+  const Status not_ours = Status::InvalidArgument(
+      "region " + path + " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB "
+      "are not zero); refusing to format over them: `cxlkv format --force` overwrites it");
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
-    uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
-    uint64_t progress = sb_->format_progress.load(std::memory_order_acquire);
+    const uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
+    const uint64_t progress = sb_->format_progress.load(std::memory_order_acquire);
     const auto now = Clock::now();
-    // A finished format (done bit set after the header was written) whose
-    // magic is missing: the formatter is between its last two steps, or the
-    // magic word was damaged. Either way the checksummed header is complete,
-    // so publishing the magic ourselves is safe and idempotent. An intact
-    // header with no format lock at all is not ours to guess about.
-    const bool header_intact = HeaderCrc(*sb_) == sb_->header_crc && sb_->layout_version != 0;
-    if (header_intact && (lock & 1)) {
-      sb_->magic.store(kMagic, std::memory_order_release);
-      continue;
-    }
-    if (header_intact && lock == 0) {
-      return Status::Corruption("region " + map_->path() +
-                                ": magic number and format lock damaged but the header is intact; "
-                                "refusing to format over it (reformat with `cxlkv format --force`)");
-    }
-    const bool stalled = lock == seen_lock && progress == seen_progress &&
-                         now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns);
-    if (!opts_.create_if_missing && lock == 0) {
-      return Status::NotFound("region " + map_->path() + " is not formatted");
-    }
-    if (opts_.config.slot_size == 0 && lock == 0) {
-      return Status::InvalidArgument("region " + map_->path() +
-                                     " is not formatted and no slot_size was given to format it");
-    }
-    bool claim = false;
-    uint64_t expected = lock;
-    if (lock == 0) {
-      claim = true;
-    } else if (lock != seen_lock || progress != seen_progress) {
+    if (lock != seen_lock || progress != seen_progress) {
       seen_lock = lock;
       seen_progress = progress;
       seen_since = now;
-    } else if (stalled) {
-      claim = opts_.create_if_missing && opts_.config.slot_size != 0;  // formatter presumed dead
-      if (!claim) {
-        return Status::NotFound("region " + map_->path() +
-                                " is not formatted (a format was abandoned mid-way)");
+    }
+    const bool stalled = now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns);
+    Superblock copy;
+    std::memcpy(static_cast<void*>(&copy), sb_, sizeof copy);
+    const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
+    const bool blank_header = all_zero(offsetof(Superblock, layout_version), sizeof(Superblock));
+    const bool blank_rest = all_zero(sizeof(Superblock), kSuperblockBytes);
+    // Decision table (docs/region_format.md, "Format protocol").
+    bool claim = false;
+    if (header_intact) {
+      if (lock & 1) {
+        // A finished format (the done bit is set only after the header was
+        // written) whose magic is missing: the formatter is between its last
+        // two steps, or the magic word was damaged. The checksummed header
+        // is complete, so publishing the magic is safe and idempotent.
+        sb_->magic.store(kMagic, std::memory_order_release);
+        continue;
       }
+      if (lock == 0 || stalled) {
+        return Status::Corruption("region " + path + ": magic number damaged but the header is "
+                                  "intact; refusing to format over it (reformat with `cxlkv "
+                                  "format --force`)");
+      }
+      // else: a formatter between its header copy and its final CAS.
+    } else if (lock == 0) {
+      if (!blank_header || !blank_rest) return not_ours;
+      claim = true;
+    } else if (!blank_header || !blank_rest) {
+      // A formatter writes the config JSON and then the header: a moment
+      // where neither is complete. Anything longer is not a format.
+      if (stalled) return not_ours;
+    } else if (stalled) {
+      claim = true;  // a format that stopped making progress: presumed dead, take over
     }
     if (claim) {
+      if (!opts_.create_if_missing) {
+        return Status::NotFound("region " + path + " is not formatted" +
+                                (lock ? " (a format was abandoned mid-way)" : ""));
+      }
+      if (opts_.config.slot_size == 0) {
+        return Status::InvalidArgument("region " + path +
+                                       " is not formatted and no slot_size was given to format it");
+      }
       const uint64_t nonce = RandomNonZero();
+      uint64_t expected = lock;
       if (sb_->format_lock.compare_exchange_strong(expected, nonce, std::memory_order_acq_rel)) {
         Status s = Format(nonce);
         if (s.ok() || !s.IsBusy()) return s;
@@ -161,7 +198,7 @@ Status RegionImpl::FormatOrWait() {
       continue;
     }
     if (now > deadline) {
-      return Status::Busy("region " + map_->path() + ": another process's format did not finish within " +
+      return Status::Busy("region " + path + ": another process's format did not finish within " +
                           std::to_string(opts_.format_wait_ns / 1000000) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -195,14 +232,17 @@ Status RegionImpl::Format(uint64_t nonce) {
   // Zero all metadata after the superblock (data slots need no zeroing: a
   // slot is only read after a READY state word is published for it).
   const uint64_t chunk = 1ull << 20;
+  // Check that the format is still ours right before every write: a
+  // formatter paused past format_stall_ns has been taken over, and must not
+  // touch a region that may already be live. (A pause landing between the
+  // check and the write itself is not covered: docs/region_format.md.)
+  auto still_ours = [&] { return sb_->format_lock.load(std::memory_order_acquire) == nonce; };
   for (uint64_t off = kSuperblockBytes; off < g.data_off; off += chunk) {
     const uint64_t n = std::min(chunk, g.data_off - off);
+    if (!still_ours()) return Status::Busy("format of " + map_->path() + " was taken over");
     std::memset(base_ + off, 0, n);
     sb_->format_progress.fetch_add(1, std::memory_order_release);
     if (off == kSuperblockBytes) CXLKV_FAILPOINT_HIT("format.mid_zero");
-    if (sb_->format_lock.load(std::memory_order_acquire) != nonce) {
-      return Status::Busy("format of " + map_->path() + " was taken over");
-    }
   }
 
   // Build the header image privately, then copy it in at once.
@@ -240,7 +280,8 @@ Status RegionImpl::Format(uint64_t nonce) {
       {"max_participants", g.max_participants},
       {"metadata", meta},
   };
-  const std::string text = cfg.dump();
+  // Replace invalid UTF-8 rather than throw: no exception leaves the library.
+  const std::string text = cfg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > kConfigJsonMax) {
     sb_->format_lock.store(0, std::memory_order_release);
     return Status::InvalidArgument("config JSON is " + std::to_string(text.size()) +
@@ -251,6 +292,7 @@ Status RegionImpl::Format(uint64_t nonce) {
   img.config_json_crc = Crc32c(text.data(), text.size());
   img.header_crc = HeaderCrc(img);
 
+  if (!still_ours()) return Status::Busy("format of " + map_->path() + " was taken over");
   std::memset(base_ + sizeof(Superblock), 0, kSuperblockBytes - sizeof(Superblock));
   std::memcpy(base_ + sizeof(Superblock), text.data(), text.size());
   std::memcpy(reinterpret_cast<uint8_t*>(sb_) + offsetof(Superblock, layout_version),
@@ -324,6 +366,9 @@ Status RegionImpl::Validate() {
   // Region-level fields every attacher must match.
   const RegionConfig& want = opts_.config;
   auto num = [](uint64_t v) { return std::to_string(v); };
+  if (opts_.size != 0 && opts_.size != sb.region_size) {
+    return Status::InvalidArgument(FieldMismatch(path, "region_size", num(sb.region_size), num(opts_.size)));
+  }
   if (want.slot_size != 0 && want.slot_size != sb.slot_size) {
     return Status::InvalidArgument(FieldMismatch(path, "slot_size", num(sb.slot_size), num(want.slot_size)));
   }
@@ -378,7 +423,10 @@ Status RegionImpl::Validate() {
   info_.config.hash_seed_fingerprint = sb.hash_seed_fingerprint;
   info_.config.coherence = region_coherence;
   info_.config.max_participants = sb.max_participants;
-  info_.config.metadata_json = cfg.contains("metadata") ? cfg["metadata"].dump() : "{}";
+  info_.config.metadata_json =
+      cfg.contains("metadata")
+          ? cfg["metadata"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+          : "{}";
   info_.format_epoch = sb.format_epoch;
   return Status::OK();
 }

@@ -72,7 +72,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
                                    " bytes is smaller than the block (" + std::to_string(len) + ")");
   }
   // A participant pins the slot for the copy so eviction cannot waste it.
-  const bool participant = self_ >= 0 && !fenced_.load(std::memory_order_relaxed);
+  const bool participant = StillRegistered();
   const bool pinned = participant && PinSlot(slot, w);
   if (participant && !pinned) {
     Count(Counter::kLoadRaces);
@@ -130,7 +130,7 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
                               std::to_string(len) + " > slot size");
   }
   bool pinned = false;
-  if (self_ >= 0 && !fenced_.load(std::memory_order_relaxed)) {
+  if (StillRegistered()) {
     pinned = PinSlot(slot, w);
     if (!pinned) {
       Count(Counter::kLoadRaces);

@@ -117,6 +117,7 @@ const char* CounterName(Counter c) {
     case Counter::kBytesLoaded: return "bytes_loaded";
     case Counter::kBytesStored: return "bytes_stored";
     case Counter::kReleasedPins: return "released_pins";
+    case Counter::kStoreFenced: return "store_failed_fenced";
     case Counter::kCount: break;
   }
   return "unknown";

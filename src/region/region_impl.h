@@ -79,6 +79,7 @@ class RegionImpl final : public Region {
 
  private:
   // open.cc
+  Status InitOrThrow();
   Status FormatOrWait();
   Status Format(uint64_t nonce);
   Status Validate();
@@ -86,6 +87,7 @@ class RegionImpl final : public Region {
 
   // registry.cc
   Status RegisterSelf();
+  Status TryRegister();
   void Deregister();
   void HeartbeatLoop();
   // Frees everything participant `index` held (slots it was writing or
@@ -93,7 +95,19 @@ class RegionImpl final : public Region {
   // REQUIRES: caller has moved the record to RECLAIMING (or owns it).
   void SweepParticipant(uint32_t index);
   bool TryReclaim(uint32_t index, uint64_t observed_word);
+  // Clears way `slot`'s tag if it still holds `tag` (a slot's new owner may
+  // already have written its own).
+  void ClearTag(uint64_t slot, uint32_t tag);
+  uint32_t SlotTag(uint64_t slot) const;
   bool ParticipantActive(uint32_t index) const;
+  // True while our registry entry is still ours (not reclaimed). Checked
+  // right before acting on the region as a participant.
+  bool StillRegistered() const;
+  // Marks this process fenced: it was judged dead; stop acting as index self_.
+  void Fence();
+  // Reclaims dead participants; usable before registering (reclaimer field
+  // then names nobody). Returns how many were reclaimed.
+  size_t ReapDead();
 
   // directory.cc
   KeyPlace Place(NamespaceId ns, const BlockKey& key) const;
@@ -121,7 +135,13 @@ class RegionImpl final : public Region {
   Status CheckWritable() const;
 
   void Count(Counter c, uint64_t n = 1) const {
-    my_counters_->v[static_cast<uint32_t>(c)].fetch_add(n, std::memory_order_relaxed);
+    my_counters_.load(std::memory_order_relaxed)->v[static_cast<uint32_t>(c)].fetch_add(
+        n, std::memory_order_relaxed);
+  }
+  // Reclaim work done before we registered is credited to the region.
+  void CountReclaim(Counter c) const {
+    if (self_ >= 0) Count(c);
+    else retired_->v[static_cast<uint32_t>(c)].fetch_add(1, std::memory_order_relaxed);
   }
   std::atomic<uint64_t>* PinWords(uint64_t slot) const { return pins_ + slot * geo_.pin_words; }
   uint32_t self_index() const { return static_cast<uint32_t>(self_); }
@@ -143,7 +163,9 @@ class RegionImpl final : public Region {
   int32_t self_ = -1;           // participant index, -1: observer
   uint64_t self_word_ = 0;      // our ACTIVE state word
   CounterBlock observer_counters_{};  // counters of an observer (not in the region)
-  CounterBlock* my_counters_ = &observer_counters_;
+  // Our counter block: in the region while we are a participant, the
+  // process-local one otherwise (observer, or fenced after being reclaimed).
+  std::atomic<CounterBlock*> my_counters_{&observer_counters_};
 
   // ---- heartbeat thread ----
   std::thread heartbeat_;

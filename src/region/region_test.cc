@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -172,6 +175,55 @@ TEST(RegionTest, RegionLevelMismatchesAreRefusedNamingFieldAndValues) {
     EXPECT_NE(s.message().find(c.field), std::string::npos) << s.ToString();
     EXPECT_NE(s.message().find("the region has"), std::string::npos) << s.ToString();
   }
+}
+
+TEST(RegionTest, ForeignNonBlankFileIsNeverFormattedOver) {
+  ScratchRegion sr;
+  {
+    FILE* f = std::fopen(sr.path().c_str(), "w");
+    for (int i = 0; i < 20000; ++i) std::fputs("data ", f);
+    std::fclose(f);
+  }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), TestOptions(0, kSlot), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("format --force"), std::string::npos) << s.ToString();
+  FILE* f = std::fopen(sr.path().c_str(), "r");
+  char buf[6] = {};
+  ASSERT_EQ(std::fread(buf, 1, 5, f), 5u);
+  std::fclose(f);
+  EXPECT_STREQ(buf, "data ");
+}
+
+TEST(RegionTest, BadOptionsAreRefusedAndLeaveNoFileBehind) {
+  ScratchRegion sr;
+  std::unique_ptr<Region> r;
+  RegionOptions o = TestOptions(4 << 20, kSlot);
+  o.config.hash_algorithm = "sha\xff";
+  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsInvalidArgument());
+  o = TestOptions(4 << 20, kSlot);
+  o.heartbeat_interval_ns = 0;
+  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsInvalidArgument());
+  o = TestOptions(4 << 20, 8ull << 30);  // slot larger than the 32-bit length field
+  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsInvalidArgument());
+  EXPECT_NE(::access(sr.path().c_str(), F_OK), 0);
+}
+
+TEST(RegionTest, RegionSizeMismatchNamesBothSizes) {
+  ScratchRegion sr;
+  auto first = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), TestOptions(8 << 20, kSlot), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("region_size"), std::string::npos) << s.ToString();
+}
+
+TEST(RegionTest, StoreIntoAnUnregisteredNamespaceIsRefused) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  std::vector<uint8_t> d(64, 1);
+  EXPECT_TRUE(r->Store(999, BlockKey::FromId(1), d.data(), d.size()).IsInvalidArgument());
+  EXPECT_TRUE(r->Store(7, BlockKey::FromId(1), d.data(), d.size()).IsInvalidArgument());
 }
 
 TEST(RegionTest, SoftwareCoherenceIsNotFormatted) {

@@ -30,6 +30,20 @@ constexpr auto kFreeP = static_cast<uint8_t>(ParticipantState::kFree);
 }  // namespace
 
 Status RegionImpl::RegisterSelf() {
+  // If every entry is taken, some may belong to dead processes: watch them
+  // for a liveness timeout and reclaim the dead (no participant may be
+  // left to do it), then try again.
+  const auto give_up = std::chrono::steady_clock::now() +
+                       std::chrono::nanoseconds(opts_.liveness_timeout_ns * 3 / 2 + 100'000'000);
+  for (;;) {
+    Status s = TryRegister();
+    if (!s.IsNoSpace() || std::chrono::steady_clock::now() > give_up) return s;
+    ReapDead();
+    std::this_thread::sleep_for(std::chrono::nanoseconds(opts_.heartbeat_interval_ns));
+  }
+}
+
+Status RegionImpl::TryRegister() {
   for (uint32_t i = 0; i < geo_.max_participants; ++i) {
     ParticipantRecord& r = parts_[i];
     uint64_t w = r.state.load(std::memory_order_acquire);
@@ -46,7 +60,7 @@ Status RegionImpl::RegisterSelf() {
       reinterpret_cast<std::atomic<char>*>(&r.host[k])->store(host[k], std::memory_order_relaxed);
     }
     r.heartbeat.fetch_add(1, std::memory_order_release);
-    my_counters_ = &r.counters;
+    my_counters_.store(&r.counters, std::memory_order_relaxed);
     info_.participant = self_;
     return Status::OK();
   }
@@ -72,7 +86,7 @@ void RegionImpl::Deregister() {
     SweepParticipant(self_index());
     r.state.store(PackWord(WordGen(w), 0, kFreeP), std::memory_order_release);
   }
-  my_counters_ = &observer_counters_;
+  my_counters_.store(&observer_counters_, std::memory_order_relaxed);
   self_ = -1;
 }
 
@@ -86,11 +100,7 @@ void RegionImpl::HeartbeatLoop() {
   while (!stop_) {
     ParticipantRecord& r = parts_[self_];
     r.heartbeat.fetch_add(1, std::memory_order_release);
-    if (r.state.load(std::memory_order_acquire) != self_word_) {
-      // We were judged dead (e.g. paused past the timeout) and reclaimed.
-      // Our slots may already belong to others: refuse further writes.
-      fenced_.store(true, std::memory_order_release);
-    }
+    if (!StillRegistered()) Fence();
     l.unlock();
     ReapDeadParticipants();
     l.lock();
@@ -99,8 +109,26 @@ void RegionImpl::HeartbeatLoop() {
   }
 }
 
+bool RegionImpl::StillRegistered() const {
+  return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
+         parts_[self_].state.load(std::memory_order_acquire) == self_word_;
+}
+
+void RegionImpl::Fence() {
+  // We were judged dead (e.g. paused past the liveness timeout) and
+  // reclaimed. Our entry, slots and pin bit may already belong to others:
+  // from now on we act on nothing as index self_, and count locally.
+  if (!fenced_.exchange(true, std::memory_order_acq_rel)) {
+    my_counters_.store(&observer_counters_, std::memory_order_relaxed);
+  }
+}
+
 size_t RegionImpl::ReapDeadParticipants() {
   if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return 0;
+  return ReapDead();
+}
+
+size_t RegionImpl::ReapDead() {
   const auto now = Clock::now();
   std::vector<std::pair<uint32_t, uint64_t>> dead;
   {
@@ -136,7 +164,9 @@ size_t RegionImpl::ReapDeadParticipants() {
 
 bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
   ParticipantRecord& r = parts_[index];
-  const uint64_t mine = PackWord(WordGen(observed), self_index(), kReclaiming);
+  // Before we registered ourselves the reclaimer field names nobody.
+  const uint32_t me = self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask);
+  const uint64_t mine = PackWord(WordGen(observed), me, kReclaiming);
   if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_acq_rel)) return false;
   SweepParticipant(index);
   uint64_t expected = mine;
@@ -159,9 +189,10 @@ void RegionImpl::SweepParticipant(uint32_t index) {
       // free them. The generation was bumped when writing began, so any
       // earlier reader's recheck fails.
       const uint64_t free_word = PackWord(WordGen(w), 0, static_cast<uint8_t>(SlotState::kFree));
+      const uint32_t tag = SlotTag(s);
       if (st.compare_exchange_strong(w, free_word, std::memory_order_acq_rel)) {
-        tags_[s / geo_.ways].tag[s % geo_.ways].store(0, std::memory_order_relaxed);
-        Count(Counter::kReclaimedSlots);
+        ClearTag(s, tag);
+        CountReclaim(Counter::kReclaimedSlots);
       }
     } else if (state == static_cast<uint8_t>(SlotState::kEvicting) && WordOwner(w) == index) {
       // Died mid-eviction, before writing anything: the block is intact
@@ -171,7 +202,7 @@ void RegionImpl::SweepParticipant(uint32_t index) {
     }
     std::atomic<uint64_t>& pw = PinWords(s)[word_ix];
     if (pw.load(std::memory_order_relaxed) & bit) {
-      if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) Count(Counter::kReleasedPins);
+      if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) CountReclaim(Counter::kReleasedPins);
     }
     if (s == geo_.num_slots / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
   }
@@ -222,7 +253,7 @@ std::vector<ParticipantInfo> RegionImpl::Participants() const {
 Counters RegionImpl::ProcessCounters() const {
   Counters c;
   for (uint32_t k = 0; k < kCounterCount; ++k) {
-    c.v[k] = my_counters_->v[k].load(std::memory_order_relaxed);
+    c.v[k] = my_counters_.load(std::memory_order_relaxed)->v[k].load(std::memory_order_relaxed);
   }
   return c;
 }

@@ -85,7 +85,16 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) AbortWrite(lease);
-  CXLKV_RETURN_IF_ERROR(CheckWritable());
+  if (Status s = CheckWritable(); !s.ok()) {
+    if (s.IsBusy()) Count(Counter::kStoreFenced);
+    return s;
+  }
+  if (ns >= kNamespaceEntries ||
+      WordState(nss_[ns].state.load(std::memory_order_acquire)) !=
+          static_cast<uint8_t>(NamespaceState::kReady)) {
+    return Status::InvalidArgument("namespace id " + std::to_string(ns) +
+                                   " is not registered in region " + info_.path);
+  }
   if (len > geo_.slot_size) {
     Count(Counter::kStoreTooLarge);
     *outcome = StoreOutcome::kTooLarge;
@@ -165,6 +174,8 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c) {
   uint64_t expected = writing;
   const uint64_t ready = PackWord(WordGen(writing), self_index(), kReady);
   if (!m.state.compare_exchange_strong(expected, ready, std::memory_order_acq_rel)) {
+    Fence();
+    Count(Counter::kStoreFenced);
     return Status::NotFound("slot was reclaimed before commit: this participant was judged dead");
   }
   Count(Counter::kStores);

@@ -208,6 +208,56 @@ TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
   EXPECT_EQ(Cxlkv("no-such-command").rc, 2);
 }
 
+TEST(CliTest, ForceFormatIsRefusedWhileTheRegionIsInUse) {
+  const std::string region = Region("force");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 8MiB --slot-size 4KiB").rc, 0);
+  cxlkv::RegionOptions o;
+  o.create_if_missing = false;
+  o.prefault = cxlkv::Prefault::kNone;
+  std::unique_ptr<cxlkv::Region> holder;
+  ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
+  const uint64_t epoch = holder->info().format_epoch;
+  // Even with another geometry (which the holder's region does not match).
+  Result r = Cxlkv("format --force --region " + region + " --region-size 8MiB --slot-size 8KiB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("live participant"), std::string::npos) << r.out;
+  holder.reset();
+  r = Cxlkv("format --force --region " + region + " --region-size 8MiB --slot-size 8KiB --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["slot_size"], 8192);
+  EXPECT_NE(Json(r)["format_epoch"].get<uint64_t>(), epoch);
+  ::unlink(region.c_str());
+}
+
+TEST(CliTest, ReplayNeverOverwritesForeignFilesOrRegionsInUse) {
+  const std::string text = Region("text");
+  {
+    std::ofstream f(text);
+    f << "precious data\n";
+  }
+  Result r = Cxlkv("replay --region " + text + " --region-size 8MiB" + kSmall);
+  EXPECT_EQ(r.rc, 1);
+  std::ifstream in(text);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "precious data");
+  ::unlink(text.c_str());
+  const std::string region = Region("inuse");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 64MiB --slot-size 1KiB").rc, 0);
+  cxlkv::RegionOptions o;
+  o.create_if_missing = false;
+  o.prefault = cxlkv::Prefault::kNone;
+  std::unique_ptr<cxlkv::Region> holder;
+  ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
+  r = Cxlkv("replay --region " + region + " --region-size 64MiB" + kSmall);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("live participant"), std::string::npos) << r.out;
+  holder.reset();
+  ::unlink(region.c_str());
+}
+
 TEST(CliTest, GcRemovesAbandonedRegionsAndKeepsLiveOnes) {
   const std::string dir = "/dev/shm/cxlkv-test/gc-" + std::to_string(::getpid());
   ::system(("mkdir -p " + dir).c_str());

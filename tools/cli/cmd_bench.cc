@@ -268,7 +268,7 @@ int Bench(const Flags& f) {
   out["first_load"] = FirstLoadBench(f);
   out["targets"] = {{"load_noverify_vs_memcpy", 0.9}, {"load_verify_vs_memcpy", 0.6}, {"lookup_hit_p50_ns", 150}};
   if (f.json) {
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s\n", "slot", "memcpy", "store", "(ratio)", "load",

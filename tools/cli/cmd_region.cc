@@ -23,26 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-// Participants whose heartbeat advances within a short watch window.
-// Liveness is judged on our own clock, like the engine does (BRIEF §3).
-std::vector<ParticipantInfo> LiveParticipants(Region* r) {
-  auto before = r->Participants();
-  uint64_t longest = 100'000'000;
-  for (auto& p : before) longest = std::max(longest, std::min<uint64_t>(p.heartbeat_interval_ns, 2'000'000'000));
-  std::this_thread::sleep_for(std::chrono::nanoseconds(3 * longest));
-  auto after = r->Participants();
-  std::vector<ParticipantInfo> live;
-  for (auto& a : after) {
-    for (auto& b : before) {
-      if (a.index == b.index && a.incarnation == b.incarnation && a.heartbeat != b.heartbeat &&
-          !a.self) {
-        live.push_back(a);
-      }
-    }
-  }
-  return live;
-}
-
 struct Occupancy {
   uint64_t free = 0, writing = 0, ready = 0, evicting = 0, invalid = 0, ready_bytes = 0;
 };
@@ -87,29 +67,15 @@ int Format(const RegionFlags& f, bool force, bool as_json) {
   if (!s.ok()) return Fail("format", s);
   if (o.config.slot_size == 0) return Fail("format", Status::InvalidArgument("--slot-size is required"));
   if (force) {
-    // Refuse to pull a live region out from under its participants.
-    std::unique_ptr<Region> obs;
-    if (OpenObserver(f, &obs).ok()) {
-      auto live = LiveParticipants(obs.get());
-      if (!live.empty()) {
-        return Fail("format", Status::Busy("region " + f.region + " has " +
-                                           std::to_string(live.size()) +
-                                           " live participant(s) (pid " +
-                                           std::to_string(live[0].pid) + "); stop them first"));
-      }
-    }
-    obs.reset();
-    std::unique_ptr<internal::Mapping> m;
-    s = internal::Mapping::Open(f.region, o.offset, o.size, true, o.sysfs_root, &m);
+    s = Unformat(f, o);
     if (!s.ok()) return Fail("format", s);
-    std::memset(m->base(), 0, std::min<uint64_t>(m->size(), internal::kSuperblockBytes));
   }
   o.register_participant = false;
   std::unique_ptr<Region> r;
   s = Region::Open(f.region, o, &r);
   if (!s.ok()) return Fail("format", s);
   if (as_json) {
-    std::printf("%s\n", InfoJson(r->info()).dump(2).c_str());
+    std::printf("%s\n", InfoJson(r->info()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     const auto& i = r->info();
     std::printf("region %s: %llu slots of %s (%s), layout v%u\n", i.path.c_str(),
@@ -137,7 +103,7 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
                 {"ready_bytes", occ.ready_bytes}}},
               {"participants", ParticipantsJson(parts)},
               {"counters", CountersJson(c)}};
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   const auto& i = r->info();
@@ -184,7 +150,7 @@ int Verify(const RegionFlags& f, bool drop, bool as_json) {
                              {"crc_failures", rep.crc_failures},
                              {"dropped", rep.dropped},
                              {"skipped_changed", rep.skipped_changed}}
-                            .dump(2)
+                            .dump(2, ' ', false, json::error_handler_t::replace)
                             .c_str());
   } else {
     std::printf("verified %llu of %llu ready slots: %llu CRC failures, %llu dropped, %llu changed "
@@ -205,7 +171,7 @@ int Wipe(const RegionFlags& f, bool as_json) {
   if (!s.ok()) return Fail("wipe", s);
   if (as_json) {
     std::printf("%s\n", json{{"dropped", rep.dropped}, {"pinned", rep.pinned}, {"writing", rep.writing}}
-                            .dump(2)
+                            .dump(2, ' ', false, json::error_handler_t::replace)
                             .c_str());
   } else {
     std::printf("dropped %llu blocks; left %llu pinned and %llu being written (owned by live "
@@ -226,29 +192,27 @@ int Gc(const std::string& dir, bool dry_run, bool as_json) {
     const std::string path = dir + "/" + e->d_name;
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    // On this host, attached processes hold a shared flock.
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    const bool locked_by_someone = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    // 1. Is it a cxlkv region at all, and does any participant heartbeat?
     RegionFlags f;
     f.region = path;
     std::unique_ptr<Region> r;
-    Status s = OpenObserver(f, &r);
-    if (!s.ok()) {
-      ::close(fd);
-      continue;  // not a (readable) cxlkv region: never touched
-    }
+    if (!OpenObserver(f, &r).ok()) continue;  // not a (readable) region: never touched
     std::string why;
-    if (locked_by_someone) {
-      why = "in use on this host (flock)";
-    } else if (auto live = LiveParticipants(r.get()); !live.empty()) {
+    if (auto live = LiveParticipants(r.get()); !live.empty()) {
       why = std::to_string(live.size()) + " live participant(s) (another host?)";
     }
     r.reset();
-    if (why.empty()) {
-      if (!dry_run && ::unlink(path.c_str()) != 0) why = std::string("unlink: ") + std::strerror(errno);
+    // 2. On this host attached processes hold a shared flock. Holding the
+    // exclusive lock across the unlink means nobody can attach in between:
+    // an opener waits for the lock, then sees the path is gone.
+    int fd = why.empty() ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC) : -1;
+    if (why.empty() && (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0)) {
+      why = "in use on this host (flock)";
     }
-    ::close(fd);
+    if (why.empty() && !dry_run && ::unlink(path.c_str()) != 0) {
+      why = std::string("unlink: ") + std::strerror(errno);
+    }
+    if (fd >= 0) ::close(fd);
     if (why.empty()) {
       removed.push_back(path);
       if (!as_json) std::printf("%s %s\n", dry_run ? "would remove" : "removed", path.c_str());
@@ -258,7 +222,7 @@ int Gc(const std::string& dir, bool dry_run, bool as_json) {
     }
   }
   ::closedir(d);
-  if (as_json) std::printf("%s\n", json{{"removed", removed}, {"kept", kept}, {"dry_run", dry_run}}.dump(2).c_str());
+  if (as_json) std::printf("%s\n", json{{"removed", removed}, {"kept", kept}, {"dry_run", dry_run}}.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   return kExitOk;
 }
 

@@ -7,6 +7,8 @@
 // and verifies the leading hits, "prefills" the misses by writing bytes
 // derived from the block id, and stores them.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -103,7 +105,7 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   if (f.baseline == "private") o.size /= count;
   o.config.slot_size = block_bytes;
   if (o.config.hash_algorithm.empty()) o.config.hash_algorithm = "mooncake-trace-id";
-  o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump();
+  o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump(-1, ' ', false, json::error_handler_t::replace);
   o.create_if_missing = create;
   o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
   o.heartbeat_interval_ns = 50'000'000;
@@ -256,9 +258,33 @@ double MeasureMemcpy(uint64_t block_bytes) {
   return bytes / s / 1e9;
 }
 
+// Makes `path` ready for a fresh run: absent or blank is fine; a cxlkv
+// region that nobody uses is blanked (a file is removed); a region in use,
+// a damaged region or foreign bytes are refused.
+Status PrepareFresh(const Flags& f, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::OK();
+  RegionFlags any;
+  any.region = path;
+  std::unique_ptr<Region> obs;
+  Status s = OpenObserver(any, &obs);
+  obs.reset();
+  if (s.IsNotFound()) return Status::OK();  // blank: the replicas format it
+  if (!s.ok()) return s.WithContext("refusing to replay over it");
+  RegionOptions o;
+  CXLKV_RETURN_IF_ERROR(Unformat(any, o).WithContext("replay needs a fresh region"));
+  if (S_ISREG(st.st_mode)) ::unlink(path.c_str());
+  return Status::OK();
+}
+
 int Replay(Flags& f) {
-  const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
-  if (block_bytes == 0) return Fail("replay", Status::InvalidArgument("block size is zero"));
+  uint64_t block_bytes = 0;
+  if (__builtin_mul_overflow(f.block_tokens, f.kv_bytes_per_token, &block_bytes) || block_bytes == 0 ||
+      block_bytes > (1ull << 30)) {
+    return Fail("replay", Status::InvalidArgument(
+                              "block size --block-tokens x --kv-bytes-per-token must be in "
+                              "[1 B, 1 GiB]"));
+  }
   if (f.baseline != "shared" && f.baseline != "private") {
     return Fail("replay", Status::InvalidArgument("--baseline must be shared or private"));
   }
@@ -307,15 +333,22 @@ int Replay(Flags& f) {
     int rc = RunWorker(f, plan, ctl, mine[0], n);
     if (rc != kExitOk) return rc;
   } else {
-    // A fresh region per run: remove what a previous run left.
-    ::mkdir("/dev/shm/cxlkv", 0770);
-    for (uint32_t i = 0; i < n; ++i) ::unlink(RegionPathFor(f, i).c_str());
+    // A fresh region per run: blank what a previous run left, never
+    // anything that is in use or is not a cxlkv region.
+    for (uint32_t i = 0; i < n; ++i) {
+      s = PrepareFresh(f, RegionPathFor(f, i));
+      if (!s.ok()) return Fail("replay", s);
+    }
     std::vector<pid_t> kids;
     for (uint32_t i = 0; i < n; ++i) {
       mine.push_back(i);
       std::fflush(nullptr);
       pid_t pid = ::fork();
-      if (pid == 0) ::_exit(RunWorker(f, plan, ctl, i, n));
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the parent
+        if (::getppid() == 1) ::_exit(kExitFailed);
+        ::_exit(RunWorker(f, plan, ctl, i, n));
+      }
       if (pid < 0) return Fail("replay", Status::IOError("fork replica"));
       kids.push_back(pid);
     }
@@ -402,7 +435,7 @@ int Replay(Flags& f) {
       {"verify", !f.no_verify},
   };
   if (f.json) {
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     std::printf("replay %s/%s, %u replicas, %llu requests, %s blocks, region %s\n", f.baseline.c_str(),
                 f.routing.c_str(), n, (unsigned long long)tot[0], Human(block_bytes).c_str(),

@@ -1,10 +1,23 @@
 // Copyright cxlkv authors.
 #include "common.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
 
 #include "geometry.h"
+#include "layout.h"
+#include "mapping.h"
 
 namespace cxlkv::cli {
 
@@ -102,5 +115,68 @@ nlohmann::json InfoJson(const RegionInfo& i) {
 }
 
 std::string Human(uint64_t bytes) { return internal::FormatBytes(bytes); }
+
+// Participants whose heartbeat advances within a short watch window.
+// Liveness is judged on our own clock, like the engine does (BRIEF §3).
+std::vector<ParticipantInfo> LiveParticipants(Region* r) {
+  auto before = r->Participants();
+  uint64_t longest = 100'000'000;
+  for (auto& p : before) longest = std::max(longest, std::min<uint64_t>(p.heartbeat_interval_ns, 2'000'000'000));
+  std::this_thread::sleep_for(std::chrono::nanoseconds(3 * longest));
+  auto after = r->Participants();
+  std::vector<ParticipantInfo> live;
+  for (auto& a : after) {
+    for (auto& b : before) {
+      if (a.index == b.index && a.incarnation == b.incarnation && a.heartbeat != b.heartbeat &&
+          !a.self) {
+        live.push_back(a);
+      }
+    }
+  }
+  return live;
+}
+
+// Blanks the region's 4 KiB header so the next open formats it afresh,
+// refusing while anyone uses the region: live participants (judged by their
+// heartbeats, whatever the region's configuration) and, for files, any
+// process on this host holding the region's flock.
+Status Unformat(const RegionFlags& f, const RegionOptions& o) {
+  RegionFlags any;  // accept whatever geometry the region records
+  any.region = f.region;
+  any.offset_text = f.offset_text;
+  std::unique_ptr<Region> obs;
+  if (OpenObserver(any, &obs).ok()) {
+    auto live = LiveParticipants(obs.get());
+    if (!live.empty()) {
+      return Status::Busy("region " + f.region + " has " + std::to_string(live.size()) +
+                          " live participant(s) (pid " + std::to_string(live[0].pid) +
+                          "); stop them first");
+    }
+  }
+  obs.reset();
+  struct stat st {};
+  if (::stat(f.region.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
+    std::unique_ptr<internal::Mapping> m;
+    CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(f.region, o.offset, o.size, false, o.sysfs_root, &m));
+    std::memset(m->base(), 0, std::min<uint64_t>(m->size(), internal::kSuperblockBytes));
+    return Status::OK();
+  }
+  int fd = ::open(f.region.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::OK() : Status::IOError("open " + f.region + ": " + std::strerror(errno));
+  Status result = Status::OK();
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    result = Status::Busy("region " + f.region + " is open by another process on this host");
+  } else {
+    static const std::vector<uint8_t> zero(internal::kSuperblockBytes, 0);
+    if (::pwrite(fd, zero.data(), zero.size(), static_cast<off_t>(o.offset)) !=
+        static_cast<ssize_t>(zero.size())) {
+      result = Status::IOError("write " + f.region + ": " + std::strerror(errno));
+    }
+  }
+  ::close(fd);
+  return result;
+}
+
+
 
 }  // namespace cxlkv::cli

@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cxlkv/region.h"
 
@@ -48,6 +49,16 @@ Status OpenParticipant(const RegionFlags& f, std::unique_ptr<Region>* out);
 
 // Prints `s` to stderr as "cxlkv <cmd>: <message>" and returns kExitFailed.
 int Fail(const std::string& cmd, const Status& s);
+
+// Participants whose heartbeat advances during a short watch (3 heartbeat
+// intervals), judged on our own clock like the engine does.
+std::vector<ParticipantInfo> LiveParticipants(Region* r);
+
+// Blanks the region's 4 KiB header so that the next open formats it afresh.
+// kBusy while anyone uses it (live participants, or for files any process
+// on this host holding the region's flock). Overwrites whatever is there:
+// callers decide whether the bytes may be overwritten.
+Status Unformat(const RegionFlags& f, const RegionOptions& o);
 
 nlohmann::json CountersJson(const Counters& c);
 nlohmann::json InfoJson(const RegionInfo& info);
