@@ -203,8 +203,10 @@ class Region {
   // Same codes as Store; kDuplicate comes back as OK with !lease->open().
   virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
                             WriteLease* lease, StoreOutcome* outcome = nullptr) = 0;
-  // Publishes the slot. `crc32c` is the CRC32C of the filled bytes if the
-  // caller computed it (e.g. on the GPU); null = compute it from the slot.
+  // Publishes the slot. `crc32c` is the CRC32C of the caller's source bytes
+  // (e.g. computed on the GPU); null = compute it from the slot. Prefer
+  // passing it: a CRC of the source also catches bytes that a reclaimed
+  // (paused, judged dead) process scribbled into the slot after reuse.
   // kNotFound if this participant was reclaimed meanwhile (judged dead).
   virtual Status CommitWrite(WriteLease* lease, const uint32_t* crc32c = nullptr) = 0;
   virtual void AbortWrite(WriteLease* lease) = 0;
@@ -232,9 +234,13 @@ class Region {
   // a miss. The caller copies lease->data(), then calls EndRead.
   virtual Status BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) = 0;
   // OK if the slot did not change since BeginRead (the copy is valid);
-  // kNotFound otherwise. If `copied` is given, also verifies its CRC32C
-  // (kCorruption on mismatch). Closes the lease in all cases.
-  virtual Status EndRead(ReadLease* lease, const void* copied = nullptr) = 0;
+  // kNotFound otherwise. If `copied` is given, also verifies its CRC32C;
+  // if `copied_crc32c` is given (a CRC the caller computed over its copy,
+  // e.g. on the GPU), compares it with the recorded one. A mismatch is
+  // kCorruption, counted as a CRC failure, and the slot is dropped.
+  // Closes the lease in all cases.
+  virtual Status EndRead(ReadLease* lease, const void* copied = nullptr,
+                         const uint32_t* copied_crc32c = nullptr) = 0;
 
   // ---- Maintenance ----
 

@@ -113,7 +113,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
 }
 
 Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) {
-  if (lease->open()) EndRead(lease, nullptr).ok();
+  if (lease->open()) (void)EndRead(lease, nullptr, nullptr);
   uint64_t w;
   const int64_t found = Find(ns, key, Place(ns, key), &w, true);
   if (found < 0) {
@@ -143,7 +143,7 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
   return Status::OK();
 }
 
-Status RegionImpl::EndRead(ReadLease* lease, const void* copied) {
+Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c) {
   if (!lease->open()) return Status::InvalidArgument("EndRead on a closed lease");
   const uint64_t slot = LeaseSlot(*lease);
   const uint64_t w = LeaseWord(*lease);
@@ -159,7 +159,8 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied) {
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
   }
-  if (copied != nullptr && Crc32c(copied, len) != crc) {
+  if ((copied != nullptr && Crc32c(copied, len) != crc) ||
+      (copied_crc32c != nullptr && *copied_crc32c != crc)) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     if (self_ >= 0) ForceDropSlot(slot, w);

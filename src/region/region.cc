@@ -56,7 +56,7 @@ WriteLease::~WriteLease() {
 
 ReadLease& ReadLease::operator=(ReadLease&& o) noexcept {
   if (this != &o) {
-    if (open()) (void)region_->EndRead(this, nullptr);
+    if (open()) (void)region_->EndRead(this, nullptr, nullptr);
     region_ = o.region_;
     data_ = o.data_;
     len_ = o.len_;
@@ -71,7 +71,7 @@ ReadLease& ReadLease::operator=(ReadLease&& o) noexcept {
 }
 
 ReadLease::~ReadLease() {
-  if (open()) (void)region_->EndRead(this, nullptr);
+  if (open()) (void)region_->EndRead(this, nullptr, nullptr);
 }
 
 PinSet& PinSet::operator=(PinSet&& o) noexcept {

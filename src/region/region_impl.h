@@ -57,7 +57,7 @@ class RegionImpl final : public Region {
   Status Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
               const LoadOptions& options, LoadInfo* info) override;
   Status BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) override;
-  Status EndRead(ReadLease* lease, const void* copied) override;
+  Status EndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c) override;
 
   Status Drop(NamespaceId ns, const BlockKey& key) override;
   Status Verify(bool drop_corrupt, ScrubReport* report) override;

@@ -136,24 +136,14 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
   }
   for (size_t i = 0; i < which.size(); ++i) {
     const size_t b = which[i];
-    const uint32_t recorded = leases[b].crc32c();
     const uint64_t len = leases[b].len();
-    // Generation check first: a slot replaced during the DMA is a miss,
-    // whatever its bytes checksum to.
-    Status e = region_->EndRead(&leases[b]);
+    // EndRead checks the generation first (a slot replaced during the DMA
+    // is a miss, whatever its bytes checksum to), then the CRC computed on
+    // the GPU against the recorded one: a mismatch is kCorruption, counted
+    // in the region's crc_failures, and the slot is dropped.
+    Status e = region_->EndRead(&leases[b], nullptr, verify ? &crc[i] : nullptr);
     if (!e.ok()) {
       result->status[b] = std::move(e);
-      continue;
-    }
-    if (verify && crc[i] != recorded) {
-      char msg[128];
-      std::snprintf(msg, sizeof(msg), "block failed CRC32C on the GPU (recorded %08x, loaded %08x)",
-                    recorded, crc[i]);
-      result->status[b] = Status::Corruption(msg);
-      // Drop it so it is neither served again nor blocks a fresh store; a
-      // concurrent pin (kBusy) or a racing drop (kNotFound) leaves that to
-      // the next reader or the scrubber.
-      (void)region_->Drop(ns, keys[b]);
       continue;
     }
     result->len[b] = len;

@@ -186,13 +186,14 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     }
     pins.Release();
     res.blocks_hit += hits;
-    // Prefill the misses and store them (zero-copy: written into the slot).
+    // Prefill the misses and store them. Store() checksums our buffer, not
+    // the slot, so a zombie writing into a reused slot is caught on load.
     for (size_t i = hits; i < chain.size(); ++i) {
+      FillBlock(chain[i], want.data(), want.size());
       for (int attempt = 0;; ++attempt) {
-        WriteLease lease;
         StoreOutcome out;
-        s = r->BeginWrite(ns, keys[i], block_bytes, &lease, &out);
-        if (out == StoreOutcome::kDuplicate) {
+        s = r->Store(ns, keys[i], want.data(), block_bytes, &out);
+        if (s.ok() && out == StoreOutcome::kDuplicate) {
           res.duplicates++;
           break;
         }
@@ -204,12 +205,6 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
           }
           continue;
         }
-        if (!s.ok()) {
-          res.store_failures++;
-          break;
-        }
-        FillBlock(chain[i], static_cast<uint8_t*>(lease.data()), block_bytes);
-        s = r->CommitWrite(&lease);
         if (!s.ok()) {
           res.store_failures++;
           break;
