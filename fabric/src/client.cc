@@ -231,6 +231,18 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>
   return Status::OK();
 }
 
+Status FabricClient::ReportMaterialization(const std::string& host_id,
+                                           const std::string& memory_id, const std::string& state,
+                                           const std::string& error, const std::string& device) {
+  json req = {{"materialization", state}};
+  if (!error.empty()) req["error"] = error;
+  if (!device.empty()) req["device"] = device;
+  std::string body;
+  return Json("report materialization of " + memory_id + " on " + host_id, "PUT",
+              "/cxlkv/v1/hosts/" + host_id + "/regions/" + memory_id + "/materialization",
+              req.dump(), &body);
+}
+
 Status FabricClient::PowerCycle(const std::string& aid, const std::string& bid, int* forgotten) {
   json req = json::object();
   if (!aid.empty()) req["applianceId"] = aid;

@@ -503,3 +503,36 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
 }
 
 }  // namespace cxlkv::fabric::internal
+
+namespace cxlkv::fabric::internal {
+
+Status FabricManager::ReportMaterialization(const std::string& hid, const std::string& mid,
+                                            const std::string& state, const std::string& error,
+                                            const std::string& device, Region* out) {
+  if (state != "Materialized" && state != "Failed") {
+    return Status::InvalidArgument("materialization must be Materialized or Failed");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = state_.regions.find(mid);
+  if (it == state_.regions.end() || it->second.status != "Composed") {
+    return Status::NotFound("memory region " + mid + " not found");
+  }
+  Region r = it->second;
+  bool found = false;
+  for (auto& m : r.mappings) {
+    if (m.host_id != hid) continue;
+    found = true;
+    m.materialization = state;
+    m.error = state == "Failed" ? error : "";
+    m.device = state == "Materialized" ? device : "";
+  }
+  if (!found) return Status::NotFound("memory region " + mid + " is not mapped to host " + hid);
+  FabricState next = state_;
+  next.regions[mid] = r;
+  CXLKV_RETURN_IF_ERROR(Save(next));
+  state_ = std::move(next);
+  *out = r;
+  return Status::OK();
+}
+
+}  // namespace cxlkv::fabric::internal

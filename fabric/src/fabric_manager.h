@@ -57,6 +57,13 @@ class FabricManager {
   // told (paper §2.6: an operator or the host agents must resync).
   Status PowerCycle(const std::string& aid, const std::string& bid, int* forgotten);
 
+  // A host agent reports what it did with a region mapped to it (after a
+  // resync repaired a failed materialization, say). NotFound: the region is
+  // not mapped to that host; InvalidArgument: unknown state.
+  Status ReportMaterialization(const std::string& hid, const std::string& mid,
+                               const std::string& state, const std::string& error,
+                               const std::string& device, Region* out);
+
   // Management: add (by customId, "" = first unmanaged), remove, rename.
   Status AddAppliance(const std::string& custom_id, std::string* id);
   Status DeleteAppliance(const std::string& aid);

@@ -222,6 +222,25 @@ void HttpFabricServer::InstallExtensionRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "host " + hid + " not found");
     ReplyJson(res, 200, out);
   });
+  On("PUT", "/cxlkv/v1/hosts/([^/]+)/regions/([^/]+)/materialization",
+     [this](const Request& req, Response& res) {
+       json body;
+       if (!ParseBody(req, res, &body)) return;
+       for (const char* k : {"materialization", "error", "device"}) {
+         if (body.contains(k) && !body[k].is_string()) {
+           return ReplyError(req, res, 400, std::string(k) + " must be a string");
+         }
+       }
+       if (!body.contains("materialization")) {
+         return ReplyError(req, res, 400, "materialization is required");
+       }
+       Region r;
+       Status s = manager_->ReportMaterialization(
+           req.matches[1], req.matches[2], body["materialization"].get<std::string>(),
+           body.value("error", ""), body.value("device", ""), &r);
+       if (!s.ok()) return ReplyStatus(req, res, s);
+       ReplyJson(res, 200, RegionToJson(r));
+     });
   On("POST", "/cxlkv/v1/power-cycle", [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;

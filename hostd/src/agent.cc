@@ -181,43 +181,67 @@ Status HostAgent::Resync(ResyncResult* result) {
   std::vector<fabric::Region> regions;
   CXLKV_RETURN_IF_ERROR(client->HostRegions(opt_.host_id, &regions).WithContext("resync"));
 
-  std::lock_guard<std::mutex> l(mu_);
-  auto changed_since = [&](const std::string& id) {
-    auto it = changed_.find(id);
-    return it != changed_.end() && it->second > start;
+  struct Report {
+    std::string id, state, error, device;
   };
-  std::set<std::string> wanted;
-  for (const auto& r : regions) {
-    wanted.insert(r.id);
-    if (devices_.count(r.id) || changed_since(r.id)) continue;
-    RegionRequest req;
-    req.allocation_id = r.id;
-    req.size_bytes = static_cast<uint64_t>(r.size_mib) << 20;
-    req.backing_path = r.backing_path;
-    Device d;
-    Status s = MaterializeLocked(req, &d);
-    if (s.ok()) {
-      ++result->materialized;
-    } else {
-      ++result->failed;
-      spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
+  std::vector<Report> reports;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto changed_since = [&](const std::string& id) {
+      auto it = changed_.find(id);
+      return it != changed_.end() && it->second > start;
+    };
+    std::set<std::string> wanted;
+    for (const auto& r : regions) {
+      wanted.insert(r.id);
+      if (auto it = devices_.find(r.id); it != devices_.end()) {
+        // Present here but not known to the manager (its call timed out,
+        // or a resync repaired it earlier and the report was lost).
+        for (const auto& m : r.mappings) {
+          if (m.host_id == opt_.host_id && m.materialization != "Materialized") {
+            reports.push_back({r.id, "Materialized", "", it->second.path});
+          }
+        }
+        continue;
+      }
+      if (changed_since(r.id)) continue;
+      RegionRequest req;
+      req.allocation_id = r.id;
+      req.size_bytes = static_cast<uint64_t>(r.size_mib) << 20;
+      req.backing_path = r.backing_path;
+      Device d;
+      Status s = MaterializeLocked(req, &d);
+      if (s.ok()) {
+        ++result->materialized;
+        reports.push_back({r.id, "Materialized", "", d.path});
+      } else {
+        ++result->failed;
+        spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
+        reports.push_back({r.id, "Failed", "materialize on host " + opt_.host_id + ": " + s.message(), ""});
+      }
+    }
+    std::vector<std::string> stale;
+    for (const auto& [id, d] : devices_) {
+      if (!wanted.count(id) && !changed_since(id)) stale.push_back(id);
+    }
+    for (const auto& id : stale) {
+      Status s = RemoveLocked(id);
+      if (s.ok()) {
+        ++result->removed;
+      } else {
+        spdlog::warn("resync: remove region {}: {}", id, s.ToString());
+      }
+    }
+    if (result->materialized || result->removed) {
+      spdlog::info("resync: {} materialized, {} removed, {} failed", result->materialized,
+                   result->removed, result->failed);
     }
   }
-  std::vector<std::string> stale;
-  for (const auto& [id, d] : devices_) {
-    if (!wanted.count(id) && !changed_since(id)) stale.push_back(id);
-  }
-  for (const auto& id : stale) {
-    Status s = RemoveLocked(id);
-    if (s.ok()) {
-      ++result->removed;
-    } else {
-      spdlog::warn("resync: remove region {}: {}", id, s.ToString());
-    }
-  }
-  if (result->materialized || result->removed) {
-    spdlog::info("resync: {} materialized, {} removed, {} failed", result->materialized,
-                 result->removed, result->failed);
+  // Reported unlocked: the manager may be calling this agent right now.
+  for (const auto& r : reports) {
+    Status s = client->ReportMaterialization(opt_.host_id, r.id, r.state, r.error, r.device);
+    // A region freed meanwhile is not an error; the next resync removes it.
+    if (!s.ok() && !s.IsNotFound()) spdlog::warn("resync: {}", s.ToString());
   }
   return Status::OK();
 }

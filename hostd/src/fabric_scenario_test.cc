@@ -294,6 +294,10 @@ TEST_F(FabricScenarioTest, HostFailureIsNonFatalAndTheHostCatchesUpOnRestart) {
   EXPECT_TRUE(JsonFiles(root_ + "/node-a/cdi").count(r2.id) == 0);
   Resync("node-a");  // the host agent repairs what the fault skipped
   ExpectAgreement({r.id, r2.id}, {r.id, r2.id});
+  // ...and tells the manager, whose region now reports it materialized.
+  ASSERT_TRUE(client_->Get("cma-0", "blade-0", r2.id, &got).ok());
+  EXPECT_EQ(got.mappings[0].materialization, "Materialized");
+  EXPECT_EQ(got.mappings[0].device, root_ + "/node-a/dev/" + r2.id);
 }
 
 TEST_F(FabricScenarioTest, PowerCycleAndRestartForgetRegionsAndHostsFollowAfterResync) {

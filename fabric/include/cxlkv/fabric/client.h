@@ -53,6 +53,12 @@ class FabricClient : public Composer {
   // NotFound: unknown host; Unsupported: the server lacks the extension.
   Status HostRegions(const std::string& host_id, std::vector<Region>* regions);
 
+  // Extension: a host agent reports its materialization of a region
+  // ("Materialized" with the device path, or "Failed" with the error).
+  Status ReportMaterialization(const std::string& host_id, const std::string& memory_id,
+                               const std::string& state, const std::string& error,
+                               const std::string& device);
+
   // Extension: simulated power cycle of a blade ("" ids: every blade).
   Status PowerCycle(const std::string& appliance_id, const std::string& blade_id,
                     int* forgotten);
