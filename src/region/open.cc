@@ -151,32 +151,38 @@ Status RegionImpl::FormatOrWait() {
     const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
     const bool blank_header = all_zero(offsetof(Superblock, layout_version), sizeof(Superblock));
     const bool blank_rest = all_zero(sizeof(Superblock), kSuperblockBytes);
+    // The formatter writes the config JSON (which, with sorted keys, always
+    // starts like this) before the header: bytes there mean a format of ours.
+    static constexpr char kJsonPrefix[] = "{\"coherence\":\"";
+    const bool our_json = std::memcmp(base_ + sizeof(Superblock), kJsonPrefix,
+                                      sizeof kJsonPrefix - 1) == 0;
     // Decision table (docs/region_format.md, "Format protocol").
     bool claim = false;
     if (header_intact) {
-      if (lock & 1) {
-        // A finished format (the done bit is set only after the header was
-        // written) whose magic is missing: the formatter is between its last
-        // two steps, or the magic word was damaged. The checksummed header
-        // is complete, so publishing the magic is safe and idempotent.
-        sb_->magic.store(kMagic, std::memory_order_release);
-        continue;
-      }
-      if (lock == 0 || stalled) {
+      if (lock == 0) {
         return Status::Corruption("region " + path + ": magic number damaged but the header is "
                                   "intact; refusing to format over it (reformat with `cxlkv "
                                   "format --force`)");
+      }
+      if ((lock & 1) || stalled) {
+        // The header is written last after zeroing and the JSON, so an
+        // intact header means a complete format: either its formatter is
+        // between its last two steps, the magic word was damaged, or the
+        // formatter died right before publishing. Finish it on its behalf
+        // (idempotent; a formatter that resumes finds its CAS lost).
+        uint64_t expected = lock;
+        if (!(lock & 1)) sb_->format_lock.compare_exchange_strong(expected, lock | 1);
+        sb_->magic.store(kMagic, std::memory_order_release);
+        continue;
       }
       // else: a formatter between its header copy and its final CAS.
     } else if (lock == 0) {
       if (!blank_header || !blank_rest) return not_ours;
       claim = true;
-    } else if (!blank_header || !blank_rest) {
-      // A formatter writes the config JSON and then the header: a moment
-      // where neither is complete. Anything longer is not a format.
-      if (stalled) return not_ours;
+    } else if (!blank_rest && !our_json) {
+      return not_ours;  // a format lock word over foreign bytes
     } else if (stalled) {
-      claim = true;  // a format that stopped making progress: presumed dead, take over
+      claim = true;  // our format stopped making progress: presumed dead, take over
     }
     if (claim) {
       if (!opts_.create_if_missing) {
