@@ -38,10 +38,18 @@ _k8s_go_build() {  # <log> <go build args...>
 k8s_build() {  # <version>; echoes the bin dir
   local v=${1:-$K8S_DEFAULT_VERSION}
   [[ $v =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { echo "k8s-build: bad version $v" >&2; return 2; }
-  local minor=${BASH_REMATCH[1]}
   local root; root=$(k8s_cache_dir "$v")
+  mkdir -p "$root/bin"
+  # Two clones on one machine share the cache: one builds, the other waits.
+  (
+    flock 9
+    _k8s_build_locked "$v" "${BASH_REMATCH[1]}" "$root"
+  ) 9>"$root/.build.lock"
+}
+
+_k8s_build_locked() {  # <version> <minor> <cache root>
+  local v=$1 minor=$2 root=$3
   local bin=$root/bin src=$root/src
-  mkdir -p "$bin"
   local toolsum
   toolsum=$(cat "$E2E_TOOLS_DIR"/*/*.go "$E2E_TOOLS_DIR"/genmod.sh "$E2E_TOOLS_DIR"/go.mod | sha256sum | cut -c1-16)
 
