@@ -52,6 +52,19 @@ TEST(ConfigTest, BadInputGivesClearErrors) {
   EXPECT_TRUE(s.IsInvalidArgument());
 }
 
+TEST(ConfigTest, ExampleDeploymentIsOneEightGiBBladeCabledToTwoHosts) {
+  FabricConfig c;
+  Status s = LoadFabricConfig(CXLKV_SOURCE_DIR "/deployments/examples/fabricd.yaml", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(c.appliances.size(), 1u);
+  ASSERT_EQ(c.appliances[0].blades.size(), 1u);
+  const BladeConfig& b = c.appliances[0].blades[0];
+  EXPECT_EQ(b.resource_block_mib * b.channels * b.blocks_per_channel, 8 * 1024);
+  ASSERT_EQ(b.ports.size(), 2u);
+  EXPECT_EQ(b.ports[0].host, "node-a");
+  EXPECT_EQ(b.ports[1].host, "node-b");
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   FabricConfig c;
   EXPECT_TRUE(LoadFabricConfig("/nonexistent/cxlkv.yaml", &c).IsNotFound());

@@ -12,8 +12,7 @@ using httplib::Response;
 using nlohmann::json;
 
 namespace {
-const char* kId = "([^/]+)";
-std::string P(const std::string& s) { return s; }
+const std::string kId = "([^/]+)";
 }  // namespace
 
 void HttpFabricServer::InstallApplianceRoutes() {
@@ -73,7 +72,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
     }));
   });
 
-  const std::string app = P("/cfm/v1/appliances/") + kId;
+  const std::string app = std::string("/cfm/v1/appliances/") + kId;
   auto get_app = [this](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     json out = manager_->Read([&](const FabricState& s) {
@@ -117,7 +116,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
 }
 
 void HttpFabricServer::InstallBladeRoutes() {
-  const std::string blades = P("/cfm/v1/appliances/") + kId + "/blades";
+  const std::string blades = std::string("/cfm/v1/appliances/") + kId + "/blades";
   const std::string blade = blades + "/" + kId;
 
   // Runs f(state, appliance, blade) for a managed blade, or replies 404.
@@ -300,7 +299,7 @@ void HttpFabricServer::InstallBladeRoutes() {
 }
 
 void HttpFabricServer::InstallMemoryRoutes() {
-  const std::string mem = P("/cfm/v1/appliances/") + kId + "/blades/" + kId + "/memory";
+  const std::string mem = std::string("/cfm/v1/appliances/") + kId + "/blades/" + kId + "/memory";
   On("GET", mem, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2];
     json out = manager_->Read([&](const FabricState& s) {
