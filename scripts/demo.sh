@@ -19,7 +19,8 @@ TRACE=data/traces/mooncake-conversation-trace.jsonl
 
 bash scripts/setup.sh >/dev/null
 echo "== build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all -DCXLKV_ENGINE_ONLY=OFF \
+  -DCXLKV_WITH_ENGINE=ON >/dev/null
 cmake --build build --target cxlkv_cli -j "$(nproc)" | tail -1
 CXLKV=build/bin/cxlkv
 out=$(mktemp -d)

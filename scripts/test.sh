@@ -34,7 +34,8 @@ run_ctest() {  # run_ctest <stage> <build dir> [ctest args...]
 }
 
 echo "== build (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 1
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all \
+  -DCXLKV_ENGINE_ONLY=OFF -DCXLKV_WITH_ENGINE=ON >/dev/null || exit 1
 cmake --build build -j "$JOBS" || { echo "build failed"; exit 1; }
 
 echo "== unit and multi-process tests"
