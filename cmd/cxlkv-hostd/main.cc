@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend, "file (emulation) or devdax")->envname("CXLKV_HOSTD_BACKEND");
   app.add_option("--dev-dir", dev_dir, "file backend: per-host region links")
       ->envname("CXLKV_HOSTD_DEV_DIR");
+  std::vector<std::string> allowed_backing = {"/dev/shm/cxlkv-fabricd", "/dev/shm/cxlkv-pool"};
+  app.add_option("--allowed-backing-dir", allowed_backing,
+                 "file backend: directories region files (or pool devices) may come from")
+      ->envname("CXLKV_HOSTD_ALLOWED_BACKING")
+      ->delimiter(',');
   app.add_option("--sysfs-root", sysfs_root, "devdax backend: sysfs mount")
       ->envname("CXLKV_SYSFS_ROOT");
   app.add_option("--dev-root", dev_root, "devdax backend: where /dev/daxX.Y nodes live")
@@ -66,7 +71,7 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<cxlkv::hostd::Materializer> m;
   if (backend == "file") {
-    m = std::make_unique<cxlkv::hostd::FileMaterializer>(dev_dir);
+    m = std::make_unique<cxlkv::hostd::FileMaterializer>(dev_dir, allowed_backing);
   } else if (backend == "devdax") {
     cxlkv::hostd::DevdaxOptions d;
     d.region_id = dax_region;

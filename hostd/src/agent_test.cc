@@ -31,7 +31,7 @@ class AgentTest : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf " + root_).c_str()); }
   std::unique_ptr<HostAgent> Open() {
     std::unique_ptr<HostAgent> a;
-    Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev"), &a);
+    Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}), &a);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return a;
   }
@@ -101,6 +101,12 @@ TEST_F(AgentTest, BadRequestsFailCleanly) {
   EXPECT_TRUE(a->Materialize({"r2", 4 << 20, 0, root_ + "/missing"}, &d).IsNotFound());
   EXPECT_TRUE(a->Materialize({"r2", 8 << 20, 0, backing_}, &d).IsInvalidArgument())
       << "a backing file smaller than the region";
+  EXPECT_TRUE(a->Materialize({"r2", 4096, 0, "/etc/passwd"}, &d).IsInvalidArgument())
+      << "a host file outside the backing directories";
+  std::string sneaky = root_ + "/sneaky";
+  ASSERT_EQ(symlink("/etc/passwd", sneaky.c_str()), 0);
+  EXPECT_TRUE(a->Materialize({"r2", 4096, 0, sneaky}, &d).IsInvalidArgument())
+      << "a link that leads outside";
   EXPECT_TRUE(a->List().empty());
   EXPECT_FALSE(Exists(root_ + "/cdi/r2.json"));
 }
@@ -109,7 +115,7 @@ TEST_F(AgentTest, CorruptStateFileIsRefusedAndKept) {
   ASSERT_EQ(mkdir((root_ + "/state").c_str(), 0755), 0);
   std::ofstream(root_ + "/state/hostd-state.json") << "{garbage";
   std::unique_ptr<HostAgent> a;
-  Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev"), &a);
+  Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}), &a);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   std::ifstream f(root_ + "/state/hostd-state.json");
   std::string text((std::istreambuf_iterator<char>(f)), {});

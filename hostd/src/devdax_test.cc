@@ -195,7 +195,7 @@ TEST_F(DevdaxTest, LocalComposerDevdaxPoolCarvesSubDevicesAndSurvivesRestart) {
 }
 
 TEST(FileMaterializerTest, CharacterDevicesPassThroughAsDeviceNodes) {
-  FileMaterializer m("/nonexistent-dev-dir");
+  FileMaterializer m("/nonexistent-dev-dir", {"/dev"});
   Device d;
   ASSERT_TRUE(m.Materialize({"local-1", 4096, 0, "/dev/null"}, &d).ok());
   EXPECT_EQ(d.kind, "devdax");

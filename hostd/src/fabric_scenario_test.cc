@@ -129,7 +129,8 @@ class FabricScenarioTest : public ::testing::Test {
                                      "127.0.0.1:" + std::to_string(HostPort(h)), "--fabric", url_,
                                      "--cdi-dir", d + "/cdi", "--state-dir", d + "/state",
                                      "--dev-dir", d + "/dev", "--container-dir", "",
-                                     "--resync-interval", "0"};
+                                     "--resync-interval", "0", "--allowed-backing-dir",
+                                     root_ + "/backing"};
     hostd_[h] = Start(argv, d + ".log");
   }
   int HostPort(const std::string& h) {

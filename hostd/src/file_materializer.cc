@@ -3,6 +3,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -31,6 +34,24 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
   if (req.size_bytes == 0) return Status::InvalidArgument("region size must be > 0");
   if (req.backing_path.empty() || req.backing_path[0] != '/') {
     return Status::InvalidArgument("backing path must be absolute");
+  }
+  char real[PATH_MAX];
+  if (::realpath(req.backing_path.c_str(), real) == nullptr) {
+    std::string err = std::strerror(errno);
+    if (errno == ENOENT) return Status::NotFound("resolve " + req.backing_path + ": " + err);
+    return Status::IOError("resolve " + req.backing_path + ": " + err);
+  }
+  bool allowed = false;
+  for (const auto& dir : allowed_dirs_) {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    std::string r = real;
+    allowed |= r.size() > d.size() && r.compare(0, d.size(), d) == 0 &&
+               (d == "/" || r[d.size()] == '/');
+  }
+  if (!allowed) {
+    return Status::InvalidArgument("backing path " + req.backing_path + " (" + real +
+                                   ") is outside the allowed backing directories");
   }
   struct stat st;
   if (::stat(req.backing_path.c_str(), &st) != 0) {

@@ -136,7 +136,8 @@ for h in a b; do
   port=$PA; [ $h = b ] && port=$PB
   "$BIN/cxlkv-hostd" --host-id node-$h --listen "127.0.0.1:$port" --fabric "http://127.0.0.1:$FPORT" \
     --cdi-dir "$E/node-$h/cdi" --state-dir "$E/node-$h/state" --dev-dir "$E/node-$h/dev" \
-    --container-dir "$E/ctr-$h" --resync-interval 0 >"$E/hostd-$h.out" 2>&1 & pids+=($!)
+    --container-dir "$E/ctr-$h" --resync-interval 0 --allowed-backing-dir "$E/backing" \
+    >"$E/hostd-$h.out" 2>&1 & pids+=($!)
 done
 up=0
 for _ in $(seq 100); do

@@ -60,14 +60,19 @@ class Materializer {
 // backing path that is a character device (a local devdax pool's sub-device)
 // is passed through as is (kind "devdax"), and Remove leaves it to its pool.
 // REQUIRES: dev_dir exists or can be created.
+// Only backing paths that resolve (symlinks followed) inside one of
+// `allowed_dirs` are accepted, so a caller cannot hand a container an
+// arbitrary host file or device.
 class FileMaterializer : public Materializer {
  public:
-  explicit FileMaterializer(std::string dev_dir) : dev_dir_(std::move(dev_dir)) {}
+  FileMaterializer(std::string dev_dir, std::vector<std::string> allowed_dirs)
+      : dev_dir_(std::move(dev_dir)), allowed_dirs_(std::move(allowed_dirs)) {}
   Status Materialize(const RegionRequest& req, Device* dev) override;
   Status Remove(const Device& dev) override;
 
  private:
   const std::string dev_dir_;
+  const std::vector<std::string> allowed_dirs_;
 };
 
 // Validates a CDI device name / allocation id: 1..128 of [A-Za-z0-9_.:-],
