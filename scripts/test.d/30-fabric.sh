@@ -10,6 +10,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BIN=${CXLKV_BIN:-$ROOT/build/bin}
 SPEC=${CXLKV_CFM_OPENAPI:-$ROOT/../shared/reference/cfm-openapi.yaml}
+[ -f "$SPEC" ] || SPEC=$ROOT/third_party/reference/cfm-openapi.yaml  # unedited copy in the clone
 WORK=$(mktemp -d /tmp/cxlkv-fabric-stage.XXXXXX)
 pids=()
 cleanup() {
