@@ -17,7 +17,9 @@ KV_BYTES_PER_TOKEN=${KV_BYTES_PER_TOKEN:-64}
 LIMIT=${LIMIT:-0}
 TRACE=data/traces/mooncake-conversation-trace.jsonl
 
-bash scripts/setup.sh >/dev/null
+setup_log=$(mktemp)
+bash scripts/setup.sh >"$setup_log" 2>&1 || { cat "$setup_log"; exit 1; }
+rm -f "$setup_log"
 echo "== build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all -DCXLKV_ENGINE_ONLY=OFF \
   -DCXLKV_WITH_ENGINE=ON >/dev/null

@@ -15,7 +15,7 @@ JOBS=${JOBS:-$(nproc)}
 
 bash scripts/setup.sh || { echo "setup failed"; exit 1; }
 
-passed=0; failed=0; failures=()
+passed=0; failed=0; skipped=0; failures=()
 record() {  # record <stage> <passed> <failed>
   passed=$((passed + $2)); failed=$((failed + $3))
   [ "$3" -gt 0 ] && failures+=("$1")
@@ -58,6 +58,8 @@ if [ $QUICK = 0 ]; then
     rc=${PIPESTATUS[0]}
     # A stage may print its own "N passed, N failed" line; else it counts as one.
     line=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
+    sk=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+')
+    skipped=$((skipped + ${sk:-0}))
     if [ -n "$line" ]; then
       p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')
       f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
@@ -71,5 +73,5 @@ fi
 
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed stages: ${failures[*]}"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -28,8 +28,21 @@ cmake --build build-py --target _cxlkv || exit 1
 ctest --test-dir build-py -L gpu -V 2>/dev/null | grep -E "^[0-9]+: SKIPPED" || true
 
 export PYTHONPATH=$PWD/build-py/python
+log=$(mktemp)
 if "$PY" -c 'import pytest' > /dev/null 2>&1; then
-  "$PY" -m pytest -v -rs python/tests
+  "$PY" -m pytest -v -rs python/tests 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+'); f=$(grep -oE '[0-9]+ failed' "$log" | tail -1 | grep -oE '[0-9]+')
+  s=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 | grep -oE '[0-9]+')
 else
-  "$PY" -m unittest discover -v -s python/tests
+  "$PY" -m unittest discover -v -s python/tests 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -cE ' \.\.\. ok$' "$log"); f=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log")
+  s=$(grep -cE ' \.\.\. skipped' "$log")
 fi
+rm -f "$log"
+p=${p:-0}; f=${f:-0}; s=${s:-0}
+[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+# The closing line scripts/test.sh reads (skipped GPU tests printed their reason above).
+echo "python: $p passed, $f failed, $s skipped"
+exit "$rc"

@@ -24,7 +24,8 @@ struct Result {
 };
 
 Result Cxlkv(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " CXLKV_BIN " " + args + " 2>/tmp/cxlkv-cli-test.err";
+  const std::string err_path = "/tmp/cxlkv-cli-test-" + std::to_string(::getpid()) + ".err";
+  const std::string cmd = env + " " CXLKV_BIN " " + args + " 2>" + err_path;
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -32,8 +33,9 @@ Result Cxlkv(const std::string& args, const std::string& env = "") {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int st = ::pclose(p);
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err("/tmp/cxlkv-cli-test.err");
+  std::ifstream err(err_path);
   std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  ::unlink(err_path.c_str());
   if (r.out.empty()) r.out = e;  // errors are what we check then
   return r;
 }
