@@ -196,7 +196,21 @@ int Gc(const std::string& dir, bool dry_run, bool as_json) {
     RegionFlags f;
     f.region = path;
     std::unique_ptr<Region> r;
-    if (!OpenObserver(f, &r).ok()) continue;  // not a (readable) region: never touched
+    if (Status s = OpenObserver(f, &r); !s.ok()) {
+      // Never touched. A file that carries our magic but fails validation
+      // is reported, so a damaged region does not go unnoticed.
+      uint64_t magic = 0;
+      int mfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (mfd >= 0) {
+        if (::pread(mfd, &magic, sizeof magic, 0) != sizeof magic) magic = 0;
+        ::close(mfd);
+      }
+      if (magic == internal::kMagic) {
+        kept.push_back({{"path", path}, {"reason", s.ToString()}});
+        if (!as_json) std::printf("kept %s: %s\n", path.c_str(), s.ToString().c_str());
+      }
+      continue;
+    }
     std::string why;
     if (auto live = LiveParticipants(r.get()); !live.empty()) {
       why = std::to_string(live.size()) + " live participant(s) (another host?)";
