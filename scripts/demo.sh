@@ -58,6 +58,8 @@ for label, r in rows:
           f"{r['evictions']:10d} {r['verify_failures']:11d} {r['load_vs_memcpy']:11.2f} {r['wall_s']:7.1f}")
 print()
 print("bound = leading-prefix hit rate of an unbounded shared cache over the same requests.")
+print("load/memcpy = the replicas' load rate (pin, copy, CRC32C check, per small block) / memcpy of the")
+print("same block size measured in this run; block-sized engine rates: build/bin/cxlkv bench.")
 print("Every hit was loaded, CRC32C-verified and compared with the block's expected bytes (wrong data: "
       + str(sum(r['wrong_data'] for _, r in rows)) + ").")
 PY
