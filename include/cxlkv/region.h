@@ -190,11 +190,12 @@ class Region {
 
   // ---- Writes ----
 
-  // Copies `len` bytes into a slot for (ns, key) and publishes it.
-  // OK with *outcome kStored or kDuplicate; kNoSpace (full, nothing
-  // evictable), kInvalidArgument (len > slot_size), kBusy (lost a race with
-  // another writer of the same key); every non-stored outcome is counted.
-  // REQUIRES: this process is a participant.
+  // Copies `len` bytes into a slot for (ns, key) and publishes it; the CRC32C
+  // is taken from `data`. OK with *outcome kStored or kDuplicate; kNoSpace
+  // (full, nothing evictable), kInvalidArgument (len > slot_size, or `ns`
+  // not registered), kBusy (lost a race with another writer of the same key,
+  // or this participant was judged dead and reclaimed: reopen the region).
+  // Every non-stored outcome is counted. REQUIRES: this process is a participant.
   virtual Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
                        StoreOutcome* outcome = nullptr) = 0;
 
