@@ -122,10 +122,13 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   auto killed_at = std::chrono::steady_clock::now();
   waitpid(pid, nullptr, 0);
   reaper.pid = 0;
-  bool led = Eventually([&] { return survivor->IsLeader(); }, kTakeoverBound + seconds(10));
-  auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
-  ASSERT_TRUE(led);
-  EXPECT_LE(took, kTakeoverBound) << "takeover took " << took.count() << " ms";
+  // The criterion is a liveness deadline: the survivor leads within
+  // leaseDuration + retryPeriod + 2 s. It is the wait's bound, not a timing
+  // measurement; the observed takeover time is only reported.
+  const bool led = Eventually([&] { return survivor->IsLeader(); }, kTakeoverBound);
+  const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
+  RecordProperty("takeover_ms", std::to_string(took.count()));
+  ASSERT_TRUE(led) << "survivor did not lead within lease + retry + 2 s";
   EXPECT_EQ(Holder(), "survivor");
   Json lease;
   ASSERT_TRUE(LeaseClient(client_.get(), ns_).Get("leader", &lease).ok());
