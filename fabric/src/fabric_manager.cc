@@ -114,24 +114,40 @@ bool FabricManager::MatchFault(const std::string& method, const std::string& pat
 
 // ---- management ---------------------------------------------------------
 
+namespace {
+
+// Marks the first unmanaged configured entry (appliance or host) matching
+// `custom_id` (any entry when empty) as managed, renamed to `custom_id`.
+// kBusy if an entry by that id is already managed, kNotFound if none fits.
+template <typename Entry>
+Status ClaimConfigured(std::vector<Entry>& entries, const char* kind, const std::string& custom_id,
+                       Entry** picked) {
+  Entry* pick = nullptr;
+  for (auto& e : entries) {
+    if (!custom_id.empty() && e.id == custom_id && e.managed) {
+      return Status::Busy(std::string(kind) + " " + custom_id + " is already managed");
+    }
+    if (!e.managed && (custom_id.empty() || e.id == custom_id || e.config_id == custom_id)) {
+      if (pick == nullptr) pick = &e;
+    }
+  }
+  if (pick == nullptr) {
+    return Status::NotFound(std::string("add ") + kind + ": the emulator config has no unmanaged " +
+                            kind + (custom_id.empty() ? std::string() : " " + custom_id));
+  }
+  pick->managed = true;
+  if (!custom_id.empty()) pick->id = custom_id;
+  *picked = pick;
+  return Status::OK();
+}
+
+}  // namespace
+
 Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id) {
   std::lock_guard<std::mutex> l(mu_);
   FabricState next = state_;
   ApplianceState* pick = nullptr;
-  for (auto& a : next.appliances) {
-    if (!custom_id.empty() && a.id == custom_id && a.managed) {
-      return Status::Busy("appliance " + custom_id + " is already managed");
-    }
-    if (!a.managed && (custom_id.empty() || a.id == custom_id || a.config_id == custom_id)) {
-      if (pick == nullptr) pick = &a;
-    }
-  }
-  if (pick == nullptr) {
-    return Status::NotFound("add appliance: the emulator config has no unmanaged appliance" +
-                                   (custom_id.empty() ? std::string() : " " + custom_id));
-  }
-  pick->managed = true;
-  if (!custom_id.empty()) pick->id = custom_id;
+  CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.appliances, "appliance", custom_id, &pick));
   CXLKV_RETURN_IF_ERROR(Save(next));
   *id = pick->id;
   state_ = std::move(next);
@@ -243,20 +259,7 @@ Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
   std::lock_guard<std::mutex> l(mu_);
   FabricState next = state_;
   HostState* pick = nullptr;
-  for (auto& h : next.hosts) {
-    if (!custom_id.empty() && h.id == custom_id && h.managed) {
-      return Status::Busy("host " + custom_id + " is already managed");
-    }
-    if (!h.managed && (custom_id.empty() || h.id == custom_id || h.config_id == custom_id)) {
-      if (pick == nullptr) pick = &h;
-    }
-  }
-  if (pick == nullptr) {
-    return Status::NotFound("add host: the emulator config has no unmanaged host" +
-                                   (custom_id.empty() ? std::string() : " " + custom_id));
-  }
-  pick->managed = true;
-  if (!custom_id.empty()) pick->id = custom_id;
+  CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.hosts, "host", custom_id, &pick));
   CXLKV_RETURN_IF_ERROR(Save(next));
   *id = pick->id;
   state_ = std::move(next);
