@@ -3,10 +3,10 @@
 // libFuzzer target: attach to and inspect a region whose bytes are
 // arbitrary. The input either overwrites the start of a valid formatted
 // region image or, in patch mode (first byte 'P'), patches it anywhere (so
-// mutations reach the header, registry, namespaces, directory and data); then we attach as an observer or a participant and exercise
-// inspection, lookups, loads and the scrub. Property: no crash, no
-// sanitizer report, no hang; every load either misses or returns bytes that
-// match their CRC.
+// mutations reach the header, registry, namespaces, directory and data); then we attach as an
+// observer or a participant and exercise inspection, lookups, loads and the scrub. Property: no
+// crash, no sanitizer report, no hang; every load either misses or returns bytes that match their
+// CRC.
 //
 //   scripts/fuzz.sh 600     # build with clang + ASan/UBSan, run 600 s
 #include <fcntl.h>

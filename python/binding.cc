@@ -26,14 +26,29 @@ void Raise(const Status& s) {
   if (s.ok()) return;
   const char* cls = "Error";
   switch (s.code()) {
-    case Status::Code::kNotFound: cls = "NotFoundError"; break;
-    case Status::Code::kBusy: cls = "BusyError"; break;
-    case Status::Code::kNoSpace: cls = "NoSpaceError"; break;
-    case Status::Code::kCorruption: cls = "CorruptionError"; break;
-    case Status::Code::kInvalidArgument: cls = "InvalidArgumentError"; break;
-    case Status::Code::kIOError: cls = "IOError"; break;
-    case Status::Code::kUnsupported: cls = "UnsupportedError"; break;
-    case Status::Code::kOk: break;
+    case Status::Code::kNotFound:
+      cls = "NotFoundError";
+      break;
+    case Status::Code::kBusy:
+      cls = "BusyError";
+      break;
+    case Status::Code::kNoSpace:
+      cls = "NoSpaceError";
+      break;
+    case Status::Code::kCorruption:
+      cls = "CorruptionError";
+      break;
+    case Status::Code::kInvalidArgument:
+      cls = "InvalidArgumentError";
+      break;
+    case Status::Code::kIOError:
+      cls = "IOError";
+      break;
+    case Status::Code::kUnsupported:
+      cls = "UnsupportedError";
+      break;
+    case Status::Code::kOk:
+      break;
   }
   py::gil_scoped_acquire gil;
   py::object type = py::module_::import("cxlkv.errors").attr(cls);
@@ -70,7 +85,8 @@ py::buffer_info Bytes(const py::buffer& b, bool writable) {
 }  // namespace
 
 PYBIND11_MODULE(_cxlkv, m) {
-  m.doc() = "cxlkv: a KV-block store inside a shared memory region (binding; see cxlkv/__init__.py)";
+  m.doc() =
+      "cxlkv: a KV-block store inside a shared memory region (binding; see cxlkv/__init__.py)";
 
   py::enum_<CoherenceMode>(m, "CoherenceMode")
       .value("HARDWARE", CoherenceMode::kHardware)
@@ -88,19 +104,26 @@ PYBIND11_MODULE(_cxlkv, m) {
 
   py::class_<BlockKey>(m, "BlockKey")
       .def(py::init<>())
-      .def(py::init([](uint64_t hi, uint64_t lo) { return BlockKey{hi, lo}; }), py::arg("hi"), py::arg("lo"))
+      .def(py::init([](uint64_t hi, uint64_t lo) {
+             return BlockKey{hi, lo};
+           }),
+           py::arg("hi"), py::arg("lo"))
       .def_readwrite("hi", &BlockKey::hi)
       .def_readwrite("lo", &BlockKey::lo)
-      .def_static("from_bytes", [](const py::bytes& b) {
-        const std::string s = b;
-        if (s.size() < 16) Raise(Status::InvalidArgument("a block key needs at least 16 bytes"));
-        return BlockKey::FromBytes(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-      })
-      .def_static("from_hex", [](const std::string& hex) {
-        BlockKey k;
-        Raise(BlockKey::FromHex(hex, &k));
-        return k;
-      })
+      .def_static("from_bytes",
+                  [](const py::bytes& b) {
+                    const std::string s = b;
+                    if (s.size() < 16)
+                      Raise(Status::InvalidArgument("a block key needs at least 16 bytes"));
+                    return BlockKey::FromBytes(reinterpret_cast<const uint8_t*>(s.data()),
+                                               s.size());
+                  })
+      .def_static("from_hex",
+                  [](const std::string& hex) {
+                    BlockKey k;
+                    Raise(BlockKey::FromHex(hex, &k));
+                    return k;
+                  })
       .def_static("from_id", &BlockKey::FromId)
       .def("hex", &BlockKey::ToHex)
       .def("__eq__", [](const BlockKey& a, const BlockKey& b) { return a == b; })
@@ -108,9 +131,10 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def("__repr__", [](const BlockKey& k) { return "BlockKey(" + k.ToHex() + ")"; });
 
   py::class_<NamespaceDesc>(m, "NamespaceDesc")
-      .def(py::init([](std::string model, std::string dtype, std::string kv_layout, uint32_t tp_rank,
-                       uint32_t kv_group) {
-             return NamespaceDesc{std::move(model), std::move(dtype), std::move(kv_layout), tp_rank, kv_group};
+      .def(py::init([](std::string model, std::string dtype, std::string kv_layout,
+                       uint32_t tp_rank, uint32_t kv_group) {
+             return NamespaceDesc{std::move(model), std::move(dtype), std::move(kv_layout), tp_rank,
+                                  kv_group};
            }),
            py::arg("model"), py::arg("dtype"), py::arg("kv_layout"), py::arg("tp_rank") = 0,
            py::arg("kv_group") = 0)
@@ -160,92 +184,114 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_readonly("format_epoch", &RegionInfo::format_epoch)
       .def_readonly("participant", &RegionInfo::participant);
 
-  py::class_<PinSet>(m, "PinSet")
-      .def("__len__", &PinSet::size)
-      .def("release", &PinSet::Release);
+  py::class_<PinSet>(m, "PinSet").def("__len__", &PinSet::size).def("release", &PinSet::Release);
 
   py::class_<Region>(m, "Region")
-      .def_static("open", [](const std::string& path, const RegionOptions& o) {
-        std::unique_ptr<Region> r;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = Region::Open(path, o, &r);
-        }
-        Raise(s);
-        return r;
-      }, py::arg("path"), py::arg("options"))
+      .def_static(
+          "open",
+          [](const std::string& path, const RegionOptions& o) {
+            std::unique_ptr<Region> r;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = Region::Open(path, o, &r);
+            }
+            Raise(s);
+            return r;
+          },
+          py::arg("path"), py::arg("options"))
       .def("info", &Region::info, py::return_value_policy::reference_internal)
-      .def("register_namespace", [](Region& r, const NamespaceDesc& d) {
-        NamespaceId id = 0;
-        Raise(r.RegisterNamespace(d, &id));
-        return id;
-      })
-      .def("store", [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& data) {
-        py::buffer_info b = Bytes(data, false);
-        StoreOutcome out = StoreOutcome::kStored;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.Store(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), &out);
-        }
-        Raise(s);
-        return out;
-      }, py::arg("ns"), py::arg("key"), py::arg("data"))
-      .def("load", [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& dst,
-                      bool verify_crc) {
-        py::buffer_info b = Bytes(dst, true);
-        LoadOptions lo;
-        lo.verify_crc = verify_crc;
-        LoadInfo li;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.Load(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), lo, &li);
-        }
-        Raise(s);
-        return li.len;
-      }, py::arg("ns"), py::arg("key"), py::arg("dst"), py::arg("verify_crc") = true)
-      .def("lookup", [](Region& r, NamespaceId ns, const BlockKey& key) {
-        Status s = r.Lookup(ns, key);
-        if (s.IsNotFound()) return false;
-        Raise(s);
-        return true;
-      })
-      .def("lookup_prefix", [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
-        return r.LookupPrefix(ns, keys.data(), keys.size());
-      })
-      .def("pin_prefix", [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
-        auto pins = std::make_unique<PinSet>();
-        Raise(r.PinPrefix(ns, keys.data(), keys.size(), pins.get()));
-        return pins;
-      }, py::keep_alive<0, 1>())
+      .def("register_namespace",
+           [](Region& r, const NamespaceDesc& d) {
+             NamespaceId id = 0;
+             Raise(r.RegisterNamespace(d, &id));
+             return id;
+           })
+      .def(
+          "store",
+          [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& data) {
+            py::buffer_info b = Bytes(data, false);
+            StoreOutcome out = StoreOutcome::kStored;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = r.Store(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), &out);
+            }
+            Raise(s);
+            return out;
+          },
+          py::arg("ns"), py::arg("key"), py::arg("data"))
+      .def(
+          "load",
+          [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& dst,
+             bool verify_crc) {
+            py::buffer_info b = Bytes(dst, true);
+            LoadOptions lo;
+            lo.verify_crc = verify_crc;
+            LoadInfo li;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = r.Load(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), lo, &li);
+            }
+            Raise(s);
+            return li.len;
+          },
+          py::arg("ns"), py::arg("key"), py::arg("dst"), py::arg("verify_crc") = true)
+      .def("lookup",
+           [](Region& r, NamespaceId ns, const BlockKey& key) {
+             Status s = r.Lookup(ns, key);
+             if (s.IsNotFound()) return false;
+             Raise(s);
+             return true;
+           })
+      .def("lookup_prefix",
+           [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
+             return r.LookupPrefix(ns, keys.data(), keys.size());
+           })
+      .def(
+          "pin_prefix",
+          [](Region& r, NamespaceId ns, const std::vector<BlockKey>& keys) {
+            auto pins = std::make_unique<PinSet>();
+            Raise(r.PinPrefix(ns, keys.data(), keys.size(), pins.get()));
+            return pins;
+          },
+          py::keep_alive<0, 1>())
       .def("drop", [](Region& r, NamespaceId ns, const BlockKey& key) { Raise(r.Drop(ns, key)); })
-      .def("verify", [](Region& r, bool drop_corrupt) {
-        Region::ScrubReport rep;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.Verify(drop_corrupt, &rep);
-        }
-        Raise(s);
-        py::dict d;
-        d["ready"] = rep.ready; d["verified"] = rep.verified; d["crc_failures"] = rep.crc_failures;
-        d["dropped"] = rep.dropped; d["skipped_changed"] = rep.skipped_changed;
-        return d;
-      }, py::arg("drop_corrupt") = false)
-      .def("wipe", [](Region& r) {
-        Region::WipeReport rep;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = r.Wipe(&rep);
-        }
-        Raise(s);
-        py::dict d;
-        d["dropped"] = rep.dropped; d["pinned"] = rep.pinned; d["writing"] = rep.writing;
-        return d;
-      })
+      .def(
+          "verify",
+          [](Region& r, bool drop_corrupt) {
+            Region::ScrubReport rep;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = r.Verify(drop_corrupt, &rep);
+            }
+            Raise(s);
+            py::dict d;
+            d["ready"] = rep.ready;
+            d["verified"] = rep.verified;
+            d["crc_failures"] = rep.crc_failures;
+            d["dropped"] = rep.dropped;
+            d["skipped_changed"] = rep.skipped_changed;
+            return d;
+          },
+          py::arg("drop_corrupt") = false)
+      .def("wipe",
+           [](Region& r) {
+             Region::WipeReport rep;
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = r.Wipe(&rep);
+             }
+             Raise(s);
+             py::dict d;
+             d["dropped"] = rep.dropped;
+             d["pinned"] = rep.pinned;
+             d["writing"] = rep.writing;
+             return d;
+           })
       .def("process_counters", [](Region& r) { return CountersDict(r.ProcessCounters()); })
       .def("region_counters", [](Region& r) { return CountersDict(r.RegionCounters()); })
       .def("reap_dead_participants", &Region::ReapDeadParticipants);
@@ -257,79 +303,95 @@ PYBIND11_MODULE(_cxlkv, m) {
 
   py::class_<RegionGpuOptions>(m, "RegionGpuOptions")
       .def(py::init<>())
-      .def_property("device", [](const RegionGpuOptions& o) { return o.transfer.device; },
-                    [](RegionGpuOptions& o, int v) { o.transfer.device = v; })
-      .def_property("registration_segment_bytes",
-                    [](const RegionGpuOptions& o) { return o.transfer.registration_segment_bytes; },
-                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.registration_segment_bytes = v; })
-      .def_property("staging_bytes", [](const RegionGpuOptions& o) { return o.transfer.staging_bytes; },
-                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.staging_bytes = v; })
-      .def_property("batch_api", [](const RegionGpuOptions& o) { return o.transfer.batch_api; },
-                    [](RegionGpuOptions& o, bool v) { o.transfer.batch_api = v; })
-      .def_property("pipeline_bytes", [](const RegionGpuOptions& o) { return o.transfer.pipeline_bytes; },
-                    [](RegionGpuOptions& o, uint64_t v) { o.transfer.pipeline_bytes = v; })
+      .def_property(
+          "device", [](const RegionGpuOptions& o) { return o.transfer.device; },
+          [](RegionGpuOptions& o, int v) { o.transfer.device = v; })
+      .def_property(
+          "registration_segment_bytes",
+          [](const RegionGpuOptions& o) { return o.transfer.registration_segment_bytes; },
+          [](RegionGpuOptions& o, uint64_t v) { o.transfer.registration_segment_bytes = v; })
+      .def_property(
+          "staging_bytes", [](const RegionGpuOptions& o) { return o.transfer.staging_bytes; },
+          [](RegionGpuOptions& o, uint64_t v) { o.transfer.staging_bytes = v; })
+      .def_property(
+          "batch_api", [](const RegionGpuOptions& o) { return o.transfer.batch_api; },
+          [](RegionGpuOptions& o, bool v) { o.transfer.batch_api = v; })
+      .def_property(
+          "pipeline_bytes", [](const RegionGpuOptions& o) { return o.transfer.pipeline_bytes; },
+          [](RegionGpuOptions& o, uint64_t v) { o.transfer.pipeline_bytes = v; })
       .def_readwrite("fallback_to_staged", &RegionGpuOptions::fallback_to_staged)
       .def_readwrite("gpu_crc", &RegionGpuOptions::gpu_crc);
 
   // store/load take the device pieces as flat lists: block b is pieces
   // first_piece[b] .. first_piece[b+1]-1 of (ptr, length).
   py::class_<RegionGpu>(m, "RegionGpu")
-      .def_static("open", [](Region& region, const RegionGpuOptions& o) {
-        std::unique_ptr<RegionGpu> g;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = RegionGpu::Open(&region, o, &g);
-        }
-        Raise(s);
-        return g;
-      }, py::arg("region"), py::arg("options"), py::keep_alive<0, 1>())
+      .def_static(
+          "open",
+          [](Region& region, const RegionGpuOptions& o) {
+            std::unique_ptr<RegionGpu> g;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = RegionGpu::Open(&region, o, &g);
+            }
+            Raise(s);
+            return g;
+          },
+          py::arg("region"), py::arg("options"), py::keep_alive<0, 1>())
       .def_property_readonly("direct", &RegionGpu::direct)
       .def_property_readonly("registered_segments",
                              [](const RegionGpu& g) { return g.engine()->RegisteredSegments(); })
-      .def("store", [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
-                       const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
-                       const std::vector<uint32_t>& first_piece, GpuPath path, uintptr_t after_stream) {
-        if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
-            first_piece.back() != ptr.size())
-          Raise(Status::InvalidArgument("store: keys, pieces and first_piece do not agree"));
-        GpuStoreResult res;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = g.Store(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()},
-                      path, after_stream, &res);
-        }
-        Raise(s);
-        py::list st, out;
-        for (size_t i = 0; i < keys.size(); ++i) {
-          st.append(StatusTuple(res.status[i]));
-          out.append(res.outcome[i]);
-        }
-        return py::make_tuple(res.stored, st, out);
-      }, py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
-         py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
-      .def("load", [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
-                      const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
-                      const std::vector<uint32_t>& first_piece, GpuPath path, bool verify_crc) {
-        if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
-            first_piece.back() != ptr.size())
-          Raise(Status::InvalidArgument("load: keys, pieces and first_piece do not agree"));
-        GpuLoadResult res;
-        LoadOptions lo;
-        lo.verify_crc = verify_crc;
-        Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = g.Load(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()},
-                     path, &res, lo);
-        }
-        Raise(s);
-        py::list st;
-        for (size_t i = 0; i < keys.size(); ++i) st.append(StatusTuple(res.status[i]));
-        return py::make_tuple(res.loaded, res.prefix, st, res.len);
-      }, py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
-         py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
+      .def(
+          "store",
+          [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+             const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
+             const std::vector<uint32_t>& first_piece, GpuPath path, uintptr_t after_stream) {
+            if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
+                first_piece.back() != ptr.size())
+              Raise(Status::InvalidArgument("store: keys, pieces and first_piece do not agree"));
+            GpuStoreResult res;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.Store(ns, keys.data(),
+                          GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()}, path,
+                          after_stream, &res);
+            }
+            Raise(s);
+            py::list st, out;
+            for (size_t i = 0; i < keys.size(); ++i) {
+              st.append(StatusTuple(res.status[i]));
+              out.append(res.outcome[i]);
+            }
+            return py::make_tuple(res.stored, st, out);
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
+          py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
+      .def(
+          "load",
+          [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+             const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
+             const std::vector<uint32_t>& first_piece, GpuPath path, bool verify_crc) {
+            if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
+                first_piece.back() != ptr.size())
+              Raise(Status::InvalidArgument("load: keys, pieces and first_piece do not agree"));
+            GpuLoadResult res;
+            LoadOptions lo;
+            lo.verify_crc = verify_crc;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.Load(ns, keys.data(),
+                         GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()}, path,
+                         &res, lo);
+            }
+            Raise(s);
+            py::list st;
+            for (size_t i = 0; i < keys.size(); ++i) st.append(StatusTuple(res.status[i]));
+            return py::make_tuple(res.loaded, res.prefix, st, res.len);
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
+          py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
 #endif
   m.attr("HAVE_CUDA") = py::bool_(
 #if defined(CXLKV_WITH_CUDA)

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   opt.fabric.timeout_ms = 10000;
   uint64_t dax_align = 2 << 20;
   app.add_option("--host-id", opt.host_id, "this host's id at the fabric manager")
-      ->required()->envname("CXLKV_HOST_ID");
+      ->required()
+      ->envname("CXLKV_HOST_ID");
   app.add_option("--listen", listen, "ADDR:PORT for the fabric manager's calls")
       ->envname("CXLKV_HOSTD_LISTEN");
   app.add_option("--fabric", opt.fabric.base_url, "fabric manager URL (resync)")
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
                  "where a file-backed region appears in containers (\"\" = host path)")
       ->envname("CXLKV_CONTAINER_DIR");
   app.add_option("--state-dir", opt.state_dir)->envname("CXLKV_HOSTD_STATE_DIR");
-  app.add_option("--backend", backend, "file (emulation) or devdax")->envname("CXLKV_HOSTD_BACKEND");
+  app.add_option("--backend", backend, "file (emulation) or devdax")
+      ->envname("CXLKV_HOSTD_BACKEND");
   app.add_option("--dev-dir", dev_dir, "file backend: per-host region links")
       ->envname("CXLKV_HOSTD_DEV_DIR");
   std::vector<std::string> allowed_backing = {"/dev/shm/cxlkv-fabricd", "/dev/shm/cxlkv-pool"};
@@ -63,7 +65,10 @@ int main(int argc, char** argv) {
   auto colon = listen.rfind(':');
   int port = -1;
   if (colon != std::string::npos) {
-    try { port = std::stoi(listen.substr(colon + 1)); } catch (...) {}
+    try {
+      port = std::stoi(listen.substr(colon + 1));
+    } catch (...) {
+    }
   }
   if (colon == std::string::npos || port < 0 || port > 65535) {
     std::fprintf(stderr, "cxlkv-hostd: --listen %s: expected ADDR:PORT\n", listen.c_str());
@@ -77,9 +82,9 @@ int main(int argc, char** argv) {
     d.region_id = dax_region;
     d.align = dax_align;
     d.dev_root = dev_root;
-    std::unique_ptr<cxlkv::hostd::DaxBus> bus = sysfs_root == "/sys"
-        ? cxlkv::hostd::NewLibDaxctlBus()
-        : cxlkv::hostd::NewSysfsDaxBus(sysfs_root, nullptr);
+    std::unique_ptr<cxlkv::hostd::DaxBus> bus =
+        sysfs_root == "/sys" ? cxlkv::hostd::NewLibDaxctlBus()
+                             : cxlkv::hostd::NewSysfsDaxBus(sysfs_root, nullptr);
     m = std::make_unique<cxlkv::hostd::DevdaxMaterializer>(std::move(bus), d);
   } else {
     std::fprintf(stderr, "cxlkv-hostd: --backend %s: expected file or devdax\n", backend.c_str());

@@ -9,18 +9,20 @@ namespace {
 
 struct ChannelChoice {
   int channel = -1;
-  int start = -1;          // first block position taken
-  int longest_left = -1;   // longest free run left on the channel afterwards
+  int start = -1;         // first block position taken
+  int longest_left = -1;  // longest free run left on the channel afterwards
 };
 
 // Best fit on one channel: the smallest free run that holds `need` blocks,
 // so large runs stay intact for later large requests.
-ChannelChoice FitChannel(const BladeGeometry& g, const std::vector<bool>& used, int ch,
-                         int need) {
+ChannelChoice FitChannel(const BladeGeometry& g, const std::vector<bool>& used, int ch, int need) {
   std::vector<std::pair<int, int>> runs;  // (start, length)
   int p = 0;
   while (p < g.blocks_per_channel) {
-    if (used[g.Index(ch, p)]) { ++p; continue; }
+    if (used[g.Index(ch, p)]) {
+      ++p;
+      continue;
+    }
     int s = p;
     while (p < g.blocks_per_channel && !used[g.Index(ch, p)]) ++p;
     runs.emplace_back(s, p - s);
@@ -29,7 +31,10 @@ ChannelChoice FitChannel(const BladeGeometry& g, const std::vector<bool>& used, 
   int best_len = 0;
   for (auto [s, len] : runs) {
     if (len < need) continue;
-    if (best.start < 0 || len < best_len) { best.start = s; best_len = len; }
+    if (best.start < 0 || len < best_len) {
+      best.start = s;
+      best_len = len;
+    }
   }
   if (best.start < 0) return best;
   best.channel = ch;
@@ -76,7 +81,8 @@ Status AllocateByQoS(const BladeGeometry& g, const std::vector<bool>& used, int6
   a.qos = q;
   a.size_mib = per_channel64 * q * g.block_mib;
   for (int i = 0; i < q; ++i) {
-    for (int k = 0; k < per_channel; ++k) a.blocks.push_back(g.Index(fits[i].channel, fits[i].start + k));
+    for (int k = 0; k < per_channel; ++k)
+      a.blocks.push_back(g.Index(fits[i].channel, fits[i].start + k));
   }
   std::sort(a.blocks.begin(), a.blocks.end());
   *out = std::move(a);

@@ -67,8 +67,8 @@ Status FabricClient::Call(const std::string& method, const std::string& path,
 }
 
 Status FabricClient::Json(const std::string& verb, const std::string& method,
-                          const std::string& path, const std::string& body,
-                          std::string* response, long* status_out) {
+                          const std::string& path, const std::string& body, std::string* response,
+                          long* status_out) {
   long status = 0;
   Status s = Call(method, path, body, &status, response);
   if (!s.ok()) return s.WithContext(verb);
@@ -76,11 +76,16 @@ Status FabricClient::Json(const std::string& verb, const std::string& method,
   if (status >= 200 && status < 300) return Status::OK();
   std::string msg = verb + ": " + ErrorDetails(*response, status);
   switch (status) {
-    case 400: return Status::InvalidArgument(msg);
-    case 401: return Status::InvalidArgument(msg + " (authentication failed)");
-    case 404: return Status::NotFound(msg);
-    case 409: return method == "POST" || method == "PUT" ? Status::NoSpace(msg) : Status::Busy(msg);
-    default: return Status::IOError(msg);
+    case 400:
+      return Status::InvalidArgument(msg);
+    case 401:
+      return Status::InvalidArgument(msg + " (authentication failed)");
+    case 404:
+      return Status::NotFound(msg);
+    case 409:
+      return method == "POST" || method == "PUT" ? Status::NoSpace(msg) : Status::Busy(msg);
+    default:
+      return Status::IOError(msg);
   }
 }
 
@@ -105,7 +110,8 @@ Status FabricClient::ListPools(std::vector<Pool>* pools) {
       p.allocated_mib = bj.value("totalMemoryAllocatedMiB", int64_t{0});
       p.total_mib = avail + p.allocated_mib;
       std::vector<std::string> res;
-      CXLKV_RETURN_IF_ERROR(Json("list resources of " + buri, "GET", buri + "/resources", "", &body));
+      CXLKV_RETURN_IF_ERROR(
+          Json("list resources of " + buri, "GET", buri + "/resources", "", &body));
       CXLKV_RETURN_IF_ERROR(Members(body, &res).WithContext("list resources of " + buri));
       if (!res.empty()) {
         CXLKV_RETURN_IF_ERROR(Json("read resource " + res[0], "GET", res[0], "", &body));
@@ -191,9 +197,8 @@ Status FabricClient::List(const std::string& aid, const std::string& bid,
   return Status::OK();
 }
 
-Status FabricClient::Assign(const std::string& aid, const std::string& bid,
-                            const std::string& mid, const std::string& port, bool assign,
-                            Region* region) {
+Status FabricClient::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
+                            const std::string& port, bool assign, Region* region) {
   std::string body;
   const std::string verb = (assign ? "assign memory " : "unassign memory ") + mid + " port " + port;
   json req = {{"Port", port}, {"Operation", assign ? "assign" : "unassign"}};
@@ -212,8 +217,8 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>
   if (!s.ok()) {
     json j;
     // A plain cfm-service answers 404 without the CFM error body.
-    if (s.IsNotFound() && (!internal::ParseJson(body, &j).ok() || !j.is_object() ||
-                           !j.contains("details"))) {
+    if (s.IsNotFound() &&
+        (!internal::ParseJson(body, &j).ok() || !j.is_object() || !j.contains("details"))) {
       return Status::Unsupported(verb + ": the fabric manager lacks the cxlkv extension");
     }
     return s;
@@ -231,9 +236,9 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>
   return Status::OK();
 }
 
-Status FabricClient::ReportMaterialization(const std::string& host_id,
-                                           const std::string& memory_id, const std::string& state,
-                                           const std::string& error, const std::string& device) {
+Status FabricClient::ReportMaterialization(const std::string& host_id, const std::string& memory_id,
+                                           const std::string& state, const std::string& error,
+                                           const std::string& device) {
   json req = {{"materialization", state}};
   if (!error.empty()) req["error"] = error;
   if (!device.empty()) req["device"] = device;
@@ -248,7 +253,8 @@ Status FabricClient::PowerCycle(const std::string& aid, const std::string& bid, 
   if (!aid.empty()) req["applianceId"] = aid;
   if (!bid.empty()) req["bladeId"] = bid;
   std::string body;
-  const std::string verb = "power-cycle " + (aid.empty() ? std::string("all blades") : aid + "/" + bid);
+  const std::string verb =
+      "power-cycle " + (aid.empty() ? std::string("all blades") : aid + "/" + bid);
   CXLKV_RETURN_IF_ERROR(Json(verb, "POST", "/cxlkv/v1/power-cycle", req.dump(), &body));
   json j;
   CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));

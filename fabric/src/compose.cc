@@ -200,8 +200,7 @@ Status FabricManager::Compose(const std::string& aid, const std::string& bid,
   std::vector<std::string> ports;
   CXLKV_RETURN_IF_ERROR(PickPorts(*blade, req, &ports));
   Allocation alloc;
-  CXLKV_RETURN_IF_ERROR(
-      AllocateByQoS(blade->geometry, blade->used, req.size_mib, req.qos, &alloc));
+  CXLKV_RETURN_IF_ERROR(AllocateByQoS(blade->geometry, blade->used, req.size_mib, req.qos, &alloc));
   return ComposeLocked(app, blade, alloc, ports, req, result);
 }
 
@@ -243,8 +242,8 @@ Status FabricManager::ComposeByResource(const std::string& aid, const std::strin
   return ComposeLocked(app, blade, alloc, ports, req, result);
 }
 
-Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade,
-                                    const Allocation& alloc, const std::vector<std::string>& ports,
+Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, const Allocation& alloc,
+                                    const std::vector<std::string>& ports,
                                     const ComposeRequest& req, ComposeResult* result) {
   Region r;
   r.id = NewUuid();
@@ -336,8 +335,8 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade,
   state_ = std::move(next);
   result->region = r;
   result->partial = partial;
-  spdlog::info("composed region {} ({} MiB, QoS {}) on {}/{} with {} of {} ports", r.id,
-               r.size_mib, r.qos, r.appliance_id, r.blade_id, r.mappings.size(), ports.size());
+  spdlog::info("composed region {} ({} MiB, QoS {}) on {}/{} with {} of {} ports", r.id, r.size_mib,
+               r.qos, r.appliance_id, r.blade_id, r.mappings.size(), ports.size());
   return Status::OK();
 }
 
@@ -347,23 +346,22 @@ Status FabricManager::FindRegion(const std::string& aid, const std::string& bid,
   BladeState* blade = app ? app->FindBlade(bid) : nullptr;
   if (blade == nullptr) return Status::NotFound("blade " + aid + "/" + bid + " not found");
   auto it = state_.regions.find(mid);
-  if (it == state_.regions.end() || it->second.appliance_id != aid ||
-      it->second.blade_id != bid) {
+  if (it == state_.regions.end() || it->second.appliance_id != aid || it->second.blade_id != bid) {
     return Status::NotFound("memory region " + mid + " not found on blade " + bid);
   }
   *r = &it->second;
   return Status::OK();
 }
 
-Status FabricManager::Assign(const std::string& aid, const std::string& bid,
-                             const std::string& mid, const std::string& port, bool assign,
-                             Region* out) {
+Status FabricManager::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
+                             const std::string& port, bool assign, Region* out) {
   std::lock_guard<std::mutex> l(mu_);
   Region* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
   const BladeState* blade = state_.FindAppliance(aid)->FindBlade(bid);
   const PortConfig* pc = blade->FindPort(port);
-  if (pc == nullptr) return Status::InvalidArgument("port " + port + " does not exist on blade " + bid);
+  if (pc == nullptr)
+    return Status::InvalidArgument("port " + port + " does not exist on blade " + bid);
   Region r = *cur;
   auto it = std::find_if(r.mappings.begin(), r.mappings.end(),
                          [&](const Mapping& m) { return m.appliance_port == port; });
@@ -382,7 +380,10 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid,
       if (!pc->host.empty() && h.config_id == pc->host) m.host_id = h.id;
     }
     m.host_port = pc->host.empty() ? "" : pc->host_port;
-    if (m.host_id.empty()) m.materialization = "NoAgent"; else Materialize(r, &m);
+    if (m.host_id.empty())
+      m.materialization = "NoAgent";
+    else
+      Materialize(r, &m);
     r.mappings.push_back(m);
   } else {
     if (it == r.mappings.end()) {
@@ -400,8 +401,8 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid,
   return Status::OK();
 }
 
-Status FabricManager::Free(const std::string& aid, const std::string& bid,
-                           const std::string& mid, Region* out) {
+Status FabricManager::Free(const std::string& aid, const std::string& bid, const std::string& mid,
+                           Region* out) {
   std::lock_guard<std::mutex> l(mu_);
   Region* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
@@ -470,8 +471,7 @@ Status FabricManager::HostFree(const std::string& hid, const std::string& mid, R
   return Free(aid, bid, mid, out);
 }
 
-Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
-                                 int* forgotten) {
+Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid, int* forgotten) {
   std::lock_guard<std::mutex> l(mu_);
   bool any = aid.empty() && bid.empty();
   for (auto& a : state_.appliances) {

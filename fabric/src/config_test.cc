@@ -21,7 +21,8 @@ appliances:
 hosts: [{id: h1, agent: "http://127.0.0.1:1"}]
 faults: {failAssignPorts: [P2], crashAt: "compose:assigned",
          rules: [{method: GET, path: /cfm, status: 503, count: 2}]}
-)", &c);
+)",
+                               &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(c.appliances.size(), 1u);
   const BladeConfig& b = c.appliances[0].blades[0];

@@ -206,8 +206,8 @@ Status FabricManager::AddBlade(const std::string& aid, const std::string& custom
   }
   if (pick == nullptr) {
     return Status::NotFound("add blade: the emulator config has no unmanaged blade" +
-                                   (custom_id.empty() ? std::string() : " " + custom_id) +
-                                   " in appliance " + aid);
+                            (custom_id.empty() ? std::string() : " " + custom_id) +
+                            " in appliance " + aid);
   }
   pick->managed = true;
   if (!custom_id.empty()) pick->id = custom_id;

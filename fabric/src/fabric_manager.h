@@ -47,8 +47,7 @@ class FabricManager {
                            ComposeResult* result);
   Status Assign(const std::string& aid, const std::string& bid, const std::string& mid,
                 const std::string& port, bool assign, Region* out);
-  Status Free(const std::string& aid, const std::string& bid, const std::string& mid,
-              Region* out);
+  Status Free(const std::string& aid, const std::string& bid, const std::string& mid, Region* out);
   Status HostCompose(const std::string& hid, const ComposeRequest& req, ComposeResult* result);
   Status HostFree(const std::string& hid, const std::string& mid, Region* out);
 

@@ -27,7 +27,8 @@ Status OptStrings(const json& j, const char* key, std::vector<std::string>* out)
   if (!j.contains(key) || j[key].is_null()) return Status::OK();
   if (!j[key].is_array()) return Status::InvalidArgument(std::string(key) + ": must be an array");
   for (const auto& v : j[key]) {
-    if (!v.is_string()) return Status::InvalidArgument(std::string(key) + ": items must be strings");
+    if (!v.is_string())
+      return Status::InvalidArgument(std::string(key) + ": items must be strings");
     out->push_back(v.get<std::string>());
   }
   return Status::OK();

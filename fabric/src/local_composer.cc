@@ -41,7 +41,8 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.state_dir));
   if (c->carver_) {
     if (opt.capacity_mib <= 0 || opt.block_mib <= 0) {
-      return Status::InvalidArgument("devdax pool " + opt.name + ": capacity and block size are required");
+      return Status::InvalidArgument("devdax pool " + opt.name +
+                                     ": capacity and block size are required");
     }
   } else {
     CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.dir));
@@ -54,8 +55,8 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
       c->opt_.block_mib = std::max<int64_t>(1, (bs + (1 << 20) - 1) >> 20);
     }
     if (c->opt_.capacity_mib <= 0) {
-      c->opt_.capacity_mib = static_cast<int64_t>(
-          (static_cast<unsigned __int128>(fs.f_blocks) * fs.f_bsize) >> 20);
+      c->opt_.capacity_mib =
+          static_cast<int64_t>((static_cast<unsigned __int128>(fs.f_blocks) * fs.f_bsize) >> 20);
     }
   }
   c->state_path_ = opt.state_dir + "/local-composer-state.json";
@@ -65,7 +66,8 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
     json j;
     if (!in::ParseJson(text, &j).ok() || !j.is_object() || j.value("version", 0) != 1 ||
         !j.contains("regions") || !j["regions"].is_array()) {
-      return Status::Corruption("load state " + c->state_path_ + ": not a local composer state file");
+      return Status::Corruption("load state " + c->state_path_ +
+                                ": not a local composer state file");
     }
     for (const auto& rj : j["regions"]) {
       Region r;
@@ -145,14 +147,16 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
   }
   for (const auto& h : req.candidate_hosts) {
     if (h != opt_.node_id) {
-      return Status::InvalidArgument("host " + h + " cannot map local pool of node " + opt_.node_id);
+      return Status::InvalidArgument("host " + h + " cannot map local pool of node " +
+                                     opt_.node_id);
     }
   }
   std::lock_guard<std::mutex> l(mu_);
   int64_t size = (req.size_mib + opt_.block_mib - 1) / opt_.block_mib * opt_.block_mib;
   if (allocated_mib_ + size > opt_.capacity_mib) {
-    return Status::NoSpace("local pool " + opt_.name + ": " + std::to_string(size) + " MiB requested, " +
-                           std::to_string(opt_.capacity_mib - allocated_mib_) + " MiB free");
+    return Status::NoSpace("local pool " + opt_.name + ": " + std::to_string(size) +
+                           " MiB requested, " + std::to_string(opt_.capacity_mib - allocated_mib_) +
+                           " MiB free");
   }
   Region r;
   r.id = NewId();

@@ -1,8 +1,8 @@
 // Copyright cxlkv authors.
 #include "cxlkv/fabric/local_composer.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,7 +54,8 @@ TEST_F(LocalComposerTest, ComposesSharedFileRegionsWithinCapacityAndFreesThem) {
   ASSERT_EQ(stat(a.region.backing_path.c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 6 << 20);
   // Two mappings of the region file see the same bytes.
-  int f1 = open(a.region.backing_path.c_str(), O_RDWR), f2 = open(a.region.backing_path.c_str(), O_RDWR);
+  int f1 = open(a.region.backing_path.c_str(), O_RDWR),
+      f2 = open(a.region.backing_path.c_str(), O_RDWR);
   auto* p1 = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, f1, 0));
   auto* p2 = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, f2, 0));
   p1[7] = 42;

@@ -29,7 +29,9 @@ void HttpFabricServer::InstallApplianceRoutes() {
         for (const auto& a : s.appliances) {
           for (const auto& b : a.blades) {
             if (!a.managed || !b.managed) {
-              arr.push_back({{"name", b.config_id}, {"address", "127.0.0.1"}, {"port", 443},
+              arr.push_back({{"name", b.config_id},
+                             {"address", "127.0.0.1"},
+                             {"port", 443},
                              {"type", "blade"}});
             }
           }
@@ -37,7 +39,9 @@ void HttpFabricServer::InstallApplianceRoutes() {
       } else {
         for (const auto& h : s.hosts) {
           if (!h.managed) {
-            arr.push_back({{"name", h.config_id}, {"address", "127.0.0.1"}, {"port", 8082},
+            arr.push_back({{"name", h.config_id},
+                           {"address", "127.0.0.1"},
+                           {"port", 8082},
                            {"type", "cxl-host"}});
           }
         }
@@ -227,12 +231,12 @@ void HttpFabricServer::InstallBladeRoutes() {
     with_blade(req, res, [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
       json mem, ports, resources;
       status_lists(s, a, b, &mem, &ports, &resources);
-      json st = {{"uri", BladeUri(a.id, b.id)},
-                 {"id", b.id},
-                 {"memoryStatus", {{"statusCount", mem.size()}, {"memoryStatuses", mem}}},
-                 {"portStatus", {{"statusCount", ports.size()}, {"portStatuses", ports}}},
-                 {"resourceStatus",
-                  {{"statusCount", resources.size()}, {"resourceStatuses", resources}}}};
+      json st = {
+          {"uri", BladeUri(a.id, b.id)},
+          {"id", b.id},
+          {"memoryStatus", {{"statusCount", mem.size()}, {"memoryStatuses", mem}}},
+          {"portStatus", {{"statusCount", ports.size()}, {"portStatuses", ports}}},
+          {"resourceStatus", {{"statusCount", resources.size()}, {"resourceStatuses", resources}}}};
       ReplyJson(res, 200, {{"statusCount", 1}, {"bladeStatus", json::array({st})}});
     });
   });
@@ -251,16 +255,15 @@ void HttpFabricServer::InstallBladeRoutes() {
     });
   });
   On("GET", blade + "/statusresources",
-             [with_blade, status_lists](const Request& req, Response& res) {
-               with_blade(req, res,
-                          [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
-                            json mem, ports, resources;
-                            status_lists(s, a, b, &mem, &ports, &resources);
-                            ReplyJson(res, 200,
-                                      {{"statusCount", resources.size()},
-                                       {"resourceStatuses", resources}});
-                          });
-             });
+     [with_blade, status_lists](const Request& req, Response& res) {
+       with_blade(req, res,
+                  [&](const FabricState& s, const ApplianceState& a, const BladeState& b) {
+                    json mem, ports, resources;
+                    status_lists(s, a, b, &mem, &ports, &resources);
+                    ReplyJson(res, 200,
+                              {{"statusCount", resources.size()}, {"resourceStatuses", resources}});
+                  });
+     });
   On("GET", blade + "/resources", [with_blade](const Request& req, Response& res) {
     with_blade(req, res, [&](const FabricState&, const ApplianceState& a, const BladeState& b) {
       std::vector<std::string> uris;
@@ -307,7 +310,8 @@ void HttpFabricServer::InstallMemoryRoutes() {
       if (a == nullptr || a->FindBlade(bid) == nullptr) return json();
       std::vector<std::string> uris;
       for (const auto& [id, r] : s.regions) {
-        if (r.appliance_id == aid && r.blade_id == bid) uris.push_back(BladeUri(aid, bid) + "/memory/" + id);
+        if (r.appliance_id == aid && r.blade_id == bid)
+          uris.push_back(BladeUri(aid, bid) + "/memory/" + id);
       }
       return Collection(uris);
     });

@@ -17,8 +17,11 @@ const std::string kHost = "/cfm/v1/hosts/([^/]+)";
 json FaultsToJson(const Faults& f) {
   json rules = json::array();
   for (const auto& r : f.rules) {
-    rules.push_back({{"method", r.method}, {"path", r.path_prefix}, {"status", r.status},
-                     {"delayMs", r.delay_ms}, {"count", r.count}});
+    rules.push_back({{"method", r.method},
+                     {"path", r.path_prefix},
+                     {"status", r.status},
+                     {"delayMs", r.delay_ms},
+                     {"count", r.count}});
   }
   return {{"rules", rules},
           {"failMaterializeHosts", f.fail_materialize_hosts},
@@ -41,8 +44,7 @@ std::string FaultsFromJson(const json& j, Faults* f) {
       if (rule.delay_ms < 0 || rule.delay_ms > 60000) return "rules.delayMs must be 0..60000";
       f->rules.push_back(rule);
     }
-    f->fail_materialize_hosts =
-        j.value("failMaterializeHosts", std::vector<std::string>{});
+    f->fail_materialize_hosts = j.value("failMaterializeHosts", std::vector<std::string>{});
     f->fail_assign_ports = j.value("failAssignPorts", std::vector<std::string>{});
     f->crash_at = j.value("crashAt", "");
   } catch (const json::exception& e) {
@@ -121,7 +123,8 @@ void HttpFabricServer::InstallHostRoutes() {
   On("GET", kHost + "/ports", [with_host](const Request& req, Response& res) {
     with_host(req, res, [&](const FabricState& s, const HostState& h) {
       std::vector<std::string> uris;
-      for (const auto& p : HostPortIds(s, h)) uris.push_back("/cfm/v1/hosts/" + h.id + "/ports/" + p);
+      for (const auto& p : HostPortIds(s, h))
+        uris.push_back("/cfm/v1/hosts/" + h.id + "/ports/" + p);
       ReplyJson(res, 200, Collection(uris));
     });
   });

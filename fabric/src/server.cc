@@ -35,17 +35,28 @@ void ReplyJson(httplib::Response& res, int code, const json& body) {
 namespace {
 const char* Reason(int code) {
   switch (code) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 422: return "Unprocessable Entity";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return code < 500 ? "Client Error" : "Server Error";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 422:
+      return "Unprocessable Entity";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return code < 500 ? "Client Error" : "Server Error";
   }
 }
 }  // namespace
@@ -53,19 +64,27 @@ const char* Reason(int code) {
 void ReplyError(const httplib::Request& req, httplib::Response& res, int code,
                 const std::string& details) {
   const char* msg = Reason(code);
-  ReplyJson(res, code,
-            {{"uri", req.path}, {"details", details}, {"status", {{"code", code}, {"message", msg}}}});
+  ReplyJson(
+      res, code,
+      {{"uri", req.path}, {"details", details}, {"status", {{"code", code}, {"message", msg}}}});
 }
 
 void ReplyStatus(const httplib::Request& req, httplib::Response& res, const Status& s) {
   int code = 500;
   switch (s.code()) {
-    case Status::Code::kNotFound: code = 404; break;
+    case Status::Code::kNotFound:
+      code = 404;
+      break;
     case Status::Code::kInvalidArgument:
-    case Status::Code::kUnsupported: code = 400; break;
+    case Status::Code::kUnsupported:
+      code = 400;
+      break;
     case Status::Code::kBusy:
-    case Status::Code::kNoSpace: code = 409; break;
-    default: code = 500;
+    case Status::Code::kNoSpace:
+      code = 409;
+      break;
+    default:
+      code = 500;
   }
   if (code == 500) spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
   ReplyError(req, res, code, s.message());
@@ -133,8 +152,8 @@ void HttpFabricServer::InstallRoutes() {
   });
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    static const std::set<std::string> kKnown = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
-                                                 "OPTIONS"};
+    static const std::set<std::string> kKnown = {"GET",   "HEAD",   "POST",   "PUT",
+                                                 "PATCH", "DELETE", "OPTIONS"};
     if (res.status == 400 && !kKnown.count(req.method)) {
       // httplib refuses methods it does not parse (TRACE, ...) with 400.
       // For methods it does not know at all (QUERY, ...) httplib leaves
@@ -157,24 +176,23 @@ void HttpFabricServer::InstallRoutes() {
       ReplyError(req, res, res.status, "HTTP error");
     }
   });
-  http_->set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                                  std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
-    ReplyError(req, res, 500, "internal error: " + what);
-  });
+  http_->set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
+        ReplyError(req, res, 500, "internal error: " + what);
+      });
   On("GET", "/", [](const httplib::Request&, httplib::Response& res) {
     ReplyJson(res, 200, "cxlkv-fabricd: Composable Fabric Manager Service API emulator");
   });
-  On("GET", "/cfm", [](const httplib::Request&, httplib::Response& res) {
-    ReplyJson(res, 200, "v1");
-  });
+  On("GET", "/cfm",
+     [](const httplib::Request&, httplib::Response& res) { ReplyJson(res, 200, "v1"); });
   On("GET", "/cfm/v1", [](const httplib::Request&, httplib::Response& res) {
     json resources = json::array();
     auto add = [&](const char* uri, const char* methods, const char* d) {
@@ -196,11 +214,16 @@ void HttpFabricServer::InstallRoutes() {
 void HttpFabricServer::On(const std::string& method, const std::string& pattern,
                           httplib::Server::Handler h) {
   methods_[pattern].insert(method);
-  if (method == "GET") http_->Get(pattern, std::move(h));
-  else if (method == "POST") http_->Post(pattern, std::move(h));
-  else if (method == "PUT") http_->Put(pattern, std::move(h));
-  else if (method == "PATCH") http_->Patch(pattern, std::move(h));
-  else if (method == "DELETE") http_->Delete(pattern, std::move(h));
+  if (method == "GET")
+    http_->Get(pattern, std::move(h));
+  else if (method == "POST")
+    http_->Post(pattern, std::move(h));
+  else if (method == "PUT")
+    http_->Put(pattern, std::move(h));
+  else if (method == "PATCH")
+    http_->Patch(pattern, std::move(h));
+  else if (method == "DELETE")
+    http_->Delete(pattern, std::move(h));
 }
 
 void HttpFabricServer::InstallMethodNotAllowed() {
@@ -213,11 +236,16 @@ void HttpFabricServer::InstallMethodNotAllowed() {
     };
     for (const char* m : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
       if (allowed.count(m)) continue;
-      if (std::string(m) == "GET") http_->Get(pattern, h);
-      else if (std::string(m) == "POST") http_->Post(pattern, h);
-      else if (std::string(m) == "PUT") http_->Put(pattern, h);
-      else if (std::string(m) == "PATCH") http_->Patch(pattern, h);
-      else http_->Delete(pattern, h);
+      if (std::string(m) == "GET")
+        http_->Get(pattern, h);
+      else if (std::string(m) == "POST")
+        http_->Post(pattern, h);
+      else if (std::string(m) == "PUT")
+        http_->Put(pattern, h);
+      else if (std::string(m) == "PATCH")
+        http_->Patch(pattern, h);
+      else
+        http_->Delete(pattern, h);
     }
     http_->Options(pattern, h);
   }

@@ -9,8 +9,8 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "cxlkv/fabric/server.h"

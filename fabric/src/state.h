@@ -59,7 +59,7 @@ struct FabricState {
   const ApplianceState* FindAppliance(const std::string& id) const {
     return const_cast<FabricState*>(this)->FindAppliance(id);
   }
-  HostState* FindHost(const std::string& id);            // managed only
+  HostState* FindHost(const std::string& id);  // managed only
   // Recomputes every blade's `used` from the regions. Corruption when two
   // regions claim one block or a block is out of range.
   Status RebuildUsage();

@@ -13,7 +13,9 @@ FabricConfig Cfg() {
   EXPECT_TRUE(ParseFabricConfig(R"(
 appliances: [{id: a, blades: [{id: b, channels: 2, blocksPerChannel: 2, ports: [{id: P1, host: h}]}]}]
 hosts: [{id: h}]
-)", &c).ok());
+)",
+                                &c)
+                  .ok());
   return c;
 }
 
@@ -66,15 +68,17 @@ TEST(JsonCodecTest, ComposeRequestValidatesLikeTheSchema) {
   nlohmann::json j;
   ComposeRequest r;
   ASSERT_TRUE(ParseJson(R"({"memorySizeMiB": 10, "QoS": 4, "shareCount": 2,
-                            "candidateHosts": ["h"], "claimUid": "c"})", &j).ok());
+                            "candidateHosts": ["h"], "claimUid": "c"})",
+                        &j)
+                  .ok());
   ASSERT_TRUE(ComposeRequestFromJson(j, &r).ok());
   EXPECT_EQ(r.share_count, 2);
   EXPECT_EQ(r.candidate_hosts.at(0), "h");
-  for (const char* bad : {R"({"QoS": 4})", R"({"memorySizeMiB": 1})",
-                          R"({"memorySizeMiB": 1, "QoS": 3})", R"({"memorySizeMiB": 0, "QoS": 1})",
-                          R"({"memorySizeMiB": "1", "QoS": 1})",
-                          R"({"memorySizeMiB": 1, "QoS": 1, "shareCount": 0})",
-                          R"({"memorySizeMiB": 1, "QoS": 1, "candidateHosts": [1]})", "[]"}) {
+  for (const char* bad :
+       {R"({"QoS": 4})", R"({"memorySizeMiB": 1})", R"({"memorySizeMiB": 1, "QoS": 3})",
+        R"({"memorySizeMiB": 0, "QoS": 1})", R"({"memorySizeMiB": "1", "QoS": 1})",
+        R"({"memorySizeMiB": 1, "QoS": 1, "shareCount": 0})",
+        R"({"memorySizeMiB": 1, "QoS": 1, "candidateHosts": [1]})", "[]"}) {
     ASSERT_TRUE(ParseJson(bad, &j).ok());
     EXPECT_TRUE(ComposeRequestFromJson(j, &r).IsInvalidArgument()) << bad;
   }
@@ -83,7 +87,9 @@ TEST(JsonCodecTest, ComposeRequestValidatesLikeTheSchema) {
 TEST(JsonCodecTest, RegionFromPlainCfmHasOneMapping) {
   nlohmann::json j;
   ASSERT_TRUE(ParseJson(R"({"id": "m1", "type": "MemoryTypeRegion", "sizeMiB": 8192,
-      "memoryAppliancePort": "P1", "mappedHostId": "h", "mappedHostPort": "port0"})", &j).ok());
+      "memoryAppliancePort": "P1", "mappedHostId": "h", "mappedHostPort": "port0"})",
+                        &j)
+                  .ok());
   Region r;
   ASSERT_TRUE(RegionFromJson(j, &r).ok());
   ASSERT_EQ(r.mappings.size(), 1u);

@@ -45,8 +45,10 @@ json ApplianceJson(const ApplianceState& a) {
 
 json BladeJson(const ApplianceState& a, const BladeState& b) {
   std::string u = BladeUri(a.id, b.id);
-  json j = {{"id", b.id},           {"ipAddress", "127.0.0.1"},
-            {"port", 443},          {"status", "online"},
+  json j = {{"id", b.id},
+            {"ipAddress", "127.0.0.1"},
+            {"port", 443},
+            {"status", "online"},
             {"ports", {{"uri", u + "/ports"}}},
             {"resources", {{"uri", u + "/resources"}}},
             {"memory", {{"uri", u + "/memory"}}}};
@@ -169,8 +171,12 @@ json HostPortJson(const FabricState& s, const HostState& h, const std::string& p
   const ApplianceState* a = nullptr;
   const BladeState* b = nullptr;
   const PortConfig* p = nullptr;
-  json j = {{"id", pid}, {"statusHealth", "OK"}, {"statusState", "Enabled"},
-            {"portProtocol", "CXL"}, {"portMedium", "Electrical"}, {"width", 16},
+  json j = {{"id", pid},
+            {"statusHealth", "OK"},
+            {"statusState", "Enabled"},
+            {"portProtocol", "CXL"},
+            {"portMedium", "Electrical"},
+            {"width", 16},
             {"linkState", "Enabled"}};
   if (PeerPort(s, h, pid, &a, &b, &p)) {
     j["gCxlId"] = GcxlId(h.config_id + "/" + pid);
@@ -187,12 +193,12 @@ json MemoryDeviceJson(const FabricState& s, const HostState& h, const std::strin
       if (m.host_id == h.id && m.host_port == pid) mib += r.size_mib;
     }
   }
-  json j = {{"id", pid + "-ld0"},
-            {"deviceType", "CXL Type 3"},
-            {"statusState", "Enabled"},
-            {"linkStatus",
-             {{"currentSpeedGTps", 32}, {"maxSpeedGTps", 32}, {"currentWidth", 16},
-              {"maxWidth", 16}}}};
+  json j = {
+      {"id", pid + "-ld0"},
+      {"deviceType", "CXL Type 3"},
+      {"statusState", "Enabled"},
+      {"linkStatus",
+       {{"currentSpeedGTps", 32}, {"maxSpeedGTps", 32}, {"currentWidth", 16}, {"maxWidth", 16}}}};
   PutMiB(j, "memorySizeMiB", mib);
   return j;
 }
@@ -208,7 +214,8 @@ std::string CheckCredentials(const json& body) {
   if (!body["port"].is_number_integer()) return "port must be an integer";
   int64_t port = body["port"].get<int64_t>();
   if (port < 80 || port > 65535) return "port must be 80..65535";
-  if (body.contains("insecure") && !body["insecure"].is_boolean()) return "insecure must be a boolean";
+  if (body.contains("insecure") && !body["insecure"].is_boolean())
+    return "insecure must be a boolean";
   for (const char* k : {"protocol", "backend", "customId"}) {
     if (body.contains(k) && !body[k].is_string()) return std::string(k) + " must be a string";
   }

@@ -18,10 +18,14 @@ namespace fi = cxlkv::fabric::internal;
 namespace {
 
 json DeviceToJson(const Device& d) {
-  return {{"allocationId", d.allocation_id}, {"kind", d.kind},
-          {"path", d.path},                  {"sizeBytes", d.size_bytes},
-          {"offsetBytes", d.offset_bytes},   {"major", d.major},
-          {"minor", d.minor},                {"padDevices", d.pad_devices}};
+  return {{"allocationId", d.allocation_id},
+          {"kind", d.kind},
+          {"path", d.path},
+          {"sizeBytes", d.size_bytes},
+          {"offsetBytes", d.offset_bytes},
+          {"major", d.major},
+          {"minor", d.minor},
+          {"padDevices", d.pad_devices}};
 }
 
 Status DeviceFromJson(const json& j, Device* d) {
@@ -217,7 +221,8 @@ Status HostAgent::Resync(ResyncResult* result) {
       } else {
         ++result->failed;
         spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
-        reports.push_back({r.id, "Failed", "materialize on host " + opt_.host_id + ": " + s.message(), ""});
+        reports.push_back(
+            {r.id, "Failed", "materialize on host " + opt_.host_id + ": " + s.message(), ""});
       }
     }
     std::vector<std::string> stale;

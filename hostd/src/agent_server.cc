@@ -28,34 +28,38 @@ void ReplyStatus(httplib::Response& res, const Status& s) {
 }
 
 json DeviceJson(const Device& d) {
-  return {{"allocationId", d.allocation_id}, {"kind", d.kind},
-          {"device", d.path},                {"sizeBytes", d.size_bytes},
-          {"offsetBytes", d.offset_bytes},   {"cdiDevice", CdiDeviceName(d.allocation_id)}};
+  return {{"allocationId", d.allocation_id},
+          {"kind", d.kind},
+          {"device", d.path},
+          {"sizeBytes", d.size_bytes},
+          {"offsetBytes", d.offset_bytes},
+          {"cdiDevice", CdiDeviceName(d.allocation_id)}};
 }
 
 class HttpAgentServer : public AgentServer {
  public:
   explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
     http_.set_keep_alive_max_count(1);
-    http_.Put(R"(/cxlkv/v1/regions/([^/]+))", [this](const httplib::Request& req,
-                                                      httplib::Response& res) {
-      json body;
-      Status s = fabric::internal::ParseJson(req.body.empty() ? "{}" : req.body, &body);
-      if (!s.ok()) return ReplyStatus(res, s);
-      RegionRequest r;
-      r.allocation_id = req.matches[1];
-      try {
-        r.size_bytes = body.at("sizeBytes").get<uint64_t>();
-        r.offset_bytes = body.value("offsetBytes", uint64_t{0});
-        r.backing_path = body.value("backingPath", "");
-      } catch (const json::exception& e) {
-        return ReplyStatus(res, Status::InvalidArgument(std::string("region request: ") + e.what()));
-      }
-      Device d;
-      s = agent_->Materialize(r, &d);
-      if (!s.ok()) return ReplyStatus(res, s);
-      Reply(res, 200, DeviceJson(d));
-    });
+    http_.Put(R"(/cxlkv/v1/regions/([^/]+))",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                json body;
+                Status s = fabric::internal::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+                if (!s.ok()) return ReplyStatus(res, s);
+                RegionRequest r;
+                r.allocation_id = req.matches[1];
+                try {
+                  r.size_bytes = body.at("sizeBytes").get<uint64_t>();
+                  r.offset_bytes = body.value("offsetBytes", uint64_t{0});
+                  r.backing_path = body.value("backingPath", "");
+                } catch (const json::exception& e) {
+                  return ReplyStatus(
+                      res, Status::InvalidArgument(std::string("region request: ") + e.what()));
+                }
+                Device d;
+                s = agent_->Materialize(r, &d);
+                if (!s.ok()) return ReplyStatus(res, s);
+                Reply(res, 200, DeviceJson(d));
+              });
     http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    Status s = agent_->Remove(req.matches[1]);
@@ -71,7 +75,8 @@ class HttpAgentServer : public AgentServer {
       ResyncResult r;
       Status s = agent_->Resync(&r);
       if (!s.ok()) return ReplyStatus(res, s);
-      Reply(res, 200, {{"materialized", r.materialized}, {"removed", r.removed}, {"failed", r.failed}});
+      Reply(res, 200,
+            {{"materialized", r.materialized}, {"removed", r.removed}, {"failed", r.failed}});
     });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (res.body.empty()) Reply(res, res.status, {{"error", "no such endpoint: " + req.path}});

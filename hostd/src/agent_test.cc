@@ -31,7 +31,9 @@ class AgentTest : public ::testing::Test {
   void TearDown() override { std::system(("rm -rf " + root_).c_str()); }
   std::unique_ptr<HostAgent> Open() {
     std::unique_ptr<HostAgent> a;
-    Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}), &a);
+    Status s = HostAgent::Open(
+        opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}),
+        &a);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return a;
   }
@@ -59,8 +61,8 @@ TEST_F(AgentTest, MaterializeWritesSpecAndRemoveDeletesEverything) {
   const auto& dev = spec["devices"][0];
   EXPECT_EQ(dev["name"], "r1");
   std::vector<std::string> env = dev["containerEdits"]["env"];
-  EXPECT_EQ(env, (std::vector<std::string>{"CXL_DAX_DEVICE=/dev/cxlkv/r1",
-                                           "CXL_DAX_SIZE=4194304", "CXL_DAX_OFFSET=0"}));
+  EXPECT_EQ(env, (std::vector<std::string>{"CXL_DAX_DEVICE=/dev/cxlkv/r1", "CXL_DAX_SIZE=4194304",
+                                           "CXL_DAX_OFFSET=0"}));
   EXPECT_EQ(dev["containerEdits"]["mounts"][0]["hostPath"], d.path);
   EXPECT_EQ(dev["containerEdits"]["mounts"][0]["containerPath"], "/dev/cxlkv/r1");
 
@@ -83,8 +85,10 @@ TEST_F(AgentTest, StateSurvivesRestartAndOrphanSpecsAreRemoved) {
   }
   // A spec of ours the state does not know (crash between spec and state),
   // and a spec of another vendor that must be left alone.
-  std::ofstream(root_ + "/cdi/ghost.json") << R"({"cdiVersion":"0.5.0","kind":"cxlkv.dev/region","devices":[]})";
-  std::ofstream(root_ + "/cdi/other.json") << R"({"cdiVersion":"0.5.0","kind":"example.com/gpu","devices":[]})";
+  std::ofstream(root_ + "/cdi/ghost.json")
+      << R"({"cdiVersion":"0.5.0","kind":"cxlkv.dev/region","devices":[]})";
+  std::ofstream(root_ + "/cdi/other.json")
+      << R"({"cdiVersion":"0.5.0","kind":"example.com/gpu","devices":[]})";
   auto a = Open();
   ASSERT_EQ(a->List().size(), 1u);
   EXPECT_EQ(a->List()[0].allocation_id, "r1");
@@ -115,7 +119,9 @@ TEST_F(AgentTest, CorruptStateFileIsRefusedAndKept) {
   ASSERT_EQ(mkdir((root_ + "/state").c_str(), 0755), 0);
   std::ofstream(root_ + "/state/hostd-state.json") << "{garbage";
   std::unique_ptr<HostAgent> a;
-  Status s = HostAgent::Open(opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}), &a);
+  Status s = HostAgent::Open(
+      opt_, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}),
+      &a);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   std::ifstream f(root_ + "/state/hostd-state.json");
   std::string text((std::istreambuf_iterator<char>(f)), {});

@@ -36,16 +36,18 @@ std::string CdiSpecJson(const Device& dev, const CdiOptions& opt) {
   }
   // 0.5.0 is the lowest version with device-node hostPath; mounts and env
   // are older.
-  json spec = {{"cdiVersion", "0.5.0"},
-               {"kind", kCdiKind},
-               {"devices", json::array({{{"name", dev.allocation_id}, {"containerEdits", edits}}})}};
+  json spec = {
+      {"cdiVersion", "0.5.0"},
+      {"kind", kCdiKind},
+      {"devices", json::array({{{"name", dev.allocation_id}, {"containerEdits", edits}}})}};
   return spec.dump(2) + "\n";
 }
 
 Status WriteCdiSpec(const Device& dev, const CdiOptions& opt, std::string* path) {
   CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.cdi_dir));
   std::string p = opt.cdi_dir + "/" + dev.allocation_id + ".json";
-  CXLKV_RETURN_IF_ERROR(fi::WriteFileAtomic(p, CdiSpecJson(dev, opt)).WithContext("write CDI spec"));
+  CXLKV_RETURN_IF_ERROR(
+      fi::WriteFileAtomic(p, CdiSpecJson(dev, opt)).WithContext("write CDI spec"));
   *path = p;
   return Status::OK();
 }

@@ -46,8 +46,8 @@ Status DevdaxMaterializer::Materialize(const RegionRequest& req, Device* dev) {
   d.offset_bytes = 0;  // the sub-device is exactly the region
   if (pad > 0) {
     DaxDeviceInfo p;
-    CXLKV_RETURN_IF_ERROR(bus_->CreateDevice(opt_.region_id, pad, opt_.align, &p)
-                              .WithContext("create pad device"));
+    CXLKV_RETURN_IF_ERROR(
+        bus_->CreateDevice(opt_.region_id, pad, opt_.align, &p).WithContext("create pad device"));
     d.pad_devices.push_back(p.name);
   }
   DaxDeviceInfo sub;
@@ -98,7 +98,8 @@ class SysfsDaxBus : public DaxBus {
     CXLKV_RETURN_IF_ERROR(Write(dir + "/create", "1"));
     std::string seed;
     CXLKV_RETURN_IF_ERROR(ReadText(dir + "/seed", &seed));
-    if (seed.empty()) return Status::NoSpace("dax region " + std::to_string(region_id) + ": no seed device");
+    if (seed.empty())
+      return Status::NoSpace("dax region " + std::to_string(region_id) + ": no seed device");
     const std::string ddir = dir + "/../" + seed;
     CXLKV_RETURN_IF_ERROR(Write(ddir + "/align", std::to_string(align)));
     Status s = Write(ddir + "/size", std::to_string(size));
@@ -157,7 +158,8 @@ class SysfsDaxBus : public DaxBus {
     char* end = nullptr;
     errno = 0;
     *v = std::strtoull(t.c_str(), &end, 0);
-    if (errno != 0 || end == t.c_str()) return Status::IOError("read " + path + ": not a number: " + t);
+    if (errno != 0 || end == t.c_str())
+      return Status::IOError("read " + path + ": not a number: " + t);
     return Status::OK();
   }
   Status Write(const std::string& path, const std::string& value) {

@@ -33,7 +33,8 @@ class FakeKernel {
   explicit FakeKernel(std::string root) : root_(std::move(root)) {
     region_ = root_ + "/devices/platform/hmem.0";
     std::system(("mkdir -p " + region_ + "/dax_region " + region_ + "/dax0.0 " + root_ +
-                 "/bus/dax/devices " + root_ + "/bus/dax/drivers/device_dax").c_str());
+                 "/bus/dax/devices " + root_ + "/bus/dax/drivers/device_dax")
+                    .c_str());
     symlink((region_ + "/dax0.0").c_str(), (root_ + "/bus/dax/devices/dax0.0").c_str());
     Put(region_ + "/dax_region/size", std::to_string(kSize));
     Put(region_ + "/dax_region/available_size", std::to_string(kSize));
@@ -91,9 +92,8 @@ class DevdaxTest : public ::testing::Test {
     o.region_id = 0;
     o.align = 2 << 20;
     m_ = std::make_unique<DevdaxMaterializer>(
-        NewSysfsDaxBus(root_, [this](const std::string& p, const std::string& v) {
-          kernel_->OnWrite(p, v);
-        }),
+        NewSysfsDaxBus(
+            root_, [this](const std::string& p, const std::string& v) { kernel_->OnWrite(p, v); }),
         o);
   }
   void TearDown() override { std::system(("rm -rf " + root_).c_str()); }
@@ -174,7 +174,8 @@ TEST_F(DevdaxTest, LocalComposerDevdaxPoolCarvesSubDevicesAndSurvivesRestart) {
   DevdaxOptions d;
   auto hook = [this](const std::string& p, const std::string& v) { kernel_->OnWrite(p, v); };
   std::unique_ptr<fabric::LocalComposer> c;
-  ASSERT_TRUE(fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
+  ASSERT_TRUE(
+      fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
   fabric::ComposeRequest req;
   req.size_mib = 5;
   req.qos = 1;
@@ -186,7 +187,8 @@ TEST_F(DevdaxTest, LocalComposerDevdaxPoolCarvesSubDevicesAndSurvivesRestart) {
   req.size_mib = 30;
   EXPECT_TRUE(c->Compose("local", "dax0", req, &r).IsNoSpace()) << "pool capacity is 32 MiB";
   c.reset();
-  ASSERT_TRUE(fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
+  ASSERT_TRUE(
+      fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
   std::vector<fabric::Region> regions;
   ASSERT_TRUE(c->List("local", "dax0", &regions).ok());
   ASSERT_EQ(regions.size(), 1u);

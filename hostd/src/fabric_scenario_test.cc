@@ -125,11 +125,24 @@ class FabricScenarioTest : public ::testing::Test {
   }
   void StartHost(const std::string& h) {
     std::string d = root_ + "/" + h;
-    std::vector<std::string> argv = {CXLKV_HOSTD_BIN, "--host-id", h, "--listen",
-                                     "127.0.0.1:" + std::to_string(HostPort(h)), "--fabric", url_,
-                                     "--cdi-dir", d + "/cdi", "--state-dir", d + "/state",
-                                     "--dev-dir", d + "/dev", "--container-dir", "",
-                                     "--resync-interval", "0", "--allowed-backing-dir",
+    std::vector<std::string> argv = {CXLKV_HOSTD_BIN,
+                                     "--host-id",
+                                     h,
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(HostPort(h)),
+                                     "--fabric",
+                                     url_,
+                                     "--cdi-dir",
+                                     d + "/cdi",
+                                     "--state-dir",
+                                     d + "/state",
+                                     "--dev-dir",
+                                     d + "/dev",
+                                     "--container-dir",
+                                     "",
+                                     "--resync-interval",
+                                     "0",
+                                     "--allowed-backing-dir",
                                      root_ + "/backing"};
     hostd_[h] = Start(argv, d + ".log");
   }
@@ -166,7 +179,9 @@ class FabricScenarioTest : public ::testing::Test {
     if (!s.ok()) return nullptr;
     return out.empty() ? json() : json::parse(out, nullptr, false);
   }
-  std::string HostUrl(const std::string& h) { return "http://127.0.0.1:" + std::to_string(HostPort(h)); }
+  std::string HostUrl(const std::string& h) {
+    return "http://127.0.0.1:" + std::to_string(HostPort(h));
+  }
   void Resync(const std::string& h) {
     long code = 0;
     Call("POST", "/cxlkv/v1/resync", nullptr, &code, HostUrl(h));
@@ -178,8 +193,8 @@ class FabricScenarioTest : public ::testing::Test {
   }
   // The fabric manager's regions for each host == the agent's == the CDI dir.
   void ExpectAgreement(const std::set<std::string>& want_a, const std::set<std::string>& want_b) {
-    for (const auto& [h, want] : std::map<std::string, std::set<std::string>>{
-             {"node-a", want_a}, {"node-b", want_b}}) {
+    for (const auto& [h, want] :
+         std::map<std::string, std::set<std::string>>{{"node-a", want_a}, {"node-b", want_b}}) {
       std::set<std::string> fab, agent;
       json fr = Call("GET", "/cxlkv/v1/hosts/" + h + "/regions");
       for (const auto& r : fr["regions"]) fab.insert(r["id"].get<std::string>());
@@ -385,11 +400,13 @@ TEST_F(FabricScenarioTest, BasicAuthIsEnforcedWhenConfigured) {
 }
 
 TEST_F(FabricScenarioTest, TlsServesHttpsAndTheClientVerifiesTheCertificate) {
-  if (std::system("command -v openssl >/dev/null") != 0) GTEST_SKIP() << "openssl CLI not installed";
+  if (std::system("command -v openssl >/dev/null") != 0)
+    GTEST_SKIP() << "openssl CLI not installed";
   std::string key = root_ + "/tls.key", crt = root_ + "/tls.crt";
-  std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-                    "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + crt +
-                    " >" + root_ + "/openssl.log 2>&1";
+  std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key + " -out " + crt + " >" + root_ + "/openssl.log 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << Slurp(root_ + "/openssl.log");
   Stop(fabricd_);
   WriteConfig("tls: {cert: " + crt + ", key: " + key + "}\n");

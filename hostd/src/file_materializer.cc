@@ -1,10 +1,9 @@
 // Copyright cxlkv authors.
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-
-#include <limits.h>
-#include <stdlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -46,8 +45,8 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
     std::string r = real;
-    allowed |= r.size() > d.size() && r.compare(0, d.size(), d) == 0 &&
-               (d == "/" || r[d.size()] == '/');
+    allowed |=
+        r.size() > d.size() && r.compare(0, d.size(), d) == 0 && (d == "/" || r[d.size()] == '/');
   }
   if (!allowed) {
     return Status::InvalidArgument("backing path " + req.backing_path + " (" + real +
@@ -88,7 +87,8 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
     return Status::IOError("remove " + link + ": " + std::strerror(errno));
   }
   if (::symlink(req.backing_path.c_str(), link.c_str()) != 0) {
-    return Status::IOError("link " + link + " -> " + req.backing_path + ": " + std::strerror(errno));
+    return Status::IOError("link " + link + " -> " + req.backing_path + ": " +
+                           std::strerror(errno));
   }
   Device d;
   d.allocation_id = req.allocation_id;

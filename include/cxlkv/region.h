@@ -39,29 +39,29 @@ class Region;
 // Geometry and configuration of an attached region (immutable after Open).
 struct RegionInfo {
   std::string path;
-  std::string backend;         // "file" or "devdax"
-  uint64_t offset = 0;         // bytes into the file/device
-  uint64_t size = 0;           // bytes of the region
+  std::string backend;  // "file" or "devdax"
+  uint64_t offset = 0;  // bytes into the file/device
+  uint64_t size = 0;    // bytes of the region
   uint32_t layout_version = 0;
-  uint64_t slot_size = 0;      // payload bytes per slot
-  uint64_t slot_stride = 0;    // bytes between slot starts (>= slot_size)
+  uint64_t slot_size = 0;    // payload bytes per slot
+  uint64_t slot_stride = 0;  // bytes between slot starts (>= slot_size)
   uint64_t num_slots = 0;
-  uint64_t num_sets = 0;       // directory sets (each key may live in 2)
-  uint32_t ways = 0;           // slots per set
-  uint64_t data_offset = 0;    // region-relative offset of slot 0's bytes
-  RegionConfig config;         // as recorded in the region
-  uint64_t format_epoch = 0;   // random id of this format of the region
-  int32_t participant = -1;    // this process's participant index, -1: observer
+  uint64_t num_sets = 0;      // directory sets (each key may live in 2)
+  uint32_t ways = 0;          // slots per set
+  uint64_t data_offset = 0;   // region-relative offset of slot 0's bytes
+  RegionConfig config;        // as recorded in the region
+  uint64_t format_epoch = 0;  // random id of this format of the region
+  int32_t participant = -1;   // this process's participant index, -1: observer
 };
 
 struct ParticipantInfo {
   uint32_t index = 0;
-  uint64_t incarnation = 0;     // bumps each time the index is reused
-  uint32_t pid = 0;             // informational: pids are per host/namespace
-  std::string host;             // informational
-  uint64_t heartbeat = 0;       // the counter others watch
+  uint64_t incarnation = 0;  // bumps each time the index is reused
+  uint32_t pid = 0;          // informational: pids are per host/namespace
+  std::string host;          // informational
+  uint64_t heartbeat = 0;    // the counter others watch
   uint64_t heartbeat_interval_ns = 0;
-  bool reclaiming = false;      // judged dead; its slots/pins being reclaimed
+  bool reclaiming = false;  // judged dead; its slots/pins being reclaimed
   bool self = false;
   Counters counters;
 };
@@ -82,9 +82,9 @@ struct LoadOptions {
 };
 
 struct LoadInfo {
-  size_t len = 0;                    // bytes copied
-  uint32_t writer_participant = 0;   // index of the participant that stored it
-  bool cross_participant = false;    // stored by a participant other than us
+  size_t len = 0;                   // bytes copied
+  uint32_t writer_participant = 0;  // index of the participant that stored it
+  bool cross_participant = false;   // stored by a participant other than us
 };
 
 // A reserved slot being filled. Move-only. Dropping an open lease aborts it.
@@ -127,7 +127,7 @@ class ReadLease {
   // zombie writer: never trust them before EndRead returned OK.
   const void* data() const { return data_; }
   size_t len() const { return len_; }
-  uint32_t crc32c() const { return crc_; }           // as recorded at commit
+  uint32_t crc32c() const { return crc_; }  // as recorded at commit
   uint32_t writer_participant() const { return writer_; }
 
  private:
@@ -202,8 +202,8 @@ class Region {
   // Reserves a slot for (ns, key) and len bytes (evicting with CLOCK if
   // needed); the caller fills lease->data() (e.g. by DMA) and then commits.
   // Same codes as Store; kDuplicate comes back as OK with !lease->open().
-  virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
-                            WriteLease* lease, StoreOutcome* outcome = nullptr) = 0;
+  virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
+                            StoreOutcome* outcome = nullptr) = 0;
   // Publishes the slot. `crc32c` is the CRC32C of the caller's source bytes
   // (e.g. computed on the GPU); null = compute it from the slot. Prefer
   // passing it: a CRC of the source also catches bytes that a reclaimed

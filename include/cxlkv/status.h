@@ -83,10 +83,10 @@ class [[nodiscard]] Status {
 }  // namespace cxlkv
 
 // Returns early from the enclosing function when `expr` is not OK.
-#define CXLKV_RETURN_IF_ERROR(expr)         \
-  do {                                      \
-    ::cxlkv::Status _cxlkv_s = (expr);      \
-    if (!_cxlkv_s.ok()) return _cxlkv_s;    \
+#define CXLKV_RETURN_IF_ERROR(expr)      \
+  do {                                   \
+    ::cxlkv::Status _cxlkv_s = (expr);   \
+    if (!_cxlkv_s.ok()) return _cxlkv_s; \
   } while (0)
 
 #endif  // CXLKV_STATUS_H_

@@ -43,7 +43,8 @@ std::string WriteQuery(const WriteOptions& o, bool apply) {
 
 // Fills apiVersion/kind when absent; refuses a mismatch.
 Status Stamp(const ResourceType& type, const Json& in, Json* out) {
-  if (!in.is_object()) return Status::Error(Status::Code::kInvalidArgument, "object is not a JSON object");
+  if (!in.is_object())
+    return Status::Error(Status::Code::kInvalidArgument, "object is not a JSON object");
   *out = in;
   if (!out->contains("apiVersion")) (*out)["apiVersion"] = type.api_version();
   if (!out->contains("kind")) (*out)["kind"] = type.kind;
@@ -100,8 +101,9 @@ std::string ObjectKey(const Json& obj) {
 Status Client::New(const Config& config, const ClientOptions& options,
                    std::unique_ptr<Client>* out) {
   if (config.server.rfind("https://", 0) != 0) {
-    return Status::Error(Status::Code::kInvalidArgument,
-                         "create client: server must be https://host:port, got \"" + config.server + "\"");
+    return Status::Error(
+        Status::Code::kInvalidArgument,
+        "create client: server must be https://host:port, got \"" + config.server + "\"");
   }
   out->reset(new Client(std::make_unique<Rep>(config, options)));
   return Status::OK();
@@ -183,8 +185,8 @@ Status Client::UpdateStatus(const ResourceType& type, const std::string& ns, con
   std::string name = NameOf(obj);
   if (s.ok() && name.empty()) s = Status::Error(Status::Code::kInvalidArgument, "no metadata.name");
   if (s.ok()) {
-    s = Raw("PUT", ResourcePath(type, ns, name, "status"), WriteQuery(o, false),
-            "application/json", body.dump(), out);
+    s = Raw("PUT", ResourcePath(type, ns, name, "status"), WriteQuery(o, false), "application/json",
+            body.dump(), out);
   }
   return s.WithContext("update status of " + Describe(type, ns, name));
 }
@@ -194,14 +196,23 @@ Status Client::Patch(const ResourceType& type, const std::string& ns, const std:
                      const std::string& subresource) {
   const char* ct = "application/merge-patch+json";
   switch (pt) {
-    case PatchType::kMerge: break;
-    case PatchType::kJson: ct = "application/json-patch+json"; break;
-    case PatchType::kStrategicMerge: ct = "application/strategic-merge-patch+json"; break;
-    case PatchType::kApply: ct = "application/apply-patch+yaml"; break;
+    case PatchType::kMerge:
+      break;
+    case PatchType::kJson:
+      ct = "application/json-patch+json";
+      break;
+    case PatchType::kStrategicMerge:
+      ct = "application/strategic-merge-patch+json";
+      break;
+    case PatchType::kApply:
+      ct = "application/apply-patch+yaml";
+      break;
   }
-  std::string what = "patch " + Describe(type, ns, name) + (subresource.empty() ? "" : "/" + subresource);
+  std::string what =
+      "patch " + Describe(type, ns, name) + (subresource.empty() ? "" : "/" + subresource);
   if (pt == PatchType::kApply && o.field_manager.empty()) {
-    return Status::Error(Status::Code::kInvalidArgument, what + ": server-side apply needs a field manager");
+    return Status::Error(Status::Code::kInvalidArgument,
+                         what + ": server-side apply needs a field manager");
   }
   Json body = patch;
   if (pt == PatchType::kApply) {
@@ -269,7 +280,8 @@ Status Client::Watch(const ResourceType& type, const std::string& ns, const Watc
   Status s = rep_->transport.Do(req, &resp);
   if (!s.ok()) return s.WithContext(what);
   if (!parse_error.ok()) return parse_error.WithContext(what);
-  if (resp.status < 200 || resp.status >= 300) return internal::ErrorFromResponse(resp).WithContext(what);
+  if (resp.status < 200 || resp.status >= 300)
+    return internal::ErrorFromResponse(resp).WithContext(what);
   return Status::OK();
 }
 

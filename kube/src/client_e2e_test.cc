@@ -53,22 +53,24 @@ class ClientE2ETest : public E2ETest {
     EXPECT_NE(updated["metadata"]["resourceVersion"], got["metadata"]["resourceVersion"]);
 
     Json patched;
-    s = rc.Patch(name, PatchType::kMerge, {{"metadata", {{"annotations", {{"cxlkv.dev/patched", "1"}}}}}},
-                 &patched);
+    s = rc.Patch(name, PatchType::kMerge,
+                 {{"metadata", {{"annotations", {{"cxlkv.dev/patched", "1"}}}}}}, &patched);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(patched["metadata"]["annotations"]["cxlkv.dev/patched"], "1");
     EXPECT_EQ(patched["metadata"]["labels"]["cxlkv.dev/updated"], "yes");
 
     ASSERT_TRUE((s = rc.Delete(name, del)).ok()) << s.ToString();
-    EXPECT_TRUE(Eventually([&] { return rc.Get(name, &got).IsNotFound(); }, std::chrono::seconds(30)));
+    EXPECT_TRUE(
+        Eventually([&] { return rc.Get(name, &got).IsNotFound(); }, std::chrono::seconds(30)));
   }
 
   Json Claim(const std::string& name, const std::string& device_class = "any-class") {
-    return {{"metadata", {{"name", name}}},
-            {"spec",
-             {{"devices",
-               {{"requests", Json::array({{{"name", "mem"},
-                                           {"exactly", {{"deviceClassName", device_class}}}}})}}}}}};
+    return {
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"devices",
+           {{"requests", Json::array({{{"name", "mem"},
+                                       {"exactly", {{"deviceClassName", device_class}}}}})}}}}}};
   }
 };
 
@@ -76,7 +78,9 @@ TEST_F(ClientE2ETest, CrudDeviceClass) {
   std::string name = UniqueName("class");
   RoundTrip(DeviceClassClient(client_.get()),
             {{"metadata", {{"name", name}}},
-             {"spec", {{"selectors", Json::array({{{"cel", {{"expression", "device.driver == \"cxlkv.dev\""}}}}})}}}});
+             {"spec",
+              {{"selectors",
+                Json::array({{{"cel", {{"expression", "device.driver == \"cxlkv.dev\""}}}}})}}}});
 }
 
 TEST_F(ClientE2ETest, CrudResourceSlice) {
@@ -101,16 +105,23 @@ TEST_F(ClientE2ETest, CrudPod) {
   // Pods need the namespace's default ServiceAccount, which the controller
   // manager creates shortly after the namespace.
   Json sa;
-  ASSERT_TRUE(Eventually([&] { return client_->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true},
-                                                   ns_, "default", &sa).ok(); },
-                         std::chrono::seconds(60)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return client_
+            ->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true}, ns_, "default",
+                  &sa)
+            .ok();
+      },
+      std::chrono::seconds(60)));
   DeleteOptions now;
   now.grace_period_seconds = 0;  // no kubelet will ever confirm a graceful stop
-  RoundTrip(pods,
-            {{"metadata", {{"name", UniqueName("pod")}}},
-             {"spec", {{"containers", Json::array({{{"name", "c"}, {"image", "registry.k8s.io/pause:3.10"}}})},
-                       {"automountServiceAccountToken", false}}}},
-            now);
+  RoundTrip(
+      pods,
+      {{"metadata", {{"name", UniqueName("pod")}}},
+       {"spec",
+        {{"containers", Json::array({{{"name", "c"}, {"image", "registry.k8s.io/pause:3.10"}}})},
+         {"automountServiceAccountToken", false}}}},
+      now);
 }
 
 TEST_F(ClientE2ETest, CrudNode) {
@@ -136,8 +147,11 @@ TEST_F(ClientE2ETest, CrudEvent) {
              {"reason", "Crud"},
              {"type", "Normal"},
              {"note", "round trip"},
-             {"regarding", {{"apiVersion", "coordination.k8s.io/v1"}, {"kind", "Lease"},
-                            {"namespace", ns_}, {"name", "some-lease"}}}});
+             {"regarding",
+              {{"apiVersion", "coordination.k8s.io/v1"},
+               {"kind", "Lease"},
+               {"namespace", ns_},
+               {"name", "some-lease"}}}});
 }
 
 // A PUT carrying a resourceVersion that is no longer current is refused with
@@ -145,7 +159,9 @@ TEST_F(ClientE2ETest, CrudEvent) {
 TEST_F(ClientE2ETest, StaleUpdateIsConflict) {
   ResourceClient leases = LeaseClient(client_.get(), ns_);
   Json v1;
-  ASSERT_TRUE(leases.Create({{"metadata", {{"name", "stale"}}}, {"spec", {{"holderIdentity", "a"}}}}, &v1).ok());
+  ASSERT_TRUE(
+      leases.Create({{"metadata", {{"name", "stale"}}}, {"spec", {{"holderIdentity", "a"}}}}, &v1)
+          .ok());
   Json v2 = v1;
   v2["spec"]["holderIdentity"] = "b";
   Json out;
@@ -170,7 +186,8 @@ TEST_F(ClientE2ETest, ErrorsCarryApiserverStatus) {
   EXPECT_TRUE(s.IsNotFound());
   EXPECT_EQ(s.http_status(), 404);
   EXPECT_EQ(s.reason(), "NotFound");
-  EXPECT_NE(s.message().find("resourceclaims.resource.k8s.io \"absent\" not found"), std::string::npos)
+  EXPECT_NE(s.message().find("resourceclaims.resource.k8s.io \"absent\" not found"),
+            std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().rfind("get resourceclaims " + ns_ + "/absent: ", 0), 0u) << s.message();
 
@@ -208,18 +225,21 @@ TEST_F(ClientE2ETest, FinalizerHoldsDeletion) {
 
   Json tmp;
   s = claims.Patch("final", PatchType::kMerge,
-                   {{"metadata", {{"finalizers", {"cxlkv.dev/free-memory", "cxlkv.dev/other"}}}}}, &tmp);
+                   {{"metadata", {{"finalizers", {"cxlkv.dev/free-memory", "cxlkv.dev/other"}}}}},
+                   &tmp);
   EXPECT_FALSE(s.ok()) << "a finalizer was added to an object being deleted";
   EXPECT_TRUE(s.IsInvalid() || s.code() == Status::Code::kForbidden) << s.ToString();
 
   // Remove the finalizer with a JSON patch guarded by a `test` of the
   // resourceVersion (an optimistic-concurrency precondition).
-  Json ops = Json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"},
+  Json ops = Json::array({{{"op", "test"},
+                           {"path", "/metadata/resourceVersion"},
                            {"value", got["metadata"]["resourceVersion"]}},
                           {{"op", "remove"}, {"path", "/metadata/finalizers/0"}}});
   s = claims.Patch("final", PatchType::kJson, ops, &tmp);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_TRUE(Eventually([&] { return claims.Get("final", &got).IsNotFound(); }, std::chrono::seconds(10)));
+  EXPECT_TRUE(
+      Eventually([&] { return claims.Get("final", &got).IsNotFound(); }, std::chrono::seconds(10)));
 }
 
 TEST_F(ClientE2ETest, DeletePreconditions) {
@@ -246,9 +266,11 @@ TEST_F(ClientE2ETest, StatusSubresourceIsolation) {
   ResourceClient claims = ResourceClaimClient(client_.get(), ns_);
   Json claim;
   ASSERT_TRUE(claims.Create(Claim("iso"), &claim).ok());
-  Json allocation = {
-      {"devices", {{"results", Json::array({{{"request", "mem"}, {"driver", "iso.e2e.cxlkv.dev"},
-                                              {"pool", "pool-a"}, {"device", "region-0"}}})}}}};
+  Json allocation = {{"devices",
+                      {{"results", Json::array({{{"request", "mem"},
+                                                 {"driver", "iso.e2e.cxlkv.dev"},
+                                                 {"pool", "pool-a"},
+                                                 {"device", "region-0"}}})}}}};
 
   Json main_write = claim;
   main_write["status"]["allocation"] = allocation;
@@ -269,9 +291,10 @@ TEST_F(ClientE2ETest, StatusSubresourceIsolation) {
 
   // A merge patch on /status changes status only as well.
   ASSERT_TRUE((s = claims.Patch("iso", PatchType::kMerge,
-                                {{"status", {{"devices", Json::array({{{"driver", "iso.e2e.cxlkv.dev"},
-                                                                        {"pool", "pool-a"},
-                                                                        {"device", "region-0"}}})}}}},
+                                {{"status",
+                                  {{"devices", Json::array({{{"driver", "iso.e2e.cxlkv.dev"},
+                                                             {"pool", "pool-a"},
+                                                             {"device", "region-0"}}})}}}},
                                 &out, {}, "status"))
                   .ok())
       << s.ToString();

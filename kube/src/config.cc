@@ -52,13 +52,15 @@ YAML::Node Named(const YAML::Node& list, const std::string& name, const std::str
 Status Parse(const std::string& path, Config* out) {
   YAML::Node root = YAML::LoadFile(path);
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  if (!root["current-context"]) return Status::Error(Status::Code::kInvalidArgument, "no current-context");
+  if (!root["current-context"])
+    return Status::Error(Status::Code::kInvalidArgument, "no current-context");
   std::string cur = root["current-context"].as<std::string>();
   YAML::Node ctx = Named(root["contexts"], cur, "context");
   if (!ctx) return Status::Error(Status::Code::kInvalidArgument, "context " + cur + " not found");
   YAML::Node cluster = Named(root["clusters"], ctx["cluster"].as<std::string>(""), "cluster");
   if (!cluster || !cluster["server"]) {
-    return Status::Error(Status::Code::kInvalidArgument, "cluster of context " + cur + " not found");
+    return Status::Error(Status::Code::kInvalidArgument,
+                         "cluster of context " + cur + " not found");
   }
   Config c;
   c.server = cluster["server"].as<std::string>();

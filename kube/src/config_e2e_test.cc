@@ -24,11 +24,13 @@ TEST_F(ConfigE2ETest, InClusterServiceAccountTokenAuthenticates) {
   Json out;
   ASSERT_TRUE(client_->Create(sa_type, ns_, {{"metadata", {{"name", "driver"}}}}, &out).ok());
   Json token_review;
-  Status s = client_->Raw("POST", ResourcePath(sa_type, ns_, "driver", "token"), "", "application/json",
-                          Json{{"apiVersion", "authentication.k8s.io/v1"},
-                               {"kind", "TokenRequest"},
-                               {"spec", {{"expirationSeconds", 3600}}}}.dump(),
-                          &token_review);
+  Status s =
+      client_->Raw("POST", ResourcePath(sa_type, ns_, "driver", "token"), "", "application/json",
+                   Json{{"apiVersion", "authentication.k8s.io/v1"},
+                        {"kind", "TokenRequest"},
+                        {"spec", {{"expirationSeconds", 3600}}}}
+                       .dump(),
+                   &token_review);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::string token = token_review["status"]["token"];
 
@@ -52,9 +54,10 @@ TEST_F(ConfigE2ETest, InClusterServiceAccountTokenAuthenticates) {
   std::unique_ptr<Client> sa_client;
   ASSERT_TRUE(Client::New(in, ClientOptions{}, &sa_client).ok());
   Json review;
-  s = sa_client->Raw("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "", "application/json",
-                     Json{{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "SelfSubjectReview"}}.dump(),
-                     &review);
+  s = sa_client->Raw(
+      "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "", "application/json",
+      Json{{"apiVersion", "authentication.k8s.io/v1"}, {"kind", "SelfSubjectReview"}}.dump(),
+      &review);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(review["status"]["userInfo"]["username"], "system:serviceaccount:" + ns_ + ":driver");
 

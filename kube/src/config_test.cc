@@ -41,7 +41,8 @@ clusters:
 - name: c1
   cluster:
     server: https://127.0.0.1:6443/
-    certificate-authority-data: )") + kCaB64 + R"(
+    certificate-authority-data: )") + kCaB64 +
+                                         R"(
 users:
 - name: u1
   user:

@@ -41,27 +41,39 @@ class DraGatesE2ETest : public E2ETest {
     driver_ = UniqueName("gates") + ".e2e.cxlkv.dev";
     class_ = UniqueName("gates-class");
     Json out;
-    Status s = DeviceClassClient(client_.get()).Create(
-        {{"metadata", {{"name", class_}}},
-         {"spec", {{"selectors", Json::array({{{"cel", {{"expression", "device.driver == \"" + driver_ + "\""}}}}})}}}},
-        &out);
+    Status s =
+        DeviceClassClient(client_.get())
+            .Create(
+                {{"metadata", {{"name", class_}}},
+                 {"spec",
+                  {{"selectors",
+                    Json::array(
+                        {{{"cel", {{"expression", "device.driver == \"" + driver_ + "\""}}}}})}}}},
+                &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
     Json sa;
-    ASSERT_TRUE(Eventually([&] {
-      return client_->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true}, ns_, "default", &sa).ok();
-    }, seconds(60)));
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return client_
+              ->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true}, ns_,
+                    "default", &sa)
+              .ok();
+        },
+        seconds(60)));
   }
 
   void MakeSlice(const Json& device) {
     slice_ = UniqueName("gates-slice");
     Json out;
-    Status s = ResourceSliceClient(client_.get()).Create(
-        {{"metadata", {{"name", slice_}}},
-         {"spec", {{"driver", driver_},
-                   {"nodeName", "fake-node-1"},
-                   {"pool", {{"name", slice_}, {"generation", 1}, {"resourceSliceCount", 1}}},
-                   {"devices", Json::array({device})}}}},
-        &out);
+    Status s =
+        ResourceSliceClient(client_.get())
+            .Create({{"metadata", {{"name", slice_}}},
+                     {"spec",
+                      {{"driver", driver_},
+                       {"nodeName", "fake-node-1"},
+                       {"pool", {{"name", slice_}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                       {"devices", Json::array({device})}}}},
+                    &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
@@ -69,18 +81,27 @@ class DraGatesE2ETest : public E2ETest {
     Json request = {{"deviceClassName", class_}};
     if (!memory.empty()) request["capacity"] = {{"requests", {{"memory", memory}}}};
     Json out;
-    Status s = ResourceClaimClient(client_.get(), ns_).Create(
-        {{"metadata", {{"name", name}}},
-         {"spec", {{"devices", {{"requests", Json::array({{{"name", "region"}, {"exactly", request}}})}}}}}},
-        &out);
+    Status s =
+        ResourceClaimClient(client_.get(), ns_)
+            .Create(
+                {{"metadata", {{"name", name}}},
+                 {"spec",
+                  {{"devices",
+                    {{"requests", Json::array({{{"name", "region"}, {"exactly", request}}})}}}}}},
+                &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
-    s = PodClient(client_.get(), ns_).Create(
-        {{"metadata", {{"name", name}}},
-         {"spec", {{"automountServiceAccountToken", false},
-                   {"resourceClaims", Json::array({{{"name", "mem"}, {"resourceClaimName", name}}})},
-                   {"containers", Json::array({{{"name", "c"}, {"image", "registry.k8s.io/pause:3.10"},
-                                                {"resources", {{"claims", Json::array({{{"name", "mem"}}})}}}}})}}}},
-        &out);
+    s = PodClient(client_.get(), ns_)
+            .Create({{"metadata", {{"name", name}}},
+                     {"spec",
+                      {{"automountServiceAccountToken", false},
+                       {"resourceClaims",
+                        Json::array({{{"name", "mem"}, {"resourceClaimName", name}}})},
+                       {"containers",
+                        Json::array(
+                            {{{"name", "c"},
+                              {"image", "registry.k8s.io/pause:3.10"},
+                              {"resources", {{"claims", Json::array({{{"name", "mem"}}})}}}}})}}}},
+                    &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
     pods_.push_back(name);
   }
@@ -109,13 +130,16 @@ class DraGatesE2ETest : public E2ETest {
 // One shared device of 32Gi: two claims of 20Gi cannot both be placed on it;
 // a 10Gi claim still fits next to the first.
 TEST_F(DraGatesE2ETest, ConsumableCapacityPreventsOvercommit) {
-  if (!GateOn("DRAConsumableCapacity")) GTEST_SKIP() << "DRAConsumableCapacity is off in this cluster";
+  if (!GateOn("DRAConsumableCapacity"))
+    GTEST_SKIP() << "DRAConsumableCapacity is off in this cluster";
   MakeClass();
   MakeSlice({{"name", "region-0"},
              {"allowMultipleAllocations", true},
-             {"capacity", {{"memory", {{"value", "32Gi"},
-                                       {"requestPolicy", {{"default", "1Gi"},
-                                                          {"validRange", {{"min", "1Gi"}, {"step", "1Gi"}}}}}}}}}});
+             {"capacity",
+              {{"memory",
+                {{"value", "32Gi"},
+                 {"requestPolicy",
+                  {{"default", "1Gi"}, {"validRange", {{"min", "1Gi"}, {"step", "1Gi"}}}}}}}}}});
   MakeClaimAndPod("first", "20Gi");
   ASSERT_TRUE(Eventually([&] { return !NodeOf("first").empty(); }, seconds(60)));
   EXPECT_EQ(NodeOf("first"), "fake-node-1");
@@ -138,7 +162,8 @@ TEST_F(DraGatesE2ETest, ConsumableCapacityPreventsOvercommit) {
 // the pod in PreBind until the condition turns True in the claim's
 // status.devices, written through /status as an external controller would.
 TEST_F(DraGatesE2ETest, BindingConditionHoldsPodUntilControllerReportsReady) {
-  if (!GateOn("DRADeviceBindingConditions")) GTEST_SKIP() << "DRADeviceBindingConditions is off in this cluster";
+  if (!GateOn("DRADeviceBindingConditions"))
+    GTEST_SKIP() << "DRADeviceBindingConditions is off in this cluster";
   MakeClass();
   MakeSlice({{"name", "region-0"},
              {"bindsToNode", true},
@@ -147,20 +172,33 @@ TEST_F(DraGatesE2ETest, BindingConditionHoldsPodUntilControllerReportsReady) {
   MakeClaimAndPod("bound-later", "");
   ResourceClient claims = ResourceClaimClient(client_.get(), ns_);
   Json claim;
-  ASSERT_TRUE(Eventually([&] {
-    return claims.Get("bound-later", &claim).ok() && claim["status"].contains("allocation");
-  }, seconds(60))) << claim.dump();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return claims.Get("bound-later", &claim).ok() && claim["status"].contains("allocation");
+      },
+      seconds(60)))
+      << claim.dump();
   const Json& r = claim["status"]["allocation"]["devices"]["results"][0];
   EXPECT_EQ(r["bindingConditions"], Json({"cxlkv.dev/Attached"})) << r.dump();
   // Allocated, but not bound while the condition is missing.
   std::this_thread::sleep_for(seconds(3));
   EXPECT_EQ(NodeOf("bound-later"), "") << "bound before the binding condition was met";
 
-  Json patch = {{"status", {{"devices", Json::array({{
-      {"driver", r["driver"]}, {"pool", r["pool"]}, {"device", r["device"]},
-      {"conditions", Json::array({{{"type", "cxlkv.dev/Attached"}, {"status", "True"},
-                                   {"reason", "RegionAttached"}, {"message", "attached by the test"},
-                                   {"lastTransitionTime", FormatMicroTime(std::chrono::system_clock::now()).substr(0, 19) + "Z"}}})}}})}}}};
+  Json patch = {
+      {"status",
+       {{"devices",
+         Json::array(
+             {{{"driver", r["driver"]},
+               {"pool", r["pool"]},
+               {"device", r["device"]},
+               {"conditions",
+                Json::array({{{"type", "cxlkv.dev/Attached"},
+                              {"status", "True"},
+                              {"reason", "RegionAttached"},
+                              {"message", "attached by the test"},
+                              {"lastTransitionTime",
+                               FormatMicroTime(std::chrono::system_clock::now()).substr(0, 19) +
+                                   "Z"}}})}}})}}}};
   Json out;
   Status s = claims.Patch("bound-later", PatchType::kMerge, patch, &out, {}, "status");
   ASSERT_TRUE(s.ok()) << s.ToString();

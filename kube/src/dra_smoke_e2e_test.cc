@@ -38,57 +38,79 @@ TEST_F(DraSmokeE2ETest, PodWithClaimIsScheduledOnceASliceExists) {
   slice_ = UniqueName("smoke-slice");
   pod_ = "consumer";
   Json out;
-  Status s = DeviceClassClient(client_.get()).Create(
-      {{"metadata", {{"name", class_}}},
-       {"spec", {{"selectors", Json::array({{{"cel", {{"expression", "device.driver == \"" + driver + "\""}}}}})}}}},
-      &out);
+  Status s =
+      DeviceClassClient(client_.get())
+          .Create({{"metadata", {{"name", class_}}},
+                   {"spec",
+                    {{"selectors",
+                      Json::array(
+                          {{{"cel", {{"expression", "device.driver == \"" + driver + "\""}}}}})}}}},
+                  &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  s = ResourceClaimClient(client_.get(), ns_).Create(
-      {{"metadata", {{"name", "mem"}}},
-       {"spec", {{"devices", {{"requests", Json::array({{{"name", "region"},
-                                                         {"exactly", {{"deviceClassName", class_}}}}})}}}}}},
-      &out);
+  s = ResourceClaimClient(client_.get(), ns_)
+          .Create(
+              {{"metadata", {{"name", "mem"}}},
+               {"spec",
+                {{"devices",
+                  {{"requests", Json::array({{{"name", "region"},
+                                              {"exactly", {{"deviceClassName", class_}}}}})}}}}}},
+              &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
 
   Json sa;
-  ASSERT_TRUE(Eventually([&] {
-    return client_->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true}, ns_, "default", &sa).ok();
-  }, seconds(60)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return client_
+            ->Get(ResourceType{"", "v1", "serviceaccounts", "ServiceAccount", true}, ns_, "default",
+                  &sa)
+            .ok();
+      },
+      seconds(60)));
   ResourceClient pods = PodClient(client_.get(), ns_);
   s = pods.Create(
       {{"metadata", {{"name", pod_}}},
-       {"spec", {{"automountServiceAccountToken", false},
-                 {"resourceClaims", Json::array({{{"name", "mem"}, {"resourceClaimName", "mem"}}})},
-                 {"containers", Json::array({{{"name", "c"}, {"image", "registry.k8s.io/pause:3.10"},
-                                              {"resources", {{"claims", Json::array({{{"name", "mem"}}})}}}}})}}}},
+       {"spec",
+        {{"automountServiceAccountToken", false},
+         {"resourceClaims", Json::array({{{"name", "mem"}, {"resourceClaimName", "mem"}}})},
+         {"containers",
+          Json::array({{{"name", "c"},
+                        {"image", "registry.k8s.io/pause:3.10"},
+                        {"resources", {{"claims", Json::array({{{"name", "mem"}}})}}}}})}}}},
       &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
 
   // No device yet: the scheduler reports the pod unschedulable.
   Json pod;
-  ASSERT_TRUE(Eventually([&] {
-    if (!pods.Get(pod_, &pod).ok()) return false;
-    for (const auto& c : pod["status"].value("conditions", Json::array())) {
-      if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False") return true;
-    }
-    return false;
-  }, seconds(60))) << pod.dump();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        if (!pods.Get(pod_, &pod).ok()) return false;
+        for (const auto& c : pod["status"].value("conditions", Json::array())) {
+          if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False")
+            return true;
+        }
+        return false;
+      },
+      seconds(60)))
+      << pod.dump();
   EXPECT_EQ(pod["spec"].value("nodeName", ""), "");
 
-  s = ResourceSliceClient(client_.get()).Create(
-      {{"metadata", {{"name", slice_}}},
-       {"spec", {{"driver", driver},
+  s = ResourceSliceClient(client_.get())
+          .Create(
+              {{"metadata", {{"name", slice_}}},
+               {"spec",
+                {{"driver", driver},
                  {"nodeName", node},
                  {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
                  {"devices", Json::array({{{"name", "region-0"},
                                            {"attributes", {{"type", {{"string", "cxl-mem"}}}}},
                                            {"capacity", {{"memory", {{"value", "64Gi"}}}}}}})}}}},
-      &out);
+              &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
 
-  ASSERT_TRUE(Eventually([&] {
-    return pods.Get(pod_, &pod).ok() && !pod["spec"].value("nodeName", "").empty();
-  }, seconds(90))) << pod.dump();
+  ASSERT_TRUE(Eventually(
+      [&] { return pods.Get(pod_, &pod).ok() && !pod["spec"].value("nodeName", "").empty(); },
+      seconds(90)))
+      << pod.dump();
   EXPECT_EQ(pod["spec"]["nodeName"], node);
 
   Json claim;
@@ -111,17 +133,24 @@ TEST_F(DraSmokeE2ETest, ConsumableCapacityFieldsFollowTheGate) {
   const bool on = std::string(gates).find("DRAConsumableCapacity=true") != std::string::npos;
   slice_ = UniqueName("cc-slice");
   Json out;
-  Status s = ResourceSliceClient(client_.get()).Create(
-      {{"metadata", {{"name", slice_}}},
-       {"spec", {{"driver", "cc.e2e.cxlkv.dev"},
-                 {"allNodes", true},
-                 {"pool", {{"name", slice_}, {"generation", 1}, {"resourceSliceCount", 1}}},
-                 {"devices", Json::array({{{"name", "region-0"},
-                                           {"allowMultipleAllocations", true},
-                                           {"capacity", {{"memory", {{"value", "512Gi"},
-                                               {"requestPolicy", {{"default", "16Gi"},
-                                                   {"validRange", {{"min", "1Gi"}, {"step", "1Gi"}}}}}}}}}}})}}}},
-      &out);
+  Status s =
+      ResourceSliceClient(client_.get())
+          .Create({{"metadata", {{"name", slice_}}},
+                   {"spec",
+                    {{"driver", "cc.e2e.cxlkv.dev"},
+                     {"allNodes", true},
+                     {"pool", {{"name", slice_}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                     {"devices",
+                      Json::array(
+                          {{{"name", "region-0"},
+                            {"allowMultipleAllocations", true},
+                            {"capacity",
+                             {{"memory",
+                               {{"value", "512Gi"},
+                                {"requestPolicy",
+                                 {{"default", "16Gi"},
+                                  {"validRange", {{"min", "1Gi"}, {"step", "1Gi"}}}}}}}}}}})}}}},
+                  &out);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const Json& dev = out["spec"]["devices"][0];
   EXPECT_EQ(dev.value("allowMultipleAllocations", false), on) << dev.dump();

@@ -78,7 +78,8 @@ void EventRecorder::Record(const Json& regarding, Type type, const std::string& 
     return;
   }
   Json ev = {
-      {"metadata", {{"name", meta.value("name", "object") + "." + rep_->Suffix()}, {"namespace", ns}}},
+      {"metadata",
+       {{"name", meta.value("name", "object") + "." + rep_->Suffix()}, {"namespace", ns}}},
       {"eventTime", FormatMicroTime(std::chrono::system_clock::now())},
       {"reportingController", rep_->opts.controller},
       {"reportingInstance", rep_->opts.instance},

@@ -1,8 +1,7 @@
 // Copyright cxlkv authors.
-#include "cxlkv/kube/event_recorder.h"
-
 #include <gtest/gtest.h>
 
+#include "cxlkv/kube/event_recorder.h"
 #include "cxlkv/kube/typed.h"
 #include "testing/e2e_env.h"
 
@@ -18,10 +17,15 @@ class EventRecorderE2ETest : public E2ETest {};
 TEST_F(EventRecorderE2ETest, RecordsEventsRegardingAnObject) {
   ResourceClient claims = ResourceClaimClient(client_.get(), ns_);
   Json claim;
-  ASSERT_TRUE(claims.Create({{"metadata", {{"name", "evt"}}},
-                             {"spec", {{"devices", {{"requests", Json::array({{{"name", "r"},
-                                 {"exactly", {{"deviceClassName", "c"}}}}})}}}}}},
-                            &claim).ok());
+  ASSERT_TRUE(
+      claims
+          .Create({{"metadata", {{"name", "evt"}}},
+                   {"spec",
+                    {{"devices",
+                      {{"requests", Json::array({{{"name", "r"},
+                                                  {"exactly", {{"deviceClassName", "c"}}}}})}}}}}},
+                  &claim)
+          .ok());
   std::unique_ptr<EventRecorder> rec;
   ASSERT_TRUE(EventRecorder::New(client_.get(), {"cxlkv.dev/e2e", "instance-0"}, &rec).ok());
   rec->Record(claim, EventRecorder::Type::kNormal, "RegionComposed", "Compose", "composed 64 GiB");

@@ -166,7 +166,8 @@ Status Transport::Do(const HttpRequest& req, HttpResponse* resp) {
   Release(h);
 
   if (rc == CURLE_ABORTED_BY_CALLBACK) {
-    return Status::Error(Status::Code::kCancelled, req.method + " " + req.path_and_query + ": stopped");
+    return Status::Error(Status::Code::kCancelled,
+                         req.method + " " + req.path_and_query + ": stopped");
   }
   if (rc == CURLE_WRITE_ERROR && st.aborted_by_callback) return Status::OK();
   if (rc != CURLE_OK) {

@@ -26,7 +26,7 @@ struct HttpRequest {
   std::string path_and_query;  // "/api/v1/pods?limit=5"
   std::string content_type;    // used when body is not empty
   std::string body;
-  long timeout_ms = 0;         // 0 = none (watch)
+  long timeout_ms = 0;  // 0 = none (watch)
   // When set, body bytes go here as they arrive (return false to abort), and
   // only a non-2xx body is buffered into HttpResponse::body.
   std::function<bool(std::string_view)> on_data;

@@ -230,24 +230,29 @@ void Informer::Rep::Loop() {
       std::lock_guard<std::mutex> l(mu);
       counters.watches++;
     }
-    Status s = client->Watch(type, opts.ns, wo, [&](const WatchEvent& ev) {
-      if (ev.type == "BOOKMARK") {
-        std::string b = ev.object["metadata"].value("resourceVersion", "");
-        std::lock_guard<std::mutex> l(mu);
-        if (!b.empty()) rv = b;
-        return true;
-      }
-      if (ev.type == "ERROR") {
-        // A Status object; 410 (reason Expired/Gone) means our version fell
-        // out of the server's history window.
-        if (ev.object.value("code", 0) == 410) gone = true;
-        else error_event = true;
-        return false;
-      }
-      got_events = true;
-      Apply(ev);
-      return true;
-    }, &stop);
+    Status s = client->Watch(
+        type, opts.ns, wo,
+        [&](const WatchEvent& ev) {
+          if (ev.type == "BOOKMARK") {
+            std::string b = ev.object["metadata"].value("resourceVersion", "");
+            std::lock_guard<std::mutex> l(mu);
+            if (!b.empty()) rv = b;
+            return true;
+          }
+          if (ev.type == "ERROR") {
+            // A Status object; 410 (reason Expired/Gone) means our version fell
+            // out of the server's history window.
+            if (ev.object.value("code", 0) == 410)
+              gone = true;
+            else
+              error_event = true;
+            return false;
+          }
+          got_events = true;
+          Apply(ev);
+          return true;
+        },
+        &stop);
     if (stop) break;
     if (gone || s.IsGone()) {
       std::lock_guard<std::mutex> l(mu);

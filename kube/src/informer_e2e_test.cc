@@ -2,13 +2,12 @@
 //
 // Informer against the real apiserver: list then watch, handlers, resync,
 // relist after a forced 410, and surviving an apiserver restart.
-#include "cxlkv/kube/informer.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 #include <mutex>
 
+#include "cxlkv/kube/informer.h"
 #include "cxlkv/kube/typed.h"
 #include "testing/e2e_env.h"
 
@@ -111,7 +110,8 @@ TEST_F(InformerE2ETest, SurvivesApiserverRestart) {
   ASSERT_EQ(ClusterCommand("restart-apiserver"), 0) << "needs CXLKV_E2E_CLUSTER (cluster.sh env)";
 
   Json v;
-  ASSERT_TRUE(Eventually([&] { return client_->Raw("GET", "/readyz", "", "", "", &v).ok(); }, seconds(60)));
+  ASSERT_TRUE(
+      Eventually([&] { return client_->Raw("GET", "/readyz", "", "", "", &v).ok(); }, seconds(60)));
   ASSERT_TRUE(MakeLease("after").ok());
   ASSERT_TRUE(LeaseClient(client_.get(), ns_).Delete("doomed").ok());
   EXPECT_TRUE(Eventually([&] { return rec.Count("add after") == 1; }, seconds(60)));

@@ -56,8 +56,8 @@ Json LeaderElector::Rep::LeaseSpec(const Json& prev, bool transition) const {
   Json spec = prev.is_object() ? prev : Json::object();
   std::string now = FormatMicroTime(std::chrono::system_clock::now());
   spec["holderIdentity"] = opts.identity;
-  spec["leaseDurationSeconds"] =
-      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(opts.lease_duration).count());
+  spec["leaseDurationSeconds"] = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(opts.lease_duration).count());
   spec["renewTime"] = now;
   if (transition || !spec.contains("acquireTime")) {
     spec["acquireTime"] = now;

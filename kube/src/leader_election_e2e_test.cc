@@ -3,8 +3,6 @@
 // Lease-based leader election against the real apiserver: two contenders,
 // never two leaders, hand-over on release, and takeover from a killed leader
 // within the bound the acceptance criteria set.
-#include "cxlkv/kube/leader_election.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,6 +10,7 @@
 
 #include <thread>
 
+#include "cxlkv/kube/leader_election.h"
 #include "cxlkv/kube/typed.h"
 #include "testing/e2e_env.h"
 
@@ -87,8 +86,13 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
   std::string kubeconfig = std::getenv("KUBECONFIG");
-  std::vector<std::string> args = {CXLKV_LEASE_HOLDER, kubeconfig, ns_, "leader", "victim",
-                                   std::to_string(kLease.count()), std::to_string(kRenew.count()),
+  std::vector<std::string> args = {CXLKV_LEASE_HOLDER,
+                                   kubeconfig,
+                                   ns_,
+                                   "leader",
+                                   "victim",
+                                   std::to_string(kLease.count()),
+                                   std::to_string(kRenew.count()),
                                    std::to_string(kRetry.count())};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
@@ -107,7 +111,8 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   char buf[16] = {};
   ssize_t n = read(out_pipe[0], buf, sizeof(buf) - 1);  // blocks until "leading"
   close(out_pipe[0]);
-  ASSERT_TRUE(n > 0 && std::string(buf).rfind("leading", 0) == 0) << "lease holder did not start leading";
+  ASSERT_TRUE(n > 0 && std::string(buf).rfind("leading", 0) == 0)
+      << "lease holder did not start leading";
   EXPECT_EQ(Holder(), "victim");
 
   std::unique_ptr<LeaderElector> survivor;
@@ -126,7 +131,8 @@ TEST_F(LeaderElectionE2ETest, KilledLeaderIsReplacedWithinBound) {
   // leaseDuration + retryPeriod + 2 s. It is the wait's bound, not a timing
   // measurement; the observed takeover time is only reported.
   const bool led = Eventually([&] { return survivor->IsLeader(); }, kTakeoverBound);
-  const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
   RecordProperty("takeover_ms", std::to_string(took.count()));
   ASSERT_TRUE(led) << "survivor did not lead within lease + retry + 2 s";
   EXPECT_EQ(Holder(), "survivor");

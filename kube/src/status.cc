@@ -11,16 +11,32 @@ Status Status::FromHttp(int http, std::string_view reason, std::string_view mess
   Code c;
   if (http >= 200 && http < 300) return Status();
   switch (http) {
-    case 404: c = Code::kNotFound; break;
-    case 409: c = reason == "AlreadyExists" ? Code::kAlreadyExists : Code::kConflict; break;
-    case 410: c = Code::kGone; break;
+    case 404:
+      c = Code::kNotFound;
+      break;
+    case 409:
+      c = reason == "AlreadyExists" ? Code::kAlreadyExists : Code::kConflict;
+      break;
+    case 410:
+      c = Code::kGone;
+      break;
     case 400:
     case 415:
-    case 422: c = Code::kInvalid; break;
-    case 401: c = Code::kUnauthorized; break;
-    case 403: c = Code::kForbidden; break;
-    case 429: c = Code::kTooManyRequests; break;
-    default: c = Code::kServerError; break;
+    case 422:
+      c = Code::kInvalid;
+      break;
+    case 401:
+      c = Code::kUnauthorized;
+      break;
+    case 403:
+      c = Code::kForbidden;
+      break;
+    case 429:
+      c = Code::kTooManyRequests;
+      break;
+    default:
+      c = Code::kServerError;
+      break;
   }
   std::string msg(message);
   if (msg.empty()) msg = "HTTP " + std::to_string(http);
@@ -51,20 +67,34 @@ Status Status::WithContext(std::string_view context) const {
 
 const char* Status::CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kNotFound: return "NotFound";
-    case Code::kAlreadyExists: return "AlreadyExists";
-    case Code::kConflict: return "Conflict";
-    case Code::kGone: return "Gone";
-    case Code::kInvalid: return "Invalid";
-    case Code::kUnauthorized: return "Unauthorized";
-    case Code::kForbidden: return "Forbidden";
-    case Code::kTooManyRequests: return "TooManyRequests";
-    case Code::kServerError: return "ServerError";
-    case Code::kTransport: return "Transport";
-    case Code::kBadResponse: return "BadResponse";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kCancelled: return "Cancelled";
+    case Code::kOk:
+      return "OK";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kAlreadyExists:
+      return "AlreadyExists";
+    case Code::kConflict:
+      return "Conflict";
+    case Code::kGone:
+      return "Gone";
+    case Code::kInvalid:
+      return "Invalid";
+    case Code::kUnauthorized:
+      return "Unauthorized";
+    case Code::kForbidden:
+      return "Forbidden";
+    case Code::kTooManyRequests:
+      return "TooManyRequests";
+    case Code::kServerError:
+      return "ServerError";
+    case Code::kTransport:
+      return "Transport";
+    case Code::kBadResponse:
+      return "BadResponse";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kCancelled:
+      return "Cancelled";
   }
   return "Unknown";
 }

@@ -31,23 +31,30 @@ TEST_F(WatchE2ETest, DeliversAddModifyDeleteInOrder) {
   std::thread t([&] {
     WatchOptions wo;
     wo.resource_version = rv;
-    watch_status = leases.Watch(wo, [&](const WatchEvent& ev) {
-      if (ev.type == "BOOKMARK") return true;
-      std::lock_guard<std::mutex> l(mu);
-      seen.push_back(ev.type + " " + ev.object["metadata"].value("name", "") + " " +
-                     ev.object["spec"].value("holderIdentity", ""));
-      return seen.size() < 3;
-    }, &stop);
+    watch_status = leases.Watch(
+        wo,
+        [&](const WatchEvent& ev) {
+          if (ev.type == "BOOKMARK") return true;
+          std::lock_guard<std::mutex> l(mu);
+          seen.push_back(ev.type + " " + ev.object["metadata"].value("name", "") + " " +
+                         ev.object["spec"].value("holderIdentity", ""));
+          return seen.size() < 3;
+        },
+        &stop);
   });
   Json obj;
-  ASSERT_TRUE(leases.Create({{"metadata", {{"name", "w"}}}, {"spec", {{"holderIdentity", "one"}}}}, &obj).ok());
+  ASSERT_TRUE(
+      leases.Create({{"metadata", {{"name", "w"}}}, {"spec", {{"holderIdentity", "one"}}}}, &obj)
+          .ok());
   obj["spec"]["holderIdentity"] = "two";
   ASSERT_TRUE(leases.Update(obj, &obj).ok());
   ASSERT_TRUE(leases.Delete("w").ok());
-  bool done = Eventually([&] {
-    std::lock_guard<std::mutex> l(mu);
-    return seen.size() == 3;
-  }, std::chrono::seconds(30));
+  bool done = Eventually(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        return seen.size() == 3;
+      },
+      std::chrono::seconds(30));
   stop = true;
   t.join();
   ASSERT_TRUE(done);
@@ -73,17 +80,21 @@ TEST_F(WatchE2ETest, VersionFromBeforeRestartIsGone) {
   std::string error_reason;
   std::atomic<bool> stop{false};
   std::thread guard([&] {  // a watch that is not refused would idle forever
-    for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 300 && !stop; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     stop = true;
   });
-  Status s = leases.Watch(wo, [&](const WatchEvent& ev) {
-    if (ev.type == "ERROR") {
-      error_code = ev.object.value("code", 0);
-      error_reason = ev.object.value("reason", "");
-      return false;
-    }
-    return true;
-  }, &stop);
+  Status s = leases.Watch(
+      wo,
+      [&](const WatchEvent& ev) {
+        if (ev.type == "ERROR") {
+          error_code = ev.object.value("code", 0);
+          error_reason = ev.object.value("reason", "");
+          return false;
+        }
+        return true;
+      },
+      &stop);
   stop = true;
   guard.join();
   EXPECT_TRUE(s.IsGone() || error_code == 410) << s.ToString() << " code " << error_code;
@@ -110,7 +121,9 @@ TEST_F(WatchE2ETest, StopFlagEndsAnIdleWatch) {
   std::atomic<bool> stop{false};
   Status s;
   std::thread t([&] {
-    s = LeaseClient(client_.get(), ns_).Watch({}, [](const WatchEvent&) { return true; }, &stop);
+    s = LeaseClient(client_.get(), ns_)
+            .Watch(
+                {}, [](const WatchEvent&) { return true; }, &stop);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   stop = true;

@@ -48,7 +48,8 @@ struct WorkQueue::Rep {
     auto it = failures.find(key);
     int n = it == failures.end() ? 0 : it->second;
     // Cap the exponent before shifting so the multiplication cannot overflow.
-    double d = static_cast<double>(opts.base_delay.count()) * static_cast<double>(1ULL << std::min(n, 40));
+    double d =
+        static_cast<double>(opts.base_delay.count()) * static_cast<double>(1ULL << std::min(n, 40));
     return std::chrono::milliseconds(
         static_cast<int64_t>(std::min(d, static_cast<double>(opts.max_delay.count()))));
   }

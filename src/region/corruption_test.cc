@@ -122,12 +122,24 @@ TEST(CorruptionTest, DamagedDirectoryEntriesAreMissesNotCrashes) {
     for (uint64_t s = 0; s < sb->num_slots && damaged < 6; ++s) {
       if (internal::WordState(meta[s].state.load()) != 2) continue;
       switch (damaged++) {
-        case 0: meta[s].len.store(0xFFFFFFFF); break;          // length past the slot
-        case 1: meta[s].state.store(~0ull); break;              // impossible state word
-        case 2: meta[s].key_lo.fetch_xor(1); break;             // key changed
-        case 3: meta[s].crc.fetch_xor(0x100); break;            // wrong checksum
-        case 4: meta[s].ns.store(9999); break;                  // unknown namespace
-        case 5: meta[s].state.store(internal::PackWord(5, 4000, 1)); break;  // WRITING by nobody
+        case 0:
+          meta[s].len.store(0xFFFFFFFF);
+          break;  // length past the slot
+        case 1:
+          meta[s].state.store(~0ull);
+          break;  // impossible state word
+        case 2:
+          meta[s].key_lo.fetch_xor(1);
+          break;  // key changed
+        case 3:
+          meta[s].crc.fetch_xor(0x100);
+          break;  // wrong checksum
+        case 4:
+          meta[s].ns.store(9999);
+          break;  // unknown namespace
+        case 5:
+          meta[s].state.store(internal::PackWord(5, 4000, 1));
+          break;  // WRITING by nobody
       }
     }
     ASSERT_EQ(damaged, 6);
@@ -224,8 +236,9 @@ TEST(CorruptionTest, RandomMetadataMutationsNeverReturnWrongBytes) {
       const int flips = 1 + static_cast<int>(rng() % 16);
       for (int f = 0; f < flips; ++f) {
         // Bias towards the directory (meta) where most logic lives.
-        const uint64_t off = (rng() % 4 == 0) ? rng() % data_off
-                                              : raw.sb()->meta_off + rng() % (data_off - raw.sb()->meta_off);
+        const uint64_t off = (rng() % 4 == 0)
+                                 ? rng() % data_off
+                                 : raw.sb()->meta_off + rng() % (data_off - raw.sb()->meta_off);
         raw.bytes()[off] ^= static_cast<uint8_t>(1u << (rng() % 8));
       }
     }

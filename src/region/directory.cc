@@ -50,8 +50,8 @@ bool RegionImpl::KeyMatches(uint64_t slot, NamespaceId ns, const BlockKey& key) 
          m.ns.load(std::memory_order_relaxed) == ns;
 }
 
-int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
-                         uint64_t* word, bool readable_only) const {
+int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* word,
+                         bool readable_only) const {
   const int nsets = place.set[0] == place.set[1] ? 1 : 2;
   for (int k = 0; k < nsets; ++k) {
     const uint64_t set = place.set[k];
@@ -194,8 +194,8 @@ uint32_t RegionImpl::SlotTag(uint64_t slot) const {
 
 void RegionImpl::ClearTag(uint64_t slot, uint32_t tag) {
   uint32_t expected = tag;
-  tags_[slot / geo_.ways].tag[slot % geo_.ways].compare_exchange_strong(
-      expected, 0, std::memory_order_relaxed);
+  tags_[slot / geo_.ways].tag[slot % geo_.ways].compare_exchange_strong(expected, 0,
+                                                                        std::memory_order_relaxed);
 }
 
 bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {

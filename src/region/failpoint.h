@@ -22,8 +22,8 @@ void ReloadFailpoints();
 
 }  // namespace cxlkv::internal
 
-#define CXLKV_FAILPOINT_HIT(name)                                            \
-  do {                                                                       \
+#define CXLKV_FAILPOINT_HIT(name)                                                      \
+  do {                                                                                 \
     if (::cxlkv::internal::FailpointsEnabled()) ::cxlkv::internal::FailpointHit(name); \
   } while (0)
 

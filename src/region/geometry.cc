@@ -38,8 +38,7 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
   g->pins_off = off;
   off += g->num_slots * g->pin_words * 8;
   g->data_off = RoundUp(off, g->data_align);
-  return g->data_off <= region_size &&
-         g->num_slots * g->slot_stride <= region_size - g->data_off;
+  return g->data_off <= region_size && g->num_slots * g->slot_stride <= region_size - g->data_off;
 }
 
 }  // namespace
@@ -70,8 +69,10 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
   while (lo + 1 < hi) {
     uint64_t mid = lo + (hi - lo) / 2;
     Geometry probe;
-    if (Layout(mid, slot_size, max_participants, region_size, &probe)) lo = mid;
-    else hi = mid;
+    if (Layout(mid, slot_size, max_participants, region_size, &probe))
+      lo = mid;
+    else
+      hi = mid;
   }
   uint64_t n = lo;
   if (n > 0) Layout(n, slot_size, max_participants, region_size, &g);
@@ -134,17 +135,27 @@ Status ParseSize(const std::string& text, uint64_t* bytes) {
   std::string suf = text.substr(i);
   while (!suf.empty() && suf.front() == ' ') suf.erase(0, 1);
   double mul = 1;
-  if (suf.empty() || suf == "B") mul = 1;
-  else if (suf == "KiB" || suf == "K" || suf == "k") mul = 1024.0;
-  else if (suf == "MiB" || suf == "M") mul = 1024.0 * 1024;
-  else if (suf == "GiB" || suf == "G") mul = 1024.0 * 1024 * 1024;
-  else if (suf == "TiB" || suf == "T") mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (suf == "KB" || suf == "kB") mul = 1e3;
-  else if (suf == "MB") mul = 1e6;
-  else if (suf == "GB") mul = 1e9;
-  else if (suf == "TB") mul = 1e12;
-  else return Status::InvalidArgument("size '" + text + "': unknown suffix '" + suf +
-                                      "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  if (suf.empty() || suf == "B")
+    mul = 1;
+  else if (suf == "KiB" || suf == "K" || suf == "k")
+    mul = 1024.0;
+  else if (suf == "MiB" || suf == "M")
+    mul = 1024.0 * 1024;
+  else if (suf == "GiB" || suf == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (suf == "TiB" || suf == "T")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (suf == "KB" || suf == "kB")
+    mul = 1e3;
+  else if (suf == "MB")
+    mul = 1e6;
+  else if (suf == "GB")
+    mul = 1e9;
+  else if (suf == "TB")
+    mul = 1e12;
+  else
+    return Status::InvalidArgument("size '" + text + "': unknown suffix '" + suf +
+                                   "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
   double v = num * mul;
   if (!(v >= 0) || v > 9.2e18) return Status::InvalidArgument("size '" + text + "' out of range");
   *bytes = static_cast<uint64_t>(std::llround(v));
@@ -160,8 +171,10 @@ std::string FormatBytes(uint64_t b) {
     ++u;
   }
   char buf[64];
-  if (std::fmod(v, 1.0) == 0) std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  if (std::fmod(v, 1.0) == 0)
+    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   return buf;
 }
 

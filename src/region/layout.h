@@ -51,10 +51,10 @@ struct alignas(64) Superblock {
   uint64_t region_size;
   uint64_t slot_size;
   uint32_t max_participants;
-  uint32_t coherence;                     // CoherenceMode
+  uint32_t coherence;  // CoherenceMode
   uint64_t hash_seed_fingerprint;
-  char hash_algorithm[32];                // NUL-terminated
-  uint64_t format_epoch;                  // random per format
+  char hash_algorithm[32];  // NUL-terminated
+  uint64_t format_epoch;    // random per format
   // Derived geometry, recorded so attach can cross-check it.
   uint64_t num_slots;
   uint64_t num_sets;
@@ -92,11 +92,11 @@ static_assert(sizeof(CounterBlock) == 192);
 
 struct alignas(64) ParticipantRecord {
   std::atomic<uint64_t> state;
-  std::atomic<uint64_t> heartbeat;       // advanced by the owner only
+  std::atomic<uint64_t> heartbeat;  // advanced by the owner only
   std::atomic<uint64_t> heartbeat_interval_ns;
   std::atomic<uint32_t> pid;
   uint32_t reserved0;
-  char host[32];                         // informational; written with relaxed stores
+  char host[32];  // informational; written with relaxed stores
   uint8_t reserved[64];
   CounterBlock counters;
 };

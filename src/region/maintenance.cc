@@ -15,7 +15,8 @@ constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
 #if defined(__SANITIZE_THREAD__) || defined(CXLKV_TSAN)
 __attribute__((no_sanitize("thread")))
 #endif
-uint32_t RegionBytesCrc(const uint8_t* p, size_t n) {
+uint32_t
+RegionBytesCrc(const uint8_t* p, size_t n) {
   return Crc32c(p, n);
 }
 
@@ -40,8 +41,8 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     std::atomic<uint64_t>& st = meta_[s].state;
     const uint64_t w = st.load(std::memory_order_acquire);
     const uint8_t state = WordState(w);
-    if (state > kEvicting || ((state == kWriting || state == kEvicting) &&
-                              WordOwner(w) >= geo_.max_participants)) {
+    if (state > kEvicting ||
+        ((state == kWriting || state == kEvicting) && WordOwner(w) >= geo_.max_participants)) {
       // Impossible word: nobody could ever finish or reclaim it.
     } else if (state == kReady) {
       ++report->ready;
@@ -70,7 +71,8 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     } else {
       uint64_t expected = w;
       const uint32_t tag = SlotTag(s);
-      if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0), std::memory_order_acq_rel)) {
+      if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0),
+                                     std::memory_order_acq_rel)) {
         ClearTag(s, tag);
         ++report->dropped;
       }

@@ -154,15 +154,18 @@ Status Mapping::Open(const std::string& path, uint64_t offset, uint64_t size, bo
         return Errno("lock", path, errno);
       }
     }
-    if (!locked) return Status::Busy("region " + path + " is locked exclusively (gc or format --force running?)");
+    if (!locked)
+      return Status::Busy("region " + path +
+                          " is locked exclusively (gc or format --force running?)");
     struct stat now_st {};
     if (::fstat(m->fd_, &st) != 0) return Errno("stat", path, errno);
-    if (::stat(path.c_str(), &now_st) != 0 || now_st.st_ino != st.st_ino || now_st.st_dev != st.st_dev) {
+    if (::stat(path.c_str(), &now_st) != 0 || now_st.st_ino != st.st_ino ||
+        now_st.st_dev != st.st_dev) {
       return Open(path, offset, size, create, sysfs_root, out);  // removed while we waited
     }
   }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_,
-                   static_cast<off_t>(offset));
+  void* p =
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd_, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return Errno("mmap " + std::to_string(size) + " bytes of", path, errno);
   m->base_ = static_cast<uint8_t*>(p);
   m->size_ = size;

@@ -182,7 +182,9 @@ TEST(MultiProcessTest, ReaderKilledWhilePinningHasItsPinsReleased) {
     keys.push_back(BlockKey::FromId(i));
     ASSERT_TRUE(r->Store(ns, keys.back(), d.data(), d.size()).ok());
   }
-  struct Shared { std::atomic<int> pinned{0}; };
+  struct Shared {
+    std::atomic<int> pinned{0};
+  };
   auto* sh = SharedAnon<Shared>();
   pid_t k = Spawn([&] {
     auto rr = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
@@ -207,7 +209,10 @@ TEST(MultiProcessTest, PausedParticipantIsFencedAfterReclaim) {
   ScratchRegion sr("fence");
   auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
   const NamespaceId ns = Ns(r.get());
-  struct Shared { std::atomic<int> stage{0}; std::atomic<int> result{-1}; };
+  struct Shared {
+    std::atomic<int> stage{0};
+    std::atomic<int> result{-1};
+  };
   auto* sh = SharedAnon<Shared>();
   pid_t k = Spawn([&] {
     auto w = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
@@ -239,7 +244,10 @@ TEST(MultiProcessTest, ResumedReclaimedReaderDoesNotReleaseANewcomersPin) {
   const BlockKey key = BlockKey::FromId(3);
   std::vector<uint8_t> d(kSlot, 3);
   ASSERT_TRUE(r->Store(ns, key, d.data(), d.size()).ok());
-  struct Shared { std::atomic<int> zombie_index{-1}, newcomer_index{-1}; std::atomic<bool> done{false}; };
+  struct Shared {
+    std::atomic<int> zombie_index{-1}, newcomer_index{-1};
+    std::atomic<bool> done{false};
+  };
   auto* sh = SharedAnon<Shared>();
   pid_t z = Spawn([&] {
     auto rr = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
@@ -277,7 +285,9 @@ TEST(MultiProcessTest, RegistryFullOfDeadProcessesIsReclaimedByTheNextOpener) {
   ScratchRegion sr("full");
   { auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot)); }
   std::vector<pid_t> kids;
-  struct Shared { std::atomic<int> attached{0}; };
+  struct Shared {
+    std::atomic<int> attached{0};
+  };
   auto* sh = SharedAnon<Shared>();
   for (int i = 0; i < 64; ++i) {
     kids.push_back(Spawn([&] {
@@ -307,7 +317,10 @@ TEST(MultiProcessTest, StressSameKeysWithKillsHasNoVerifyFailures) {
   ScratchRegion sr("stress");
   const uint64_t kBlock = 8192;
   const RegionOptions opts = TestOptions(2 << 20, kBlock);
-  { auto r = MustOpen(sr.path(), opts); Ns(r.get()); }
+  {
+    auto r = MustOpen(sr.path(), opts);
+    Ns(r.get());
+  }
   struct Shared {
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> hits{0}, stores{0}, wrong{0}, crc{0}, errors{0};
@@ -327,8 +340,10 @@ TEST(MultiProcessTest, StressSameKeysWithKillsHasNoVerifyFailures) {
         if (op == 0) {
           FillPattern(id, want.data(), want.size());
           Status s = r->Store(ns, key, want.data(), want.size());
-          if (s.ok()) sh->stores++;
-          else if (!s.IsBusy() && !s.IsNoSpace()) sh->errors++;
+          if (s.ok())
+            sh->stores++;
+          else if (!s.IsBusy() && !s.IsNoSpace())
+            sh->errors++;
         } else if (op == 1) {
           Status s = r->Load(ns, key, buf.data(), buf.size());
           if (s.ok()) {
@@ -348,8 +363,10 @@ TEST(MultiProcessTest, StressSameKeysWithKillsHasNoVerifyFailures) {
             Status s = r->Load(ns, chain[0], buf.data(), buf.size());
             FillPattern(id, want.data(), want.size());  // chain[0] is `key`
             // A pinned block cannot be evicted: the load must hit.
-            if (!s.ok()) sh->errors++;
-            else if (buf != want) sh->wrong++;
+            if (!s.ok())
+              sh->errors++;
+            else if (buf != want)
+              sh->wrong++;
           }
         }
       }

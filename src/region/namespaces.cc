@@ -46,8 +46,10 @@ Image ReadImage(const NamespaceRecord& r) {
     for (size_t i = 0; i < n; ++i)
       dst[i] = reinterpret_cast<const std::atomic<char>*>(src + i)->load(std::memory_order_relaxed);
   };
-  im.tp_rank = reinterpret_cast<const std::atomic<uint32_t>*>(&r.tp_rank)->load(std::memory_order_relaxed);
-  im.kv_group = reinterpret_cast<const std::atomic<uint32_t>*>(&r.kv_group)->load(std::memory_order_relaxed);
+  im.tp_rank =
+      reinterpret_cast<const std::atomic<uint32_t>*>(&r.tp_rank)->load(std::memory_order_relaxed);
+  im.kv_group =
+      reinterpret_cast<const std::atomic<uint32_t>*>(&r.kv_group)->load(std::memory_order_relaxed);
   load(r.model, im.model, sizeof im.model);
   load(r.dtype, im.dtype, sizeof im.dtype);
   load(r.kv_layout, im.kv_layout, sizeof im.kv_layout);
@@ -59,8 +61,10 @@ void WriteImage(NamespaceRecord& r, const Image& im) {
     for (size_t i = 0; i < n; ++i)
       reinterpret_cast<std::atomic<char>*>(dst + i)->store(src[i], std::memory_order_relaxed);
   };
-  reinterpret_cast<std::atomic<uint32_t>*>(&r.tp_rank)->store(im.tp_rank, std::memory_order_relaxed);
-  reinterpret_cast<std::atomic<uint32_t>*>(&r.kv_group)->store(im.kv_group, std::memory_order_relaxed);
+  reinterpret_cast<std::atomic<uint32_t>*>(&r.tp_rank)
+      ->store(im.tp_rank, std::memory_order_relaxed);
+  reinterpret_cast<std::atomic<uint32_t>*>(&r.kv_group)
+      ->store(im.kv_group, std::memory_order_relaxed);
   store(r.model, im.model, sizeof im.model);
   store(r.dtype, im.dtype, sizeof im.dtype);
   store(r.kv_layout, im.kv_layout, sizeof im.kv_layout);
@@ -81,8 +85,10 @@ bool Matches(const NamespaceRecord& r, const Image& want) {
 
 Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
   if (d.model.size() > 127 || d.dtype.size() > 23 || d.kv_layout.size() > 63) {
-    return Status::InvalidArgument("namespace field too long (model <= 127, dtype <= 23, "
-                                   "kv_layout <= 63 bytes): " + d.ToString());
+    return Status::InvalidArgument(
+        "namespace field too long (model <= 127, dtype <= 23, "
+        "kv_layout <= 63 bytes): " +
+        d.ToString());
   }
   if (d.model.find('\0') != std::string::npos || d.dtype.find('\0') != std::string::npos ||
       d.kv_layout.find('\0') != std::string::npos) {

@@ -34,12 +34,12 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
   if (path.empty()) return Status::InvalidArgument("region path is empty");
   if (options.register_participant &&
       options.liveness_timeout_ns < 4 * options.heartbeat_interval_ns) {
-    return Status::InvalidArgument("liveness_timeout_ns must be at least 4 x heartbeat_interval_ns");
+    return Status::InvalidArgument(
+        "liveness_timeout_ns must be at least 4 x heartbeat_interval_ns");
   }
   std::unique_ptr<internal::Mapping> map;
-  CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(path, options.offset, options.size,
-                                                options.create_if_missing, options.sysfs_root,
-                                                &map));
+  CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(
+      path, options.offset, options.size, options.create_if_missing, options.sysfs_root, &map));
   if (map->size() < internal::kSuperblockBytes) {
     return Status::InvalidArgument("region " + path + " is " + std::to_string(map->size()) +
                                    " bytes, smaller than its 4096-byte header");
@@ -96,7 +96,8 @@ Status RegionImpl::Init() {
 Status RegionImpl::InitOrThrow() {
   const RegionConfig& c = opts_.config;
   if (c.hash_algorithm.size() > 31) {
-    return Status::InvalidArgument("hash_algorithm '" + c.hash_algorithm + "' longer than 31 bytes");
+    return Status::InvalidArgument("hash_algorithm '" + c.hash_algorithm +
+                                   "' longer than 31 bytes");
   }
   for (char ch : c.hash_algorithm) {
     if (ch < 0x21 || ch > 0x7e) {
@@ -133,7 +134,8 @@ Status RegionImpl::FormatOrWait() {
     return true;
   };
   const Status not_ours = Status::InvalidArgument(
-      "region " + path + " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB "
+      "region " + path +
+      " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB "
       "are not zero); refusing to format over them: `cxlkv format --force` overwrites it");
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
@@ -154,13 +156,14 @@ Status RegionImpl::FormatOrWait() {
     // The formatter writes the config JSON (which, with sorted keys, always
     // starts like this) before the header: bytes there mean a format of ours.
     static constexpr char kJsonPrefix[] = "{\"coherence\":\"";
-    const bool our_json = std::memcmp(base_ + sizeof(Superblock), kJsonPrefix,
-                                      sizeof kJsonPrefix - 1) == 0;
+    const bool our_json =
+        std::memcmp(base_ + sizeof(Superblock), kJsonPrefix, sizeof kJsonPrefix - 1) == 0;
     // Decision table (docs/region_format.md, "Format protocol").
     bool claim = false;
     if (header_intact) {
       if (lock == 0) {
-        return Status::Corruption("region " + path + ": magic number damaged but the header is "
+        return Status::Corruption("region " + path +
+                                  ": magic number damaged but the header is "
                                   "intact; refusing to format over it (reformat with `cxlkv "
                                   "format --force`)");
       }
@@ -319,10 +322,9 @@ Status RegionImpl::Validate() {
   Superblock sb;
   std::memcpy(static_cast<void*>(&sb), sb_, sizeof sb);
   if (sb.layout_version != kLayoutVersion) {
-    return Status::Unsupported("region " + path + " has layout version " +
-                               std::to_string(sb.layout_version) +
-                               "; this build reads layout version " +
-                               std::to_string(kLayoutVersion));
+    return Status::Unsupported(
+        "region " + path + " has layout version " + std::to_string(sb.layout_version) +
+        "; this build reads layout version " + std::to_string(kLayoutVersion));
   }
   const uint32_t crc = HeaderCrc(sb);
   if (crc != sb.header_crc) {
@@ -373,10 +375,12 @@ Status RegionImpl::Validate() {
   const RegionConfig& want = opts_.config;
   auto num = [](uint64_t v) { return std::to_string(v); };
   if (opts_.size != 0 && opts_.size != sb.region_size) {
-    return Status::InvalidArgument(FieldMismatch(path, "region_size", num(sb.region_size), num(opts_.size)));
+    return Status::InvalidArgument(
+        FieldMismatch(path, "region_size", num(sb.region_size), num(opts_.size)));
   }
   if (want.slot_size != 0 && want.slot_size != sb.slot_size) {
-    return Status::InvalidArgument(FieldMismatch(path, "slot_size", num(sb.slot_size), num(want.slot_size)));
+    return Status::InvalidArgument(
+        FieldMismatch(path, "slot_size", num(sb.slot_size), num(want.slot_size)));
   }
   if (!want.hash_algorithm.empty() && want.hash_algorithm != sb.hash_algorithm) {
     return Status::InvalidArgument(FieldMismatch(path, "hash_algorithm",
@@ -391,8 +395,8 @@ Status RegionImpl::Validate() {
   }
   const auto region_coherence = static_cast<CoherenceMode>(sb.coherence);
   if (want.coherence != region_coherence) {
-    return Status::InvalidArgument(FieldMismatch(path, "coherence", CoherenceModeName(region_coherence),
-                                                 CoherenceModeName(want.coherence)));
+    return Status::InvalidArgument(FieldMismatch(
+        path, "coherence", CoherenceModeName(region_coherence), CoherenceModeName(want.coherence)));
   }
   if (region_coherence != CoherenceMode::kHardware) {
     return Status::Unsupported("region " + path + ": coherence mode 'software' is not implemented");
@@ -440,9 +444,7 @@ Status RegionImpl::Validate() {
 void RegionImpl::StartPrefault() {
   if (opts_.prefault == Prefault::kNone) return;
   // Populate the metadata first (every lookup touches it), then the data.
-  auto work = [this] {
-    map_->Prefault(0, geo_.region_size);
-  };
+  auto work = [this] { map_->Prefault(0, geo_.region_size); };
   if (opts_.prefault == Prefault::kAtAttach) {
     // Split across a few threads: populate is bound by page-table work,
     // which scales with cores.

@@ -37,7 +37,8 @@ void CopyPayload(void* dst, const void* src, size_t n) {
 #if defined(__SANITIZE_THREAD__) || defined(CXLKV_TSAN)
 __attribute__((no_sanitize("thread")))
 #endif
-uint32_t CopyWithCrc(void* dst, const void* src, size_t n, bool verify) {
+uint32_t
+CopyWithCrc(void* dst, const void* src, size_t n, bool verify) {
   // One memcpy for the whole block: glibc switches to non-temporal stores
   // above its threshold, and block-sized copies run ~5x faster here than
   // cache-sized chunks (measured: docs/benchmarks.md). The CRC then reads
@@ -69,7 +70,8 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
   }
   if (capacity < len) {
     return Status::InvalidArgument("destination of " + std::to_string(capacity) +
-                                   " bytes is smaller than the block (" + std::to_string(len) + ")");
+                                   " bytes is smaller than the block (" + std::to_string(len) +
+                                   ")");
   }
   // A participant pins the slot for the copy so eviction cannot waste it.
   const bool participant = StillRegistered();

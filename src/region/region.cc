@@ -93,32 +93,52 @@ void PinSet::Release() {
 
 const char* CoherenceModeName(CoherenceMode m) {
   switch (m) {
-    case CoherenceMode::kHardware: return "hardware";
-    case CoherenceMode::kSoftware: return "software";
+    case CoherenceMode::kHardware:
+      return "hardware";
+    case CoherenceMode::kSoftware:
+      return "software";
   }
   return "unknown";
 }
 
 const char* CounterName(Counter c) {
   switch (c) {
-    case Counter::kLookups: return "lookups";
-    case Counter::kHits: return "hits";
-    case Counter::kMisses: return "misses";
-    case Counter::kStores: return "stores";
-    case Counter::kStoreDuplicate: return "store_duplicate";
-    case Counter::kStoreFull: return "store_failed_full";
-    case Counter::kStoreTooLarge: return "store_failed_too_large";
-    case Counter::kStoreLostRace: return "store_failed_lost_race";
-    case Counter::kEvictions: return "evictions";
-    case Counter::kCrcFailures: return "crc_failures";
-    case Counter::kReclaimedSlots: return "reclaimed_slots";
-    case Counter::kLoadRaces: return "load_races";
-    case Counter::kCrossHits: return "cross_participant_hits";
-    case Counter::kBytesLoaded: return "bytes_loaded";
-    case Counter::kBytesStored: return "bytes_stored";
-    case Counter::kReleasedPins: return "released_pins";
-    case Counter::kStoreFenced: return "store_failed_fenced";
-    case Counter::kCount: break;
+    case Counter::kLookups:
+      return "lookups";
+    case Counter::kHits:
+      return "hits";
+    case Counter::kMisses:
+      return "misses";
+    case Counter::kStores:
+      return "stores";
+    case Counter::kStoreDuplicate:
+      return "store_duplicate";
+    case Counter::kStoreFull:
+      return "store_failed_full";
+    case Counter::kStoreTooLarge:
+      return "store_failed_too_large";
+    case Counter::kStoreLostRace:
+      return "store_failed_lost_race";
+    case Counter::kEvictions:
+      return "evictions";
+    case Counter::kCrcFailures:
+      return "crc_failures";
+    case Counter::kReclaimedSlots:
+      return "reclaimed_slots";
+    case Counter::kLoadRaces:
+      return "load_races";
+    case Counter::kCrossHits:
+      return "cross_participant_hits";
+    case Counter::kBytesLoaded:
+      return "bytes_loaded";
+    case Counter::kBytesStored:
+      return "bytes_stored";
+    case Counter::kReleasedPins:
+      return "released_pins";
+    case Counter::kStoreFenced:
+      return "store_failed_fenced";
+    case Counter::kCount:
+      break;
   }
   return "unknown";
 }

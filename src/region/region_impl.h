@@ -135,13 +135,16 @@ class RegionImpl final : public Region {
   Status CheckWritable() const;
 
   void Count(Counter c, uint64_t n = 1) const {
-    my_counters_.load(std::memory_order_relaxed)->v[static_cast<uint32_t>(c)].fetch_add(
-        n, std::memory_order_relaxed);
+    my_counters_.load(std::memory_order_relaxed)
+        ->v[static_cast<uint32_t>(c)]
+        .fetch_add(n, std::memory_order_relaxed);
   }
   // Reclaim work done before we registered is credited to the region.
   void CountReclaim(Counter c) const {
-    if (self_ >= 0) Count(c);
-    else retired_->v[static_cast<uint32_t>(c)].fetch_add(1, std::memory_order_relaxed);
+    if (self_ >= 0)
+      Count(c);
+    else
+      retired_->v[static_cast<uint32_t>(c)].fetch_add(1, std::memory_order_relaxed);
   }
   std::atomic<uint64_t>* PinWords(uint64_t slot) const { return pins_ + slot * geo_.pin_words; }
   uint32_t self_index() const { return static_cast<uint32_t>(self_); }
@@ -160,8 +163,8 @@ class RegionImpl final : public Region {
   SlotMeta* meta_ = nullptr;
   std::atomic<uint64_t>* pins_ = nullptr;
   uint8_t* data_ = nullptr;
-  int32_t self_ = -1;           // participant index, -1: observer
-  uint64_t self_word_ = 0;      // our ACTIVE state word
+  int32_t self_ = -1;                 // participant index, -1: observer
+  uint64_t self_word_ = 0;            // our ACTIVE state word
   CounterBlock observer_counters_{};  // counters of an observer (not in the region)
   // Our counter block: in the region while we are a participant, the
   // process-local one otherwise (observer, or fenced after being reclaimed).
@@ -171,7 +174,7 @@ class RegionImpl final : public Region {
   std::thread heartbeat_;
   std::mutex hb_mu_;
   std::condition_variable hb_cv_;
-  bool stop_ = false;  // guarded by hb_mu_
+  bool stop_ = false;                // guarded by hb_mu_
   std::atomic<bool> fenced_{false};  // we were judged dead and reclaimed
   std::thread prefault_;
 
@@ -197,9 +200,8 @@ class RegionImpl final : public Region {
 // block: same generation, and not yet taken for writing.
 inline bool SameReadableBlock(uint64_t before, uint64_t after) {
   const uint8_t s = WordState(after);
-  return WordGen(after) == WordGen(before) &&
-         (s == static_cast<uint8_t>(SlotState::kReady) ||
-          s == static_cast<uint8_t>(SlotState::kEvicting));
+  return WordGen(after) == WordGen(before) && (s == static_cast<uint8_t>(SlotState::kReady) ||
+                                               s == static_cast<uint8_t>(SlotState::kEvicting));
 }
 
 // Key/namespace fingerprints (directory.cc).

@@ -5,7 +5,6 @@
 #include "cxlkv/region.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -113,8 +112,8 @@ TEST(RegionTest, TooLargeBlockIsRefusedAndCounted) {
   auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
   std::vector<uint8_t> big(kSlot + 1);
   StoreOutcome out;
-  EXPECT_TRUE(r->Store(Ns(r.get()), BlockKey::FromId(1), big.data(), big.size(), &out)
-                  .IsInvalidArgument());
+  EXPECT_TRUE(
+      r->Store(Ns(r.get()), BlockKey::FromId(1), big.data(), big.size(), &out).IsInvalidArgument());
   EXPECT_EQ(out, StoreOutcome::kTooLarge);
   EXPECT_EQ(r->ProcessCounters()[Counter::kStoreTooLarge], 1u);
 }
@@ -320,7 +319,8 @@ TEST(RegionTest, SlotReusedDuringReadIsNotServed) {
   const uint64_t n = writer->info().num_slots;
   ASSERT_EQ(writer->info().num_sets, 1u);  // the freed slot is the only free one
   auto d = Pattern(1);
-  for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(writer->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+  for (uint64_t i = 0; i < n; ++i)
+    ASSERT_TRUE(writer->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
   RegionOptions ro = TestOptions(128 << 10, kSlot);
   ro.register_participant = false;  // an observer reads without pinning
   auto reader = MustOpen(sr.path(), ro);
@@ -332,7 +332,8 @@ TEST(RegionTest, SlotReusedDuringReadIsNotServed) {
   ASSERT_TRUE(writer->Drop(ns, BlockKey::FromId(0)).ok());
   auto other = Pattern(2);
   ASSERT_TRUE(writer->Store(ns, BlockKey::FromId(n + 5), other.data(), other.size()).ok());
-  std::memcpy(copy.data() + copy.size() / 2, static_cast<const uint8_t*>(lease.data()) + copy.size() / 2,
+  std::memcpy(copy.data() + copy.size() / 2,
+              static_cast<const uint8_t*>(lease.data()) + copy.size() / 2,
               copy.size() - copy.size() / 2);
   EXPECT_TRUE(reader->EndRead(&lease, copy.data()).IsNotFound());
   EXPECT_FALSE(lease.open());
@@ -368,7 +369,8 @@ TEST(RegionTest, VerifyScrubFindsAndDropsCorruptSlots) {
   auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
   const NamespaceId ns = Ns(r.get());
   auto d = Pattern(4);
-  for (uint64_t i = 0; i < 20; ++i) ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+  for (uint64_t i = 0; i < 20; ++i)
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
   for (uint64_t i : {3, 11}) impl->SlotData(impl->FindReadySlot(ns, BlockKey::FromId(i)))[0] ^= 1;
   Region::ScrubReport rep;

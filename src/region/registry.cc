@@ -149,9 +149,10 @@ size_t RegionImpl::ReapDead() {
         continue;
       }
       // The declared interval is untrusted: cap what it can stretch.
-      const uint64_t declared =
-          std::min<uint64_t>(r.heartbeat_interval_ns.load(std::memory_order_relaxed), 60'000'000'000ull);
-      const auto timeout = std::chrono::nanoseconds(std::max(opts_.liveness_timeout_ns, 4 * declared));
+      const uint64_t declared = std::min<uint64_t>(
+          r.heartbeat_interval_ns.load(std::memory_order_relaxed), 60'000'000'000ull);
+      const auto timeout =
+          std::chrono::nanoseconds(std::max(opts_.liveness_timeout_ns, 4 * declared));
       if (now - o.since > timeout) dead.emplace_back(i, w);
     }
   }
@@ -235,7 +236,8 @@ std::vector<ParticipantInfo> RegionImpl::Participants() const {
     p.pid = r.pid.load(std::memory_order_relaxed);
     char host[33] = {};
     for (size_t k = 0; k < 32; ++k) {
-      host[k] = reinterpret_cast<const std::atomic<char>*>(&r.host[k])->load(std::memory_order_relaxed);
+      host[k] =
+          reinterpret_cast<const std::atomic<char>*>(&r.host[k])->load(std::memory_order_relaxed);
     }
     p.host = std::string(host, strnlen(host, 32));
     p.heartbeat = r.heartbeat.load(std::memory_order_relaxed);

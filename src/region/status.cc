@@ -10,14 +10,22 @@ const std::string& Status::message() const {
 
 const char* Status::CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kNotFound: return "NotFound";
-    case Code::kBusy: return "Busy";
-    case Code::kNoSpace: return "NoSpace";
-    case Code::kCorruption: return "Corruption";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kIOError: return "IOError";
-    case Code::kUnsupported: return "Unsupported";
+    case Code::kOk:
+      return "OK";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kBusy:
+      return "Busy";
+    case Code::kNoSpace:
+      return "NoSpace";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kIOError:
+      return "IOError";
+    case Code::kUnsupported:
+      return "Unsupported";
   }
   return "Unknown";
 }

@@ -16,7 +16,6 @@ constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
 constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
 constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
 
-
 }  // namespace
 
 bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* word_out,
@@ -89,9 +88,8 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
     if (s.IsBusy()) Count(Counter::kStoreFenced);
     return s;
   }
-  if (ns >= kNamespaceEntries ||
-      WordState(nss_[ns].state.load(std::memory_order_acquire)) !=
-          static_cast<uint8_t>(NamespaceState::kReady)) {
+  if (ns >= kNamespaceEntries || WordState(nss_[ns].state.load(std::memory_order_acquire)) !=
+                                     static_cast<uint8_t>(NamespaceState::kReady)) {
     return Status::InvalidArgument("namespace id " + std::to_string(ns) +
                                    " is not registered in region " + info_.path);
   }
@@ -120,8 +118,9 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   if (!ClaimSlot(place, &slot, &writing, &evicted)) {
     Count(Counter::kStoreFull);
     *outcome = StoreOutcome::kFull;
-    return Status::NoSpace("no free or evictable slot for this block (both candidate sets are "
-                           "pinned or being written)");
+    return Status::NoSpace(
+        "no free or evictable slot for this block (both candidate sets are "
+        "pinned or being written)");
   }
   // Order the WRITING word before any byte of the new payload: a reader
   // still copying the old payload must see the generation change.

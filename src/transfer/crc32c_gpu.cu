@@ -1,6 +1,4 @@
 // Copyright cxlkv authors.
-#include "crc32c_gpu.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "crc32c_gpu.h"
 #include "crc32c_math.h"
 #include "cuda_status.h"
 
@@ -71,7 +70,10 @@ __device__ uint32_t FindOwner(const uint64_t* first, uint32_t n, uint64_t g) {
   uint32_t lo = 0, hi = n;
   while (hi - lo > 1) {
     const uint32_t mid = lo + (hi - lo) / 2;
-    if (first[mid] <= g) lo = mid; else hi = mid;
+    if (first[mid] <= g)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }

@@ -43,8 +43,8 @@ class GpuCrc32c {
   // bytes at device address piece_ptr[p]. The arrays are copied; the device
   // memory they name must stay valid until the computation has completed.
   // REQUIRES: the previous computation has completed (stream synchronized).
-  Status Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len,
-                 const uint32_t* first_piece, size_t num_blocks, CUstream stream);
+  Status Prepare(const uint64_t* piece_ptr, const uint64_t* piece_len, const uint32_t* first_piece,
+                 size_t num_blocks, CUstream stream);
 
   // Enqueues on `stream` the CRCs of blocks [begin, end) of the prepared set.
   // Result(b) is valid once `stream` has passed this point (synchronize it).
@@ -66,7 +66,7 @@ class GpuCrc32c {
   size_t desc_bytes_ = 0;
   CUdeviceptr seg_crc_ = 0;
   uint64_t seg_capacity_ = 0;
-  uint8_t* host_desc_ = nullptr;  // pinned mirror of the description
+  uint8_t* host_desc_ = nullptr;     // pinned mirror of the description
   uint32_t* host_result_ = nullptr;  // pinned, mapped into the device
   CUdeviceptr dev_result_ = 0;       // its device address
   size_t result_capacity_ = 0;

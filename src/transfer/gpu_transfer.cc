@@ -19,8 +19,10 @@ using internal::HostRegistration;
 
 const char* GpuPathName(GpuPath p) {
   switch (p) {
-    case GpuPath::kDirect: return "direct";
-    case GpuPath::kStaged: return "staged";
+    case GpuPath::kDirect:
+      return "direct";
+    case GpuPath::kStaged:
+      return "staged";
   }
   return "?";
 }
@@ -107,7 +109,9 @@ namespace {
 // Makes the engine's context current for the scope of one call.
 class ContextScope {
  public:
-  explicit ContextScope(CUcontext c) { status_ = CudaStatus(cuCtxPushCurrent(c), "cuCtxPushCurrent"); }
+  explicit ContextScope(CUcontext c) {
+    status_ = CudaStatus(cuCtxPushCurrent(c), "cuCtxPushCurrent");
+  }
   ~ContextScope() {
     if (!status_.ok()) return;
     CUcontext popped = nullptr;
@@ -135,10 +139,13 @@ GpuTransferEngine::Impl::~Impl() {
     if (crc) Report(cuStreamSynchronize(crc), "cuStreamSynchronize");
     regs.clear();
     crc32c.reset();
-    for (CUevent& e : group_ev) if (e) Report(cuEventDestroy(e), "cuEventDestroy");
-    for (CUevent& e : stage_ev) if (e) Report(cuEventDestroy(e), "cuEventDestroy");
+    for (CUevent& e : group_ev)
+      if (e) Report(cuEventDestroy(e), "cuEventDestroy");
+    for (CUevent& e : stage_ev)
+      if (e) Report(cuEventDestroy(e), "cuEventDestroy");
     if (after_ev) Report(cuEventDestroy(after_ev), "cuEventDestroy");
-    for (uint8_t*& s : staging) if (s) Report(cuMemFreeHost(s), "cuMemFreeHost(staging)");
+    for (uint8_t*& s : staging)
+      if (s) Report(cuMemFreeHost(s), "cuMemFreeHost(staging)");
     if (copy) Report(cuStreamDestroy(copy), "cuStreamDestroy");
     if (crc) Report(cuStreamDestroy(crc), "cuStreamDestroy");
     CUcontext popped;
@@ -168,7 +175,8 @@ Status GpuTransferEngine::Impl::Init() {
   for (CUevent& e : group_ev) CXLKV_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
   for (CUevent& e : stage_ev) CXLKV_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
   CXLKV_CU(cuEventCreate(&after_ev, CU_EVENT_DISABLE_TIMING));
-  if (opts.staging_bytes < 4096) return Status::InvalidArgument("gpu transfer: staging_bytes < 4 KiB");
+  if (opts.staging_bytes < 4096)
+    return Status::InvalidArgument("gpu transfer: staging_bytes < 4 KiB");
   for (uint8_t*& s : staging) {
     void* p = nullptr;
     CXLKV_CU(cuMemHostAlloc(&p, opts.staging_bytes, 0));
@@ -241,8 +249,8 @@ Status GpuTransferEngine::Impl::Issue(size_t begin, size_t end, bool to_gpu, CUs
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     size_t attr_idx = 0;
 #if CUDA_VERSION >= 13000
-    const CUresult rc = cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr,
-                                           &attr_idx, 1, s);
+    const CUresult rc =
+        cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr, &attr_idx, 1, s);
 #else
     size_t fail_idx = 0;
     const CUresult rc = cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), n, &attr,
@@ -421,9 +429,10 @@ Status GpuTransferEngine::RegisterHost(void* base, uint64_t len) {
   ContextScope scope(impl_->ctx);
   CXLKV_RETURN_IF_ERROR(scope.status());
   int supported = 0;
-  CXLKV_CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
-                                impl_->dev));
-  if (!supported) return Status::Unsupported("register host range: device cannot register host memory");
+  CXLKV_CU(
+      cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, impl_->dev));
+  if (!supported)
+    return Status::Unsupported("register host range: device cannot register host memory");
   std::unique_ptr<HostRegistration> r;
   CXLKV_RETURN_IF_ERROR(
       HostRegistration::Register(base, len, impl_->opts.registration_segment_bytes, &r));
@@ -498,7 +507,8 @@ Status GpuTransferEngine::Checksum(const GpuBatch& batch, uint32_t* crc_out,
   CXLKV_RETURN_IF_ERROR(scope.status());
   Impl& m = *impl_;
   Status s = m.WaitFor(after_stream);
-  if (s.ok()) s = m.crc32c->Prepare(batch.gpu(), batch.len(), batch.first_piece(), batch.num_blocks(), m.crc);
+  if (s.ok())
+    s = m.crc32c->Prepare(batch.gpu(), batch.len(), batch.first_piece(), batch.num_blocks(), m.crc);
   if (s.ok()) s = m.crc32c->Launch(0, batch.num_blocks(), m.crc);
   s = m.Finish(std::move(s));
   if (s.ok()) m.CollectCrc(batch, crc_out);

@@ -78,7 +78,11 @@ class GpuBatch {
  public:
   GpuBatch() { first_piece_.push_back(0); }
   void Clear() {
-    host_.clear(); gpu_.clear(); len_.clear(); first_piece_.assign(1, 0); block_len_.clear();
+    host_.clear();
+    gpu_.clear();
+    len_.clear();
+    first_piece_.assign(1, 0);
+    block_len_.clear();
   }
   // Starts a block whose host bytes begin at `host`; add its pieces next.
   void AddBlock(void* host) {
@@ -88,7 +92,10 @@ class GpuBatch {
   }
   // Appends a device range to the last block. REQUIRES: a block was added.
   void AddPiece(uint64_t gpu, uint64_t len) {
-    gpu_.push_back(gpu); len_.push_back(len); ++first_piece_.back(); block_len_.back() += len;
+    gpu_.push_back(gpu);
+    len_.push_back(len);
+    ++first_piece_.back();
+    block_len_.back() += len;
   }
   size_t num_blocks() const { return host_.size(); }
   size_t num_pieces() const { return gpu_.size(); }
@@ -120,8 +127,7 @@ class GpuTransferEngine {
   // events and the staging buffers. kUnsupported: no such device, no driver,
   // or the device cannot register host memory (the direct path is then
   // unavailable: RegisterHost fails, staged copies work).
-  static Status Create(const GpuTransferOptions& options,
-                       std::unique_ptr<GpuTransferEngine>* out);
+  static Status Create(const GpuTransferOptions& options, std::unique_ptr<GpuTransferEngine>* out);
   ~GpuTransferEngine();
   GpuTransferEngine(const GpuTransferEngine&) = delete;
   GpuTransferEngine& operator=(const GpuTransferEngine&) = delete;

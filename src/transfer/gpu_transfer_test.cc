@@ -38,8 +38,9 @@ std::unique_ptr<GpuTransferEngine> MakeEngine(GpuTransferOptions o = {}) {
 TEST_F(GpuTransferTest, GpuCrcEqualsCpuCrcForAnyLengthAlignmentAndSplit) {
   auto e = MakeEngine();
   ASSERT_TRUE(e);
-  const std::vector<uint64_t> lens = {0, 1, 15, 16, 17, 4095, 32767, 32768, 32769, 131071, 131072, 131073,
-                                      917504, 14 * kMiB + 3, 40 * kMiB + 5};
+  const std::vector<uint64_t> lens = {
+      0,     1,      15,     16,     17,     4095,          32767,        32768,
+      32769, 131071, 131072, 131073, 917504, 14 * kMiB + 3, 40 * kMiB + 5};
   uint64_t total = 0;
   for (uint64_t n : lens) total += n + 64;
   std::vector<uint8_t> host(total);

@@ -32,9 +32,8 @@ Status HostRegistration::Register(void* base, uint64_t len, uint64_t segment_byt
     // PORTABLE: usable from every context (PyTorch and we share the primary
     // one, but a caller may create others). DEVICEMAP: also give it a device
     // address, which kernels reading region bytes directly would need.
-    const CUresult rc = cuMemHostRegister(reinterpret_cast<void*>(s), n,
-                                          CU_MEMHOSTREGISTER_PORTABLE |
-                                              CU_MEMHOSTREGISTER_DEVICEMAP);
+    const CUresult rc = cuMemHostRegister(
+        reinterpret_cast<void*>(s), n, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (rc != CUDA_SUCCESS) {
       // The destructor of r unregisters the segments done so far.
       char what[160];
@@ -57,8 +56,7 @@ HostRegistration::~HostRegistration() {
   for (uint8_t* s : segments_) {
     const CUresult rc = cuMemHostUnregister(s);
     if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED) {
-      std::fprintf(stderr, "cxlkv: %s\n",
-                   CudaStatus(rc, "cuMemHostUnregister").ToString().c_str());
+      std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(rc, "cuMemHostUnregister").ToString().c_str());
     }
   }
 }

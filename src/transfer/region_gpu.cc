@@ -56,8 +56,8 @@ uint64_t Capacity(const GpuBlocks& blocks, size_t b) {
 
 }  // namespace
 
-Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks,
-                        GpuPath path, uintptr_t after_stream, GpuStoreResult* result) {
+Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
+                        uintptr_t after_stream, GpuStoreResult* result) {
   const size_t n = blocks.num_blocks;
   result->status.assign(n, Status::OK());
   result->outcome.assign(n, StoreOutcome::kStored);
@@ -96,8 +96,8 @@ Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& b
   return Status::OK();
 }
 
-Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks,
-                       GpuPath path, GpuLoadResult* result, const LoadOptions& options) {
+Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
+                       GpuLoadResult* result, const LoadOptions& options) {
   const bool verify = opts_.gpu_crc && options.verify_crc;
   const size_t n = blocks.num_blocks;
   result->status.assign(n, Status::OK());
@@ -114,9 +114,9 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
     }
     const uint64_t cap = Capacity(blocks, b);
     if (leases[b].len() > cap) {
-      result->status[b] = Status::InvalidArgument(
-          "destination of " + std::to_string(cap) + " bytes is smaller than the block (" +
-          std::to_string(leases[b].len()) + ")");
+      result->status[b] = Status::InvalidArgument("destination of " + std::to_string(cap) +
+                                                  " bytes is smaller than the block (" +
+                                                  std::to_string(leases[b].len()) + ")");
       // Closing the lease is all that is wanted; its verdict is moot.
       (void)region_->EndRead(&leases[b]);
       continue;

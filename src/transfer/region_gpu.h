@@ -52,9 +52,9 @@ struct GpuBlocks {
 };
 
 struct GpuStoreResult {
-  std::vector<Status> status;          // per block: as Region::BeginWrite/CommitWrite
-  std::vector<StoreOutcome> outcome;   // per block
-  size_t stored = 0;                   // blocks written (kStored)
+  std::vector<Status> status;         // per block: as Region::BeginWrite/CommitWrite
+  std::vector<StoreOutcome> outcome;  // per block
+  size_t stored = 0;                  // blocks written (kStored)
 };
 
 struct GpuLoadResult {

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
                 GpuPath::kDirect, &res);
   if (!s.ok()) return Fail("load: " + s.ToString());
   for (size_t i = 0; i < n; ++i) {
-    if (!res.status[i].ok()) return Fail("block " + std::to_string(i) + ": " + res.status[i].ToString());
+    if (!res.status[i].ok())
+      return Fail("block " + std::to_string(i) + ": " + res.status[i].ToString());
   }
   std::vector<uint8_t> got(slot), want(slot);
   for (size_t i = 0; i < n; ++i) {

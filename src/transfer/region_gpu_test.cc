@@ -28,7 +28,7 @@ namespace {
 using test::DeviceBuffer;
 using test::FillPattern;
 
-constexpr uint64_t kPage = 896 * 1024;    // one 16-token GPU page of Qwen2.5-7B
+constexpr uint64_t kPage = 896 * 1024;  // one 16-token GPU page of Qwen2.5-7B
 constexpr uint64_t kPagesPerSlot = 4;
 constexpr uint64_t kSlot = kPage * kPagesPerSlot;
 constexpr uint64_t kRegionBytes = 320ull << 20;
@@ -41,7 +41,8 @@ class RegionGpuTest : public test::GpuTest {
     opts_ = test::TestOptions(kRegionBytes, kSlot);
     region_ = test::MustOpen(scratch_.path(), opts_);
     ASSERT_TRUE(region_);
-    ASSERT_TRUE(region_->RegisterNamespace(NamespaceDesc{"gpu-test", "bfloat16", "HND", 0, 0}, &ns_).ok());
+    ASSERT_TRUE(
+        region_->RegisterNamespace(NamespaceDesc{"gpu-test", "bfloat16", "HND", 0, 0}, &ns_).ok());
   }
   void OpenGpu(RegionGpuOptions o = {}) {
     Status s = RegionGpu::Open(region_.get(), o, &gpu_);
@@ -128,12 +129,13 @@ TEST_F(RegionGpuTest, BlocksStoredFromGpuLoadBitExactIntoAnotherProcessGpu) {
   GpuStoreResult st;
   Status s = gpu_->Store(ns_, keys.data(), pb.view(), GpuPath::kDirect, 0, &st);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(st.status[i].ok()) << i << ": " << st.status[i].ToString();
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_TRUE(st.status[i].ok()) << i << ": " << st.status[i].ToString();
   EXPECT_EQ(st.stored, n);
 
   // The other process: a fresh program with its own CUDA context.
   const std::vector<std::string> args = {
-      CXLKV_REGION_GPU_PEER, scratch_.path(), std::to_string(kRegionBytes),
+      CXLKV_REGION_GPU_PEER, scratch_.path(),   std::to_string(kRegionBytes),
       std::to_string(kSlot), std::to_string(n), std::to_string(first)};
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -152,7 +154,8 @@ TEST_F(RegionGpuTest, CorruptedSlotIsDetectedOnGpuAndDropped) {
   FillCache(cache, table, n, first);
   const auto keys = Keys(first, n);
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
   ASSERT_EQ(st.stored, n);
 
   // Flip one bit of block 3's slot, as a stray write by another tenant would.
@@ -193,11 +196,13 @@ TEST_F(RegionGpuTest, SlotAreaLargerThanOneRegistrationSegment) {
   FillCache(cache, table, n, first);
   const auto keys = Keys(first, n);
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
   ASSERT_EQ(st.stored, n);
   dst.Fill(0xEE);
   GpuLoadResult res;
-  ASSERT_TRUE(gpu_->Load(ns_, keys.data(), Paged(dst, table, n).view(), GpuPath::kDirect, &res).ok());
+  ASSERT_TRUE(
+      gpu_->Load(ns_, keys.data(), Paged(dst, table, n).view(), GpuPath::kDirect, &res).ok());
   EXPECT_EQ(res.prefix, n);
   for (size_t i = 0; i < n; ++i) EXPECT_TRUE(CacheHolds(dst, table, i, first));
 }
@@ -211,7 +216,8 @@ TEST_F(RegionGpuTest, StagedAndDirectPathsInteroperate) {
   FillCache(cache, table, n, first);
   const auto keys = Keys(first, n);
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kStaged, 0, &st).ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kStaged, 0, &st).ok());
   ASSERT_EQ(st.stored, n);
   for (GpuPath p : {GpuPath::kDirect, GpuPath::kStaged}) {
     dst.Fill(0x11);
@@ -230,15 +236,18 @@ TEST_F(RegionGpuTest, MissesAndDuplicatesAreReportedPerBlock) {
   FillCache(cache, table, n, 1);
   auto keys = Keys(1, n);
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, 2).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), Paged(cache, table, 2).view(), GpuPath::kDirect, 0, &st).ok());
   ASSERT_EQ(st.stored, 2u);
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
   EXPECT_EQ(st.stored, 2u);
   EXPECT_EQ(st.outcome[0], StoreOutcome::kDuplicate);
   EXPECT_EQ(st.outcome[3], StoreOutcome::kStored);
   keys[1] = BlockKey::FromId(424242);  // never stored
   GpuLoadResult res;
-  ASSERT_TRUE(gpu_->Load(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, &res).ok());
+  ASSERT_TRUE(
+      gpu_->Load(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, &res).ok());
   EXPECT_TRUE(res.status[0].ok());
   EXPECT_TRUE(res.status[1].IsNotFound()) << res.status[1].ToString();
   EXPECT_EQ(res.prefix, 1u);

@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "cxlkv/region.h"
 #include "cuda_status.h"
+#include "cxlkv/region.h"
 #include "region_gpu.h"
 
 using namespace cxlkv;
@@ -67,8 +67,8 @@ void Check(const Status& s, const char* what) {
 
 // Median wall seconds of fn over iters runs, after one warm-up run; `after`
 // (untimed) runs after each.
-double Median(int iters, const std::function<void()>& fn,
-              const std::function<void()>& after = [] {}) {
+double Median(
+    int iters, const std::function<void()>& fn, const std::function<void()>& after = [] {}) {
   fn();
   after();
   std::vector<double> t;
@@ -87,7 +87,7 @@ struct Row {
   double h2d = 0, d2h = 0, direct_load = 0, dma_load = 0, staged_load = 0;  // GB/s
   double direct_store = 0, staged_store = 0;
   double h2d_loop = 0, h2d_batch = 0, d2h_loop = 0, d2h_batch = 0;  // the ceilings' two methods
-  double gpu_crc = 0;  // GPU CRC32C of the blocks in device memory
+  double gpu_crc = 0;       // GPU CRC32C of the blocks in device memory
   double direct_nocrc = 0;  // RegionGpu load with verify_crc off (leases + DMA)
   double lease_us = 0;      // BeginRead + EndRead per block, no copy (microseconds)
 };
@@ -102,12 +102,18 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value for " + a);
       return argv[++i];
     };
-    if (a == "--sizes") f.sizes = ParseList(next());
-    else if (a == "--batches") f.batches = ParseList(next());
-    else if (a == "--iters") f.iters = std::atoi(next());
-    else if (a == "--dir") f.dir = next();
-    else if (a == "--json") f.json = next();
-    else Die("unknown flag " + a + " (see the header of tools/bench_gpu/bench_gpu.cc)");
+    if (a == "--sizes")
+      f.sizes = ParseList(next());
+    else if (a == "--batches")
+      f.batches = ParseList(next());
+    else if (a == "--iters")
+      f.iters = std::atoi(next());
+    else if (a == "--dir")
+      f.dir = next();
+    else if (a == "--json")
+      f.json = next();
+    else
+      Die("unknown flag " + a + " (see the header of tools/bench_gpu/bench_gpu.cc)");
   }
   const uint64_t max_batch = *std::max_element(f.batches.begin(), f.batches.end());
 
@@ -134,14 +140,16 @@ int main(int argc, char** argv) {
       auto* p = static_cast<uint64_t*>(pinned);
       uint64_t x = 0x9E3779B97F4A7C15ull ^ size;
       for (uint64_t i = 0; i < bytes / 8; ++i) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
         p[i] = x;
       }
       CU(cuMemcpyHtoD(gpu, pinned, bytes));
     }
 
-    const std::string path = f.dir + "/cxlkv-bench-gpu-" + std::to_string(getpid()) + "-" +
-                             std::to_string(size);
+    const std::string path =
+        f.dir + "/cxlkv-bench-gpu-" + std::to_string(getpid()) + "-" + std::to_string(size);
     RegionOptions ro;
     ro.size = (max_batch * 5 / 2) * size + (64ull << 20);
     ro.config.slot_size = size;
@@ -150,17 +158,19 @@ int main(int argc, char** argv) {
     std::unique_ptr<Region> region;
     Check(Region::Open(path, ro, &region), "open region");
     NamespaceId ns;
-    Check(region->RegisterNamespace(NamespaceDesc{"bench", "bytes", "flat", 0, 0}, &ns), "namespace");
+    Check(region->RegisterNamespace(NamespaceDesc{"bench", "bytes", "flat", 0, 0}, &ns),
+          "namespace");
     std::unique_ptr<RegionGpu> rg;
     const auto t_reg = std::chrono::steady_clock::now();
     Check(RegionGpu::Open(region.get(), RegionGpuOptions{}, &rg), "RegionGpu::Open");
     const double reg_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_reg).count();
     if (!rg->direct()) Die("region could not be registered with CUDA");
-    std::printf("# %s, block %llu bytes: region %.2f GiB, slot area registered in %zu segment(s), "
-                "%.2f s (engine creation included)\n",
-                name, (unsigned long long)size, ro.size / double(1ull << 30),
-                rg->engine()->RegisteredSegments(), reg_s);
+    std::printf(
+        "# %s, block %llu bytes: region %.2f GiB, slot area registered in %zu segment(s), "
+        "%.2f s (engine creation included)\n",
+        name, (unsigned long long)size, ro.size / double(1ull << 30),
+        rg->engine()->RegisteredSegments(), reg_s);
 
     // Blocks used by the loads: keys 0..max_batch-1, each one GPU piece.
     std::vector<BlockKey> keys(max_batch);
@@ -174,7 +184,8 @@ int main(int argc, char** argv) {
     first[max_batch] = static_cast<uint32_t>(max_batch);
     GpuStoreResult sr;
     Check(rg->Store(ns, keys.data(), GpuBlocks{ptr.data(), len.data(), first.data(), max_batch},
-                    GpuPath::kDirect, 0, &sr), "store");
+                    GpuPath::kDirect, 0, &sr),
+          "store");
     if (sr.stored != max_batch) Die("initial store wrote " + std::to_string(sr.stored) + " blocks");
 
     for (const uint64_t k : f.batches) {
@@ -191,8 +202,10 @@ int main(int argc, char** argv) {
       auto pinned_loop = [&](bool h2d) {
         for (uint64_t i = 0; i < k; ++i) {
           uint8_t* h = static_cast<uint8_t*>(pinned) + i * size;
-          if (h2d) CU(cuMemcpyHtoDAsync(gpu + i * size, h, size, stream));
-          else CU(cuMemcpyDtoHAsync(h, gpu + i * size, size, stream));
+          if (h2d)
+            CU(cuMemcpyHtoDAsync(gpu + i * size, h, size, stream));
+          else
+            CU(cuMemcpyDtoHAsync(h, gpu + i * size, size, stream));
         }
         CU(cuStreamSynchronize(stream));
       };
@@ -231,15 +244,17 @@ int main(int argc, char** argv) {
           b.AddPiece(ptr[i], size);
         }
         std::vector<uint32_t> crc(k);
-        r.gpu_crc = gb / Median(iters, [&] { Check(rg->engine()->Checksum(b, crc.data()), "crc"); });
+        r.gpu_crc =
+            gb / Median(iters, [&] { Check(rg->engine()->Checksum(b, crc.data()), "crc"); });
       }
       auto load = [&](GpuPath p, bool verify = true) {
         GpuLoadResult res;
         LoadOptions lo;
         lo.verify_crc = verify;
         Check(rg->Load(ns, keys.data(), blocks, p, &res, lo), "load");
-        if (res.prefix != k) Die("load hit " + std::to_string(res.prefix) + " of " + std::to_string(k) +
-                                 ": " + res.status[res.prefix].ToString());
+        if (res.prefix != k)
+          Die("load hit " + std::to_string(res.prefix) + " of " + std::to_string(k) + ": " +
+              res.status[res.prefix].ToString());
       };
       r.direct_load = gb / Median(iters, [&] { load(GpuPath::kDirect); });
       r.staged_load = gb / Median(iters, [&] { load(GpuPath::kStaged); });
@@ -247,9 +262,11 @@ int main(int argc, char** argv) {
       {
         std::vector<ReadLease> leases(k);
         r.lease_us = 1e6 / k * Median(iters, [&] {
-          for (uint64_t i = 0; i < k; ++i) Check(region->BeginRead(ns, keys[i], &leases[i]), "BeginRead");
-          for (uint64_t i = 0; i < k; ++i) Check(region->EndRead(&leases[i]), "EndRead");
-        });
+                       for (uint64_t i = 0; i < k; ++i)
+                         Check(region->BeginRead(ns, keys[i], &leases[i]), "BeginRead");
+                       for (uint64_t i = 0; i < k; ++i)
+                         Check(region->EndRead(&leases[i]), "EndRead");
+                     });
       }
       {  // the engine's DMA alone, on the same slots (leases held meanwhile)
         std::vector<ReadLease> leases(k);
@@ -259,7 +276,8 @@ int main(int argc, char** argv) {
           b.AddBlock(const_cast<void*>(leases[i].data()));
           b.AddPiece(ptr[i], size);
         }
-        r.dma_load = gb / Median(iters, [&] { Check(rg->engine()->Load(b, GpuPath::kDirect), "dma"); });
+        r.dma_load =
+            gb / Median(iters, [&] { Check(rg->engine()->Load(b, GpuPath::kDirect), "dma"); });
         for (auto& l : leases) Check(region->EndRead(&l), "EndRead");
       }
       // Stores write fresh keys; they are dropped (untimed) after each run
@@ -269,20 +287,24 @@ int main(int argc, char** argv) {
         for (auto& key : fresh) key = BlockKey::FromId(next_id++);
         GpuStoreResult res;
         Check(rg->Store(ns, fresh.data(), blocks, p, 0, &res), "store");
-        if (res.stored != k) Die("store wrote " + std::to_string(res.stored) + " of " + std::to_string(k));
+        if (res.stored != k)
+          Die("store wrote " + std::to_string(res.stored) + " of " + std::to_string(k));
       };
       auto drop = [&] {
         for (auto& key : fresh) Check(region->Drop(ns, key), "drop");
       };
-      r.direct_store = gb / Median(iters, [&] { store(GpuPath::kDirect); }, drop);
-      r.staged_store = gb / Median(iters, [&] { store(GpuPath::kStaged); }, drop);
+      r.direct_store = gb / Median(
+                                iters, [&] { store(GpuPath::kDirect); }, drop);
+      r.staged_store = gb / Median(
+                                iters, [&] { store(GpuPath::kStaged); }, drop);
       rows.push_back(r);
     }
     const GpuTransferStats st = rg->engine()->stats();
-    std::printf("# engine: %llu batches, cuMemcpyBatchAsync calls %llu (refused %llu), "
-                "cuMemcpyAsync calls %llu\n",
-                (unsigned long long)st.batches, (unsigned long long)st.batch_api_calls,
-                (unsigned long long)st.batch_api_fallbacks, (unsigned long long)st.single_copies);
+    std::printf(
+        "# engine: %llu batches, cuMemcpyBatchAsync calls %llu (refused %llu), "
+        "cuMemcpyAsync calls %llu\n",
+        (unsigned long long)st.batches, (unsigned long long)st.batch_api_calls,
+        (unsigned long long)st.batch_api_fallbacks, (unsigned long long)st.single_copies);
     rg.reset();
     region.reset();
     ::unlink(path.c_str());
@@ -290,17 +312,23 @@ int main(int argc, char** argv) {
     CU(cuMemFree(gpu));
   }
 
-  std::printf("\n| block | batch | H2D ceiling GB/s | direct load GB/s (x ceil) | DMA only (x) | staged load (x) "
-              "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s | load w/o CRC (x) |\n");
+  std::printf(
+      "\n| block | batch | H2D ceiling GB/s | direct load GB/s (x ceil) | DMA only (x) | staged "
+      "load (x) "
+      "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s | load w/o CRC "
+      "(x) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    std::printf("| %s | %llu | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.0f | %.1f (%.2f) |\n",
-                r.size == 917504 ? "896 KiB" : r.size == 14680064 ? "14 MiB"
-                                                                  : std::to_string(r.size).c_str(),
-                (unsigned long long)r.batch, r.h2d, r.direct_load, r.direct_load / r.h2d, r.dma_load,
-                r.dma_load / r.h2d, r.staged_load, r.staged_load / r.h2d, r.d2h, r.direct_store,
-                r.direct_store / r.d2h, r.staged_store, r.staged_store / r.d2h, r.gpu_crc,
-                r.direct_nocrc, r.direct_nocrc / r.h2d);
+    std::printf(
+        "| %s | %llu | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.1f | %.1f (%.2f) | %.1f "
+        "(%.2f) | %.0f | %.1f (%.2f) |\n",
+        r.size == 917504     ? "896 KiB"
+        : r.size == 14680064 ? "14 MiB"
+                             : std::to_string(r.size).c_str(),
+        (unsigned long long)r.batch, r.h2d, r.direct_load, r.direct_load / r.h2d, r.dma_load,
+        r.dma_load / r.h2d, r.staged_load, r.staged_load / r.h2d, r.d2h, r.direct_store,
+        r.direct_store / r.d2h, r.staged_store, r.staged_store / r.d2h, r.gpu_crc, r.direct_nocrc,
+        r.direct_nocrc / r.h2d);
   }
   if (!f.json.empty()) {
     FILE* out = std::fopen(f.json.c_str(), "w");
@@ -308,17 +336,19 @@ int main(int argc, char** argv) {
     std::fprintf(out, "{\"device\": \"%s\", \"iters\": %d, \"rows\": [\n", name, f.iters);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::fprintf(out,
-                   "  {\"block_bytes\": %llu, \"batch\": %llu, \"h2d_ceiling_gbps\": %.3f, "
-                   "\"d2h_ceiling_gbps\": %.3f, \"direct_load_gbps\": %.3f, \"dma_only_load_gbps\": %.3f, "
-                   "\"staged_load_gbps\": %.3f, \"direct_store_gbps\": %.3f, \"staged_store_gbps\": %.3f, "
-                   "\"h2d_pinned_loop_gbps\": %.3f, \"h2d_pinned_batch_gbps\": %.3f, "
-                   "\"d2h_pinned_loop_gbps\": %.3f, \"d2h_pinned_batch_gbps\": %.3f, \"gpu_crc32c_gbps\": %.3f, "
-                   "\"direct_load_no_crc_gbps\": %.3f, \"lease_us_per_block\": %.3f}%s\n",
-                   (unsigned long long)r.size, (unsigned long long)r.batch, r.h2d, r.d2h, r.direct_load,
-                   r.dma_load, r.staged_load, r.direct_store, r.staged_store, r.h2d_loop, r.h2d_batch,
-                   r.d2h_loop, r.d2h_batch, r.gpu_crc, r.direct_nocrc, r.lease_us,
-                   i + 1 < rows.size() ? "," : "");
+      std::fprintf(
+          out,
+          "  {\"block_bytes\": %llu, \"batch\": %llu, \"h2d_ceiling_gbps\": %.3f, "
+          "\"d2h_ceiling_gbps\": %.3f, \"direct_load_gbps\": %.3f, \"dma_only_load_gbps\": %.3f, "
+          "\"staged_load_gbps\": %.3f, \"direct_store_gbps\": %.3f, \"staged_store_gbps\": %.3f, "
+          "\"h2d_pinned_loop_gbps\": %.3f, \"h2d_pinned_batch_gbps\": %.3f, "
+          "\"d2h_pinned_loop_gbps\": %.3f, \"d2h_pinned_batch_gbps\": %.3f, \"gpu_crc32c_gbps\": "
+          "%.3f, "
+          "\"direct_load_no_crc_gbps\": %.3f, \"lease_us_per_block\": %.3f}%s\n",
+          (unsigned long long)r.size, (unsigned long long)r.batch, r.h2d, r.d2h, r.direct_load,
+          r.dma_load, r.staged_load, r.direct_store, r.staged_store, r.h2d_loop, r.h2d_batch,
+          r.d2h_loop, r.d2h_batch, r.gpu_crc, r.direct_nocrc, r.lease_us,
+          i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(out, "]}\n");
     std::fclose(out);

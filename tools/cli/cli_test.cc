@@ -62,7 +62,7 @@ TEST(ReplayTest, HitRateEqualsBoundWhenTheRegionHoldsEverything) {
   for (int replicas : {1, 4}) {
     const std::string region = Region("bound");
     Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas " +
-                  std::to_string(replicas) + kSmall);
+                     std::to_string(replicas) + kSmall);
     ASSERT_EQ(r.rc, 0) << r.out;
     json j = Json(r);
     EXPECT_EQ(j["evictions"], 0);
@@ -83,7 +83,8 @@ TEST(ReplayTest, HitRateEqualsBoundWhenTheRegionHoldsEverything) {
 TEST(ReplayTest, CorruptedSlotsAreCountedExactlyAndNeverServed) {
   const std::string region = Region("corrupt");
   // One replica: every corrupted slot read fails verification exactly once.
-  Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 1 --inject-corruption 0.05" + kSmall);
+  Result r = Cxlkv("replay --region " + region +
+                   " --region-size 64MiB --replicas 1 --inject-corruption 0.05" + kSmall);
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);
   EXPECT_GT(j["corrupted_slots"].get<uint64_t>(), 100u);
@@ -93,7 +94,8 @@ TEST(ReplayTest, CorruptedSlotsAreCountedExactlyAndNeverServed) {
   EXPECT_EQ(j["wrong_data"], 0);
   EXPECT_LT(j["hit_rate"].get<double>(), j["hit_rate_bound"].get<double>());
   // Four replicas: every failed verification is a read of a corrupted slot.
-  r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 4 --inject-corruption 0.05" + kSmall);
+  r = Cxlkv("replay --region " + region +
+            " --region-size 64MiB --replicas 4 --inject-corruption 0.05" + kSmall);
   ASSERT_EQ(r.rc, 0) << r.out;
   j = Json(r);
   EXPECT_EQ(j["verify_failures"], j["corrupted_read_events"]);
@@ -105,7 +107,8 @@ TEST(ReplayTest, CorruptedSlotsAreCountedExactlyAndNeverServed) {
 
 TEST(ReplayTest, PrivateRegionsNeverHitAcrossReplicas) {
   const std::string region = Region("private");
-  Result r = Cxlkv("replay --region " + region + " --region-size 64MiB --replicas 2 --baseline private" + kSmall);
+  Result r = Cxlkv("replay --region " + region +
+                   " --region-size 64MiB --replicas 2 --baseline private" + kSmall);
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);
   EXPECT_EQ(j["cross_replica_hits"], 0);
@@ -118,7 +121,8 @@ TEST(ReplayTest, SeparatelyStartedWorkersTogetherReachTheBound) {
   const std::string ctl = region + ".ctl";
   ::unlink(region.c_str());
   ::unlink(ctl.c_str());
-  const std::string common = "replay --region " + region + " --region-size 64MiB --replica-count 2 --control " + ctl + kSmall;
+  const std::string common = "replay --region " + region +
+                             " --region-size 64MiB --replica-count 2 --control " + ctl + kSmall;
   // Two independent processes (as Kubernetes would start them).
   FILE* a = ::popen((CXLKV_BIN " " + common + " --replica-index 0").c_str(), "r");
   FILE* b = ::popen((CXLKV_BIN " " + common + " --replica-index 1").c_str(), "r");
@@ -131,7 +135,8 @@ TEST(ReplayTest, SeparatelyStartedWorkersTogetherReachTheBound) {
   ASSERT_EQ(::pclose(b), 0);
   json ja = json::parse(oa), jb = json::parse(ob);
   const uint64_t hit = ja["blocks_hit"].get<uint64_t>() + jb["blocks_hit"].get<uint64_t>();
-  const uint64_t req = ja["blocks_requested"].get<uint64_t>() + jb["blocks_requested"].get<uint64_t>();
+  const uint64_t req =
+      ja["blocks_requested"].get<uint64_t>() + jb["blocks_requested"].get<uint64_t>();
   EXPECT_EQ(ja["requests"].get<uint64_t>() + jb["requests"].get<uint64_t>(), 1500u);
   EXPECT_DOUBLE_EQ(double(hit) / req, ja["hit_rate_bound"].get<double>());
   ::unlink(region.c_str());
@@ -144,7 +149,8 @@ TEST(ReplayTest, MalformedTraceIsAClearErrorNamingTheLine) {
     std::ofstream f(bad);
     f << "{\"hash_ids\": [1, 2]}\n{\"hash_ids\": [1, oops]}\n";
   }
-  Result r = Cxlkv("replay --trace " + bad + " --region " + Region("bad") + " --region-size 8MiB --quiet");
+  Result r =
+      Cxlkv("replay --trace " + bad + " --region " + Region("bad") + " --region-size 8MiB --quiet");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("line 2"), std::string::npos) << r.out;
   ::unlink(bad.c_str());
@@ -153,7 +159,8 @@ TEST(ReplayTest, MalformedTraceIsAClearErrorNamingTheLine) {
 TEST(CliTest, FormatInspectStatsVerifyWipeThroughTheCommand) {
   const std::string region = Region("admin");
   ::unlink(region.c_str());
-  Result r = Cxlkv("format --region " + region + " --region-size 16MiB --slot-size 64KiB --hash-algorithm sha256_cbor --json");
+  Result r = Cxlkv("format --region " + region +
+                   " --region-size 16MiB --slot-size 64KiB --hash-algorithm sha256_cbor --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);
   EXPECT_EQ(j["slot_size"], 65536);
@@ -266,7 +273,10 @@ TEST(CliTest, GcRemovesAbandonedRegionsAndKeepsLiveOnes) {
   const std::string dead = dir + "/dead", live = dir + "/live", other = dir + "/not-a-region";
   ASSERT_EQ(Cxlkv("format --region " + dead + " --region-size 4MiB --slot-size 4KiB").rc, 0);
   ASSERT_EQ(Cxlkv("format --region " + live + " --region-size 4MiB --slot-size 4KiB").rc, 0);
-  { std::ofstream f(other); f << "hello"; }
+  {
+    std::ofstream f(other);
+    f << "hello";
+  }
   cxlkv::RegionOptions o;
   o.create_if_missing = false;
   o.prefault = cxlkv::Prefault::kNone;

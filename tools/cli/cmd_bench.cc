@@ -105,12 +105,19 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
   const uint64_t filled = slots.size();
   // Restore slot contents (the memcpy rounds below bypass the CRC) and fill
   // keys for the loads; load only keys that stayed.
-  auto memcpy_load_op = [&](uint64_t i) { std::memcpy(dst.data(), impl->SlotData(slots[i % filled]), slot); };
-  auto memcpy_store_op = [&](uint64_t i) { std::memcpy(impl->SlotData(slots[i % filled]), src.data(), slot); };
+  auto memcpy_load_op = [&](uint64_t i) {
+    std::memcpy(dst.data(), impl->SlotData(slots[i % filled]), slot);
+  };
+  auto memcpy_store_op = [&](uint64_t i) {
+    std::memcpy(impl->SlotData(slots[i % filled]), src.data(), slot);
+  };
   // Stores (CRC of the source + copy; every store past the first fill
   // evicts), interleaved with the memcpy ceiling in the same direction.
   const int rounds = 5;
-  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   std::vector<double> ms, st, rs;
   uint64_t next_key = 0;
   for (int k = 0; k < rounds; ++k) {
@@ -120,13 +127,17 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
     const double a = Rate(f.seconds / rounds, slot, [&](uint64_t) {
       (void)r->Store(ns, BlockKey::FromId(next_key++), src.data(), slot);
     });
-    ms.push_back(m); st.push_back(a); rs.push_back(a / m);
+    ms.push_back(m);
+    st.push_back(a);
+    rs.push_back(a / m);
   }
   const double memcpy_store = median(ms), store = median(st);
   std::vector<BlockKey> present;
-  for (uint64_t i = 0; i < n; ++i) (void)r->Store(ns, BlockKey::FromId(1'000'000'000 + i), src.data(), slot);
+  for (uint64_t i = 0; i < n; ++i)
+    (void)r->Store(ns, BlockKey::FromId(1'000'000'000 + i), src.data(), slot);
   for (uint64_t i = 0; i < n; ++i) {
-    if (r->Lookup(ns, BlockKey::FromId(1'000'000'000 + i)).ok()) present.push_back(BlockKey::FromId(1'000'000'000 + i));
+    if (r->Lookup(ns, BlockKey::FromId(1'000'000'000 + i)).ok())
+      present.push_back(BlockKey::FromId(1'000'000'000 + i));
   }
   const uint64_t np = present.size();
   LoadOptions verify, noverify;
@@ -143,7 +154,11 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
     const double b = Rate(f.seconds / rounds, slot, [&](uint64_t i) {
       if (!r->Load(ns, present[i % np], dst.data(), slot, verify).ok()) ++misses;
     });
-    mc.push_back(m); ln.push_back(a); lv.push_back(b); rn.push_back(a / m); rv.push_back(b / m);
+    mc.push_back(m);
+    ln.push_back(a);
+    lv.push_back(b);
+    rn.push_back(a / m);
+    rv.push_back(b / m);
   }
   const double memcpy_load = median(mc), load_noverify = median(ln), load_verify = median(lv);
   r.reset();
@@ -181,8 +196,10 @@ json LookupBench(const Flags& f) {
     miss_keys[i] = BlockKey::FromId(n + 1 + rng() % (1ull << 40));
   }
   uint64_t wrong = 0;
-  const Percentiles hit = Latency(samples, [&](size_t i) { wrong += !r->Lookup(ns, hit_keys[i]).ok(); });
-  const Percentiles miss = Latency(samples, [&](size_t i) { wrong += r->Lookup(ns, miss_keys[i]).ok(); });
+  const Percentiles hit =
+      Latency(samples, [&](size_t i) { wrong += !r->Lookup(ns, hit_keys[i]).ok(); });
+  const Percentiles miss =
+      Latency(samples, [&](size_t i) { wrong += r->Lookup(ns, miss_keys[i]).ok(); });
   // Batched prefix lookup: chains of 64 present keys.
   const size_t chain = 64, chains = 4000;
   std::vector<BlockKey> keys(chain * chains);
@@ -253,7 +270,9 @@ json FirstLoadBench(const Flags& f) {
     int st;
     ::waitpid(pid, &st, 0);
     const char* name = p == Prefault::kNone ? "no_prefault" : "prefault_at_attach";
-    out[name] = got ? json{{"attach_ms", v[0]}, {"first_load_ms", v[1]}, {"second_load_ms", v[2]},
+    out[name] = got ? json{{"attach_ms", v[0]},
+                           {"first_load_ms", v[1]},
+                           {"second_load_ms", v[2]},
                            {"hit", v[3] == 1.0}}
                     : json{{"error", "child failed"}};
   }
@@ -273,7 +292,8 @@ int Bench(const Flags& f) {
   for (uint64_t slot : {896ull << 10, 14ull << 20}) out["copy"].push_back(CopyBench(f, size, slot));
   out["lookup"] = LookupBench(f);
   out["first_load"] = FirstLoadBench(f);
-  out["targets"] = {{"load_noverify_vs_memcpy", 0.9}, {"load_verify_vs_memcpy", 0.6}, {"lookup_hit_p50_ns", 150}};
+  out["targets"] = {
+      {"load_noverify_vs_memcpy", 0.9}, {"load_verify_vs_memcpy", 0.6}, {"lookup_hit_p50_ns", 150}};
   if (f.json) {
     std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return kExitOk;
@@ -293,15 +313,20 @@ int Bench(const Flags& f) {
   }
   auto& l = out["lookup"];
   if (!l.contains("error")) {
-    std::printf("lookup hit  p50 %6.0f ns  p99 %6.0f ns\n", l["hit_p50_ns"].get<double>(), l["hit_p99_ns"].get<double>());
-    std::printf("lookup miss p50 %6.0f ns  p99 %6.0f ns\n", l["miss_p50_ns"].get<double>(), l["miss_p99_ns"].get<double>());
-    std::printf("prefix lookup   %6.1f ns per block (chains of 64)\n", l["prefix_ns_per_block"].get<double>());
+    std::printf("lookup hit  p50 %6.0f ns  p99 %6.0f ns\n", l["hit_p50_ns"].get<double>(),
+                l["hit_p99_ns"].get<double>());
+    std::printf("lookup miss p50 %6.0f ns  p99 %6.0f ns\n", l["miss_p50_ns"].get<double>(),
+                l["miss_p99_ns"].get<double>());
+    std::printf("prefix lookup   %6.1f ns per block (chains of 64)\n",
+                l["prefix_ns_per_block"].get<double>());
   }
   for (const char* k : {"no_prefault", "prefault_at_attach"}) {
     auto& x = out["first_load"][k];
     if (x.contains("error")) continue;
-    std::printf("first 14 MiB load after attach (%s): attach %.1f ms, first load %.1f ms, next %.1f ms\n", k,
-                x["attach_ms"].get<double>(), x["first_load_ms"].get<double>(), x["second_load_ms"].get<double>());
+    std::printf(
+        "first 14 MiB load after attach (%s): attach %.1f ms, first load %.1f ms, next %.1f ms\n",
+        k, x["attach_ms"].get<double>(), x["first_load_ms"].get<double>(),
+        x["second_load_ms"].get<double>());
   }
   std::printf("targets: load >= 0.9x memcpy, load+crc >= 0.6x memcpy, lookup p50 <= 150 ns\n");
   return kExitOk;
@@ -313,7 +338,8 @@ void AddBenchCommand(CLI::App& app, int* rc) {
   auto* f = new Flags();
   auto* cmd = app.add_subcommand("bench", "engine speed vs memcpy measured in the same run");
   cmd->add_option("--dir", f->dir, "directory for scratch regions (default /dev/shm/cxlkv)");
-  cmd->add_option("--region-size", f->region_size, "size of the copy-benchmark regions (default 2GiB)");
+  cmd->add_option("--region-size", f->region_size,
+                  "size of the copy-benchmark regions (default 2GiB)");
   cmd->add_option("--seconds", f->seconds, "seconds per copy measurement (default 1)");
   cmd->add_flag("--json", f->json, "machine-readable output");
   cmd->callback([=] { *rc = Bench(*f); });

@@ -33,14 +33,21 @@ Occupancy Scan(Region* r) {
   for (uint64_t s = 0; s < r->info().num_slots; ++s) {
     const uint64_t w = impl->Meta(s).state.load(std::memory_order_acquire);
     switch (internal::WordState(w)) {
-      case 0: ++o.free; break;
-      case 1: ++o.writing; break;
+      case 0:
+        ++o.free;
+        break;
+      case 1:
+        ++o.writing;
+        break;
       case 2:
         ++o.ready;
         o.ready_bytes += impl->Meta(s).len.load(std::memory_order_relaxed);
         break;
-      case 3: ++o.evicting; break;
-      default: ++o.invalid;
+      case 3:
+        ++o.evicting;
+        break;
+      default:
+        ++o.invalid;
     }
   }
   return o;
@@ -65,7 +72,8 @@ int Format(const RegionFlags& f, bool force, bool as_json) {
   RegionOptions o;
   Status s = f.ToOptions(&o);
   if (!s.ok()) return Fail("format", s);
-  if (o.config.slot_size == 0) return Fail("format", Status::InvalidArgument("--slot-size is required"));
+  if (o.config.slot_size == 0)
+    return Fail("format", Status::InvalidArgument("--slot-size is required"));
   if (force) {
     s = Unformat(f, o);
     if (!s.ok()) return Fail("format", s);
@@ -75,7 +83,8 @@ int Format(const RegionFlags& f, bool force, bool as_json) {
   s = Region::Open(f.region, o, &r);
   if (!s.ok()) return Fail("format", s);
   if (as_json) {
-    std::printf("%s\n", InfoJson(r->info()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    std::printf("%s\n",
+                InfoJson(r->info()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     const auto& i = r->info();
     std::printf("region %s: %llu slots of %s (%s), layout v%u\n", i.path.c_str(),
@@ -120,15 +129,17 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
                 i.config.hash_algorithm.c_str(), (unsigned long long)i.config.hash_seed_fingerprint,
                 CoherenceModeName(i.config.coherence), i.config.max_participants);
     std::printf("metadata      %s\n", i.config.metadata_json.c_str());
-    std::printf("occupancy     %llu ready (%s), %llu writing, %llu free, %llu evicting, %llu invalid\n",
-                (unsigned long long)occ.ready, Human(occ.ready_bytes).c_str(),
-                (unsigned long long)occ.writing, (unsigned long long)occ.free,
-                (unsigned long long)occ.evicting, (unsigned long long)occ.invalid);
+    std::printf(
+        "occupancy     %llu ready (%s), %llu writing, %llu free, %llu evicting, %llu invalid\n",
+        (unsigned long long)occ.ready, Human(occ.ready_bytes).c_str(),
+        (unsigned long long)occ.writing, (unsigned long long)occ.free,
+        (unsigned long long)occ.evicting, (unsigned long long)occ.invalid);
   }
   std::printf("participants  %zu\n", parts.size());
   for (auto& p : parts) {
-    std::printf("  #%-3u pid %-8u host %-20s heartbeat %-10llu %s\n", p.index, p.pid, p.host.c_str(),
-                (unsigned long long)p.heartbeat, p.reclaiming ? "reclaiming" : "active");
+    std::printf("  #%-3u pid %-8u host %-20s heartbeat %-10llu %s\n", p.index, p.pid,
+                p.host.c_str(), (unsigned long long)p.heartbeat,
+                p.reclaiming ? "reclaiming" : "active");
   }
   std::printf("counters (region-wide)\n");
   for (uint32_t k = 0; k < static_cast<uint32_t>(Counter::kCount); ++k) {
@@ -153,11 +164,12 @@ int Verify(const RegionFlags& f, bool drop, bool as_json) {
                             .dump(2, ' ', false, json::error_handler_t::replace)
                             .c_str());
   } else {
-    std::printf("verified %llu of %llu ready slots: %llu CRC failures, %llu dropped, %llu changed "
-                "during the scrub\n",
-                (unsigned long long)rep.verified, (unsigned long long)rep.ready,
-                (unsigned long long)rep.crc_failures, (unsigned long long)rep.dropped,
-                (unsigned long long)rep.skipped_changed);
+    std::printf(
+        "verified %llu of %llu ready slots: %llu CRC failures, %llu dropped, %llu changed "
+        "during the scrub\n",
+        (unsigned long long)rep.verified, (unsigned long long)rep.ready,
+        (unsigned long long)rep.crc_failures, (unsigned long long)rep.dropped,
+        (unsigned long long)rep.skipped_changed);
   }
   return rep.crc_failures == 0 ? kExitOk : kExitFailed;
 }
@@ -170,14 +182,16 @@ int Wipe(const RegionFlags& f, bool as_json) {
   s = r->Wipe(&rep);
   if (!s.ok()) return Fail("wipe", s);
   if (as_json) {
-    std::printf("%s\n", json{{"dropped", rep.dropped}, {"pinned", rep.pinned}, {"writing", rep.writing}}
-                            .dump(2, ' ', false, json::error_handler_t::replace)
-                            .c_str());
+    std::printf("%s\n",
+                json{{"dropped", rep.dropped}, {"pinned", rep.pinned}, {"writing", rep.writing}}
+                    .dump(2, ' ', false, json::error_handler_t::replace)
+                    .c_str());
   } else {
-    std::printf("dropped %llu blocks; left %llu pinned and %llu being written (owned by live "
-                "participants)\n",
-                (unsigned long long)rep.dropped, (unsigned long long)rep.pinned,
-                (unsigned long long)rep.writing);
+    std::printf(
+        "dropped %llu blocks; left %llu pinned and %llu being written (owned by live "
+        "participants)\n",
+        (unsigned long long)rep.dropped, (unsigned long long)rep.pinned,
+        (unsigned long long)rep.writing);
   }
   return kExitOk;
 }
@@ -236,7 +250,10 @@ int Gc(const std::string& dir, bool dry_run, bool as_json) {
     }
   }
   ::closedir(d);
-  if (as_json) std::printf("%s\n", json{{"removed", removed}, {"kept", kept}, {"dry_run", dry_run}}.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+  if (as_json)
+    std::printf("%s\n", json{{"removed", removed}, {"kept", kept}, {"dry_run", dry_run}}
+                            .dump(2, ' ', false, json::error_handler_t::replace)
+                            .c_str());
   return kExitOk;
 }
 
@@ -249,7 +266,8 @@ void AddRegionCommands(CLI::App& app, int* rc) {
     auto* force = new bool(false);
     auto* js = new bool(false);
     f->Add(cmd, true);
-    cmd->add_flag("--force", *force, "reformat even if formatted (refused while participants live)");
+    cmd->add_flag("--force", *force,
+                  "reformat even if formatted (refused while participants live)");
     cmd->add_flag("--json", *js, "machine-readable output");
     cmd->callback([=] { *rc = Format(*f, *force, *js); });
   }
@@ -274,9 +292,10 @@ void AddRegionCommands(CLI::App& app, int* rc) {
     cmd->callback([=] { *rc = Verify(*f, *drop, *js); });
   }
   {
-    auto* cmd = app.add_subcommand(
-        "wipe", "drop every unpinned block; safe while others are attached (pinned and "
-                "in-flight blocks are left alone and reported)");
+    auto* cmd =
+        app.add_subcommand("wipe",
+                           "drop every unpinned block; safe while others are attached (pinned and "
+                           "in-flight blocks are left alone and reported)");
     auto* f = new RegionFlags();
     auto* js = new bool(false);
     f->Add(cmd, false);
@@ -284,7 +303,8 @@ void AddRegionCommands(CLI::App& app, int* rc) {
     cmd->callback([=] { *rc = Wipe(*f, *js); });
   }
   {
-    auto* cmd = app.add_subcommand("gc", "remove region files under DIR that no live participant uses");
+    auto* cmd =
+        app.add_subcommand("gc", "remove region files under DIR that no live participant uses");
     auto* dir = new std::string("/dev/shm/cxlkv");
     auto* dry = new bool(false);
     auto* js = new bool(false);

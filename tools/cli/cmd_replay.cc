@@ -8,8 +8,8 @@
 // derived from the block id, and stores them.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,8 +59,8 @@ struct Flags {
 struct WorkerResult {
   std::atomic<uint64_t> requests, blocks_requested, blocks_hit, bytes_loaded, bytes_stored, load_ns,
       verify_failures, corrupted_injected, corrupted_read, corrupted_read_events,
-      unexpected_verify_failures, wrong_data,
-      store_failures, stores, duplicates, evictions, cross_hits, errors, done;
+      unexpected_verify_failures, wrong_data, store_failures, stores, duplicates, evictions,
+      cross_hits, errors, done;
 };
 
 // Shared between the replica processes: completion flags, progress, the
@@ -75,7 +75,9 @@ struct Control {
 size_t ControlBytes(const ReplayPlan& p) {
   return sizeof(Control) + p.chains.size() + p.distinct_blocks + 64;
 }
-std::atomic<uint8_t>* DoneFlags(Control* c) { return reinterpret_cast<std::atomic<uint8_t>*>(c + 1); }
+std::atomic<uint8_t>* DoneFlags(Control* c) {
+  return reinterpret_cast<std::atomic<uint8_t>*>(c + 1);
+}
 std::atomic<uint8_t>* CorruptFlags(Control* c, const ReplayPlan& p) {
   return DoneFlags(c) + p.chains.size();
 }
@@ -105,7 +107,8 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   if (f.baseline == "private") o.size /= count;
   o.config.slot_size = block_bytes;
   if (o.config.hash_algorithm.empty()) o.config.hash_algorithm = "mooncake-trace-id";
-  o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
   o.create_if_missing = create;
   o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
   o.heartbeat_interval_ns = 50'000'000;
@@ -113,7 +116,8 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   return Region::Open(RegionPathFor(f, replica), o, out);
 }
 
-int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index, uint32_t count) {
+int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index,
+              uint32_t count) {
   const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
   WorkerResult& res = ctl->results[index];
   std::unique_ptr<Region> r;
@@ -162,15 +166,18 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     for (; hits < pins.size(); ++hits) {
       const auto t0 = Clock::now();
       s = r->Load(ns, keys[hits], buf.data(), buf.size(), lo);
-      res.load_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      res.load_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
       if (s.IsCorruption()) {
         // Expected exactly for the blocks we corrupted ourselves. Flag 1:
         // corrupted, 2: corrupted and already read once (a replica reading
         // it at the same moment also fails: counted as a read, not a slot).
         const uint8_t was = corrupted[dense[hits]].exchange(2);
         if (was == 1) res.corrupted_read++;
-        if (was == 0) res.unexpected_verify_failures++;
-        else res.corrupted_read_events++;
+        if (was == 0)
+          res.unexpected_verify_failures++;
+        else
+          res.corrupted_read_events++;
         break;
       }
       if (!s.ok()) {
@@ -274,8 +281,8 @@ Status PrepareFresh(const Flags& f, const std::string& path) {
 
 int Replay(Flags& f) {
   uint64_t block_bytes = 0;
-  if (__builtin_mul_overflow(f.block_tokens, f.kv_bytes_per_token, &block_bytes) || block_bytes == 0 ||
-      block_bytes > (1ull << 30)) {
+  if (__builtin_mul_overflow(f.block_tokens, f.kv_bytes_per_token, &block_bytes) ||
+      block_bytes == 0 || block_bytes > (1ull << 30)) {
     return Fail("replay", Status::InvalidArgument(
                               "block size --block-tokens x --kv-bytes-per-token must be in "
                               "[1 B, 1 GiB]"));
@@ -310,7 +317,8 @@ int Replay(Flags& f) {
     if (f.control.empty()) f.control = f.region.region + ".ctl";
     int fd = ::open(f.control.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(ctl_bytes)) != 0) {
-      return Fail("replay", Status::IOError("open control file " + f.control + ": " + std::strerror(errno)));
+      return Fail("replay",
+                  Status::IOError("open control file " + f.control + ": " + std::strerror(errno)));
     }
     mem = ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
@@ -367,15 +375,17 @@ int Replay(Flags& f) {
       if (!f.quiet && now - last > std::chrono::milliseconds(tty ? 250 : 5000)) {
         last = now;
         const uint64_t done = ctl->progress.load();
-        std::fprintf(stderr, "%s[replay %s/%s x%u] %llu/%zu requests (%.0f%%) %.1fs%s", tty ? "\r" : "",
-                     f.baseline.c_str(), f.routing.c_str(), n, (unsigned long long)done,
-                     plan.chains.size(), 100.0 * done / plan.chains.size(),
+        std::fprintf(stderr, "%s[replay %s/%s x%u] %llu/%zu requests (%.0f%%) %.1fs%s",
+                     tty ? "\r" : "", f.baseline.c_str(), f.routing.c_str(), n,
+                     (unsigned long long)done, plan.chains.size(),
+                     100.0 * done / plan.chains.size(),
                      std::chrono::duration<double>(now - t0).count(), tty ? "" : "\n");
       }
     }
     if (!f.quiet && tty) std::fprintf(stderr, "\n");
     if (failures) {
-      return Fail("replay", Status::IOError(std::to_string(failures) + " replica process(es) failed"));
+      return Fail("replay",
+                  Status::IOError(std::to_string(failures) + " replica process(es) failed"));
     }
   }
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -384,12 +394,15 @@ int Replay(Flags& f) {
   uint64_t tot[18] = {};
   for (uint32_t i : mine) {
     WorkerResult& w = ctl->results[i];
-    std::atomic<uint64_t>* fields[] = {&w.requests, &w.blocks_requested, &w.blocks_hit,
-                                       &w.bytes_loaded, &w.bytes_stored, &w.load_ns,
-                                       &w.verify_failures, &w.corrupted_injected, &w.corrupted_read,
-                                       &w.unexpected_verify_failures, &w.wrong_data,
-                                       &w.store_failures, &w.stores, &w.duplicates, &w.evictions,
-                                       &w.cross_hits, &w.errors, &w.corrupted_read_events};
+    std::atomic<uint64_t>* fields[] = {&w.requests,        &w.blocks_requested,
+                                       &w.blocks_hit,      &w.bytes_loaded,
+                                       &w.bytes_stored,    &w.load_ns,
+                                       &w.verify_failures, &w.corrupted_injected,
+                                       &w.corrupted_read,  &w.unexpected_verify_failures,
+                                       &w.wrong_data,      &w.store_failures,
+                                       &w.stores,          &w.duplicates,
+                                       &w.evictions,       &w.cross_hits,
+                                       &w.errors,          &w.corrupted_read_events};
     for (size_t k = 0; k < sizeof fields / sizeof fields[0]; ++k) tot[k] += fields[k]->load();
   }
   const double hit_rate = tot[1] ? double(tot[2]) / tot[1] : 0;
@@ -432,24 +445,26 @@ int Replay(Flags& f) {
   if (f.json) {
     std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
-    std::printf("replay %s/%s, %u replicas, %llu requests, %s blocks, region %s\n", f.baseline.c_str(),
-                f.routing.c_str(), n, (unsigned long long)tot[0], Human(block_bytes).c_str(),
-                f.region.size_text.c_str());
+    std::printf("replay %s/%s, %u replicas, %llu requests, %s blocks, region %s\n",
+                f.baseline.c_str(), f.routing.c_str(), n, (unsigned long long)tot[0],
+                Human(block_bytes).c_str(), f.region.size_text.c_str());
     std::printf("  hit rate %.4f (bound %.4f), %llu of %llu blocks, %llu cross-replica\n", hit_rate,
                 bound, (unsigned long long)tot[2], (unsigned long long)tot[1],
                 (unsigned long long)tot[15]);
     std::printf("  loaded %s at %.2f GB/s (memcpy %.2f GB/s, ratio %.2f), stored %s\n",
                 Human(tot[3]).c_str(), load_gbps, memcpy_gbps,
                 memcpy_gbps > 0 ? load_gbps / memcpy_gbps : 0, Human(tot[4]).c_str());
-    std::printf("  evictions %llu, store failures %llu, verify failures %llu (corrupted %llu, read "
-                "%llu), wrong data %llu, wall %.1fs\n",
-                (unsigned long long)tot[14], (unsigned long long)tot[11], (unsigned long long)tot[6],
-                (unsigned long long)tot[7], (unsigned long long)tot[8], (unsigned long long)tot[10],
-                wall);
+    std::printf(
+        "  evictions %llu, store failures %llu, verify failures %llu (corrupted %llu, read "
+        "%llu), wrong data %llu, wall %.1fs\n",
+        (unsigned long long)tot[14], (unsigned long long)tot[11], (unsigned long long)tot[6],
+        (unsigned long long)tot[7], (unsigned long long)tot[8], (unsigned long long)tot[10], wall);
   }
   const bool clean = tot[10] == 0 && tot[9] == 0 && tot[16] == 0;
-  if (!clean) std::fprintf(stderr, "cxlkv replay: integrity check failed (wrong data, unexpected "
-                                   "verify failures or errors)\n");
+  if (!clean)
+    std::fprintf(stderr,
+                 "cxlkv replay: integrity check failed (wrong data, unexpected "
+                 "verify failures or errors)\n");
   return clean ? kExitOk : kExitFailed;
 }
 

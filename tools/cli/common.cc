@@ -25,8 +25,9 @@ void RegionFlags::Add(CLI::App* cmd, bool geometry) {
   if (const char* e = std::getenv("CXL_DAX_DEVICE"); e && *e) region = e;
   if (const char* e = std::getenv("CXL_DAX_SIZE"); e && *e) size_text = e;
   if (const char* e = std::getenv("CXL_DAX_OFFSET"); e && *e) offset_text = e;
-  cmd->add_option("--region", region, "region path: a file (e.g. /dev/shm/cxlkv/r0) or a devdax "
-                                      "device (default: $CXL_DAX_DEVICE)");
+  cmd->add_option("--region", region,
+                  "region path: a file (e.g. /dev/shm/cxlkv/r0) or a devdax "
+                  "device (default: $CXL_DAX_DEVICE)");
   cmd->add_option("--region-size", size_text,
                   "region size, bytes or IEC suffix (512MiB, 2GiB); default: $CXL_DAX_SIZE, "
                   "else the whole file/device");
@@ -34,8 +35,10 @@ void RegionFlags::Add(CLI::App* cmd, bool geometry) {
                   "byte offset of the region in the file/device (default: $CXL_DAX_OFFSET or 0)");
   if (geometry) {
     cmd->add_option("--slot-size", slot_size_text, "payload bytes per slot (one KV block)");
-    cmd->add_option("--hash-algorithm", hash_algorithm, "block-hash algorithm name recorded in the region");
-    cmd->add_option("--hash-seed", hash_seed_fingerprint, "hash-seed fingerprint recorded in the region");
+    cmd->add_option("--hash-algorithm", hash_algorithm,
+                    "block-hash algorithm name recorded in the region");
+    cmd->add_option("--hash-seed", hash_seed_fingerprint,
+                    "hash-seed fingerprint recorded in the region");
     cmd->add_option("--max-participants", max_participants, "participant entries (multiple of 64)");
   }
 }
@@ -121,7 +124,8 @@ std::string Human(uint64_t bytes) { return internal::FormatBytes(bytes); }
 std::vector<ParticipantInfo> LiveParticipants(Region* r) {
   auto before = r->Participants();
   uint64_t longest = 100'000'000;
-  for (auto& p : before) longest = std::max(longest, std::min<uint64_t>(p.heartbeat_interval_ns, 2'000'000'000));
+  for (auto& p : before)
+    longest = std::max(longest, std::min<uint64_t>(p.heartbeat_interval_ns, 2'000'000'000));
   std::this_thread::sleep_for(std::chrono::nanoseconds(3 * longest));
   auto after = r->Participants();
   std::vector<ParticipantInfo> live;
@@ -157,12 +161,15 @@ Status Unformat(const RegionFlags& f, const RegionOptions& o) {
   struct stat st {};
   if (::stat(f.region.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
     std::unique_ptr<internal::Mapping> m;
-    CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(f.region, o.offset, o.size, false, o.sysfs_root, &m));
+    CXLKV_RETURN_IF_ERROR(
+        internal::Mapping::Open(f.region, o.offset, o.size, false, o.sysfs_root, &m));
     std::memset(m->base(), 0, std::min<uint64_t>(m->size(), internal::kSuperblockBytes));
     return Status::OK();
   }
   int fd = ::open(f.region.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno == ENOENT ? Status::OK() : Status::IOError("open " + f.region + ": " + std::strerror(errno));
+  if (fd < 0)
+    return errno == ENOENT ? Status::OK()
+                           : Status::IOError("open " + f.region + ": " + std::strerror(errno));
   Status result = Status::OK();
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     result = Status::Busy("region " + f.region + " is open by another process on this host");
@@ -176,7 +183,5 @@ Status Unformat(const RegionFlags& f, const RegionOptions& o) {
   ::close(fd);
   return result;
 }
-
-
 
 }  // namespace cxlkv::cli

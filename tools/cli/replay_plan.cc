@@ -46,10 +46,15 @@ Status ReadTrace(const std::string& path, uint64_t limit,
 }
 
 Status ParseRouting(const std::string& s, Routing* r) {
-  if (s == "round-robin") *r = Routing::kRoundRobin;
-  else if (s == "random") *r = Routing::kRandom;
-  else if (s == "prefix") *r = Routing::kPrefix;
-  else return Status::InvalidArgument("--routing must be round-robin, random or prefix, not '" + s + "'");
+  if (s == "round-robin")
+    *r = Routing::kRoundRobin;
+  else if (s == "random")
+    *r = Routing::kRandom;
+  else if (s == "prefix")
+    *r = Routing::kPrefix;
+  else
+    return Status::InvalidArgument("--routing must be round-robin, random or prefix, not '" + s +
+                                   "'");
   return Status::OK();
 }
 
@@ -60,9 +65,9 @@ void BuildPlan(std::vector<std::vector<uint64_t>> chains, uint32_t replicas, Rou
   p->replica.assign(n, 0);
   p->dep.assign(n, -1);
   p->chain_start.assign(n + 1, 0);
-  std::unordered_map<uint64_t, uint32_t> dense;      // hash id -> dense index
-  std::vector<int64_t> first;                        // dense -> first request
-  std::vector<uint32_t> last_replica;                // dense -> last replica that served it
+  std::unordered_map<uint64_t, uint32_t> dense;  // hash id -> dense index
+  std::vector<int64_t> first;                    // dense -> first request
+  std::vector<uint32_t> last_replica;            // dense -> last replica that served it
   std::vector<uint64_t> load(replicas, 0);
   for (size_t j = 0; j < n; ++j) {
     const auto& c = p->chains[j];
@@ -81,8 +86,12 @@ void BuildPlan(std::vector<std::vector<uint64_t>> chains, uint32_t replicas, Rou
     p->dep[j] = dep;
     uint32_t r = 0;
     switch (routing) {
-      case Routing::kRoundRobin: r = static_cast<uint32_t>(j % replicas); break;
-      case Routing::kRandom: r = static_cast<uint32_t>(internal::Mix64(seed ^ (j * 0x9E3779B97F4A7C15ull)) % replicas); break;
+      case Routing::kRoundRobin:
+        r = static_cast<uint32_t>(j % replicas);
+        break;
+      case Routing::kRandom:
+        r = static_cast<uint32_t>(internal::Mix64(seed ^ (j * 0x9E3779B97F4A7C15ull)) % replicas);
+        break;
       case Routing::kPrefix:
         // The replica that served the longest known prefix (the last block
         // of the leading seen prefix); new prefixes go to the least loaded.

@@ -28,8 +28,8 @@ struct ReplayPlan {
   // Waiting for it makes every block the bound counts as a hit present
   // when the request looks, without serialising unrelated requests.
   std::vector<int64_t> dep;
-  std::vector<uint32_t> dense;                // per request block: dense block index
-  std::vector<uint64_t> chain_start;          // offset of request j's blocks in `dense`
+  std::vector<uint32_t> dense;        // per request block: dense block index
+  std::vector<uint64_t> chain_start;  // offset of request j's blocks in `dense`
   uint64_t blocks_requested = 0;
   uint64_t bound_hits = 0;  // leading-prefix hits of an unbounded shared cache
   uint64_t distinct_blocks = 0;

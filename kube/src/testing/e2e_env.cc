@@ -80,7 +80,8 @@ void E2ETest::TearDown() {
     EXPECT_TRUE(s.ok() || s.IsNotFound()) << s.ToString();
   }
   std::lock_guard<std::mutex> l(*problems_mu_);
-  for (const auto& p : *problems_) ADD_FAILURE() << "object sent does not match the OpenAPI reference: " << p;
+  for (const auto& p : *problems_)
+    ADD_FAILURE() << "object sent does not match the OpenAPI reference: " << p;
 }
 
 Status E2ETest::NewClient(std::unique_ptr<Client>* out) {

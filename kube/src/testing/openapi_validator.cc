@@ -31,7 +31,8 @@ bool TypeMatches(const std::string& want, const Json& v) {
 
 Status OpenApiValidator::Load(const std::string& path, std::unique_ptr<OpenApiValidator>* out) {
   std::ifstream f(path);
-  if (!f) return Status::Error(Status::Code::kInvalidArgument, "load openapi " + path + ": cannot open");
+  if (!f)
+    return Status::Error(Status::Code::kInvalidArgument, "load openapi " + path + ": cannot open");
   std::unique_ptr<OpenApiValidator> v(new OpenApiValidator());
   v->doc_ = Json::parse(f, nullptr, /*allow_exceptions=*/false);
   if (!v->doc_.is_object() || !v->doc_.contains("definitions")) {
@@ -42,7 +43,8 @@ Status OpenApiValidator::Load(const std::string& path, std::unique_ptr<OpenApiVa
     if (!def.contains("x-kubernetes-group-version-kind")) continue;
     for (const auto& gvk : def["x-kubernetes-group-version-kind"]) {
       std::string group = gvk.value("group", "");
-      std::string av = group.empty() ? gvk.value("version", "") : group + "/" + gvk.value("version", "");
+      std::string av =
+          group.empty() ? gvk.value("version", "") : group + "/" + gvk.value("version", "");
       v->by_gvk_[av + "/" + gvk.value("kind", "")] = name;
     }
   }
@@ -56,7 +58,8 @@ std::string OpenApiValidator::DefinitionFor(const std::string& api_version,
   return it == by_gvk_.end() ? "" : it->second;
 }
 
-std::vector<std::string> OpenApiValidator::Validate(const std::string& def, const Json& value) const {
+std::vector<std::string> OpenApiValidator::Validate(const std::string& def,
+                                                    const Json& value) const {
   std::vector<std::string> problems;
   Check(Json{{"$ref", "#/definitions/" + def}}, value, "", &problems, 0);
   return problems;

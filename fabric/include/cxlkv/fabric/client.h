@@ -46,8 +46,7 @@ class FabricClient : public Composer {
 
   // PATCH .../memory/{id}: assign (or unassign) one more port.
   Status Assign(const std::string& appliance_id, const std::string& blade_id,
-                const std::string& memory_id, const std::string& port, bool assign,
-                Region* region);
+                const std::string& memory_id, const std::string& port, bool assign, Region* region);
 
   // Extension (cxlkv-fabricd only): every composed region mapped to a host.
   // NotFound: unknown host; Unsupported: the server lacks the extension.
@@ -60,8 +59,7 @@ class FabricClient : public Composer {
                                const std::string& device);
 
   // Extension: simulated power cycle of a blade ("" ids: every blade).
-  Status PowerCycle(const std::string& appliance_id, const std::string& blade_id,
-                    int* forgotten);
+  Status PowerCycle(const std::string& appliance_id, const std::string& blade_id, int* forgotten);
 
   // Any request; *status and *body get the raw answer. IOError when no answer.
   Status Call(const std::string& method, const std::string& path, const std::string& body,

@@ -22,7 +22,7 @@ namespace cxlkv::fabric {
 struct Pool {
   std::string appliance_id;
   std::string blade_id;
-  int64_t block_mib = 0;      // allocation granularity (resource block size)
+  int64_t block_mib = 0;  // allocation granularity (resource block size)
   int64_t total_mib = 0;
   int64_t allocated_mib = 0;
   std::vector<std::string> hosts;  // hosts that can map regions of this pool

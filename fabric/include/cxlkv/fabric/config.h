@@ -68,9 +68,9 @@ struct Faults {
 struct FabricConfig {
   std::string state_dir = "/var/lib/cxlkv-fabricd";
   std::string backing_dir = "/dev/shm/cxlkv-fabricd";  // region bytes
-  std::string username, password;  // both set: HTTP basic auth required
-  std::string tls_cert, tls_key;   // both set: HTTPS
-  int agent_timeout_ms = 5000;     // per host-agent call
+  std::string username, password;                      // both set: HTTP basic auth required
+  std::string tls_cert, tls_key;                       // both set: HTTPS
+  int agent_timeout_ms = 5000;                         // per host-agent call
   std::vector<ApplianceConfig> appliances;
   std::vector<HostConfig> hosts;
   Faults faults;

@@ -37,15 +37,15 @@ class RegionCarver {
 };
 
 struct LocalPoolOptions {
-  std::string name = "shm";                  // the pool's blade id
-  std::string dir = "/dev/shm/cxlkv-pool";   // tmpfs or hugetlbfs directory (file pools)
+  std::string name = "shm";                 // the pool's blade id
+  std::string dir = "/dev/shm/cxlkv-pool";  // tmpfs or hugetlbfs directory (file pools)
   // Pool size in MiB; 0 = the file system's total size.
   int64_t capacity_mib = 0;
   // Allocation granularity in MiB; 0 = the file system's block size rounded
   // up to 1 MiB (the huge page size on hugetlbfs, so every region maps with
   // huge pages).
   int64_t block_mib = 0;
-  std::string node_id;                            // this node's host id
+  std::string node_id;                             // this node's host id
   std::string state_dir = "/var/lib/cxlkv-local";  // local-composer-state.json
 };
 
@@ -80,7 +80,7 @@ class LocalComposer : public Composer {
 
   LocalPoolOptions opt_;  // immutable after Open
   std::string state_path_;
-  std::unique_ptr<RegionCarver> carver_;     // devdax pools only
+  std::unique_ptr<RegionCarver> carver_;        // devdax pools only
   std::map<std::string, std::string> handles_;  // carver handles; guarded by mu_
   std::mutex mu_;
   std::map<std::string, Region> regions_;  // guarded by mu_

@@ -32,14 +32,14 @@ struct Region {
   std::string id;  // memory id; also the allocation id and CDI device name
   std::string appliance_id;
   std::string blade_id;
-  std::string status;     // "Composed", "Composing" (only mid-compose)
-  int64_t size_mib = 0;   // allocated size, rounded up to whole resource blocks
-  int qos = 0;            // DIMM channels interleaved (1, 2, 4, 8)
-  int share_count = 1;    // ports the caller asked to assign
-  std::string claim_uid;  // opaque caller tag (the ResourceClaim UID), may be ""
-  std::vector<int> blocks;       // resource block indexes on the blade
-  std::string backing_path;      // emulation: file holding the region's bytes
-  std::vector<Mapping> mappings; // assigned ports, in assignment order
+  std::string status;             // "Composed", "Composing" (only mid-compose)
+  int64_t size_mib = 0;           // allocated size, rounded up to whole resource blocks
+  int qos = 0;                    // DIMM channels interleaved (1, 2, 4, 8)
+  int share_count = 1;            // ports the caller asked to assign
+  std::string claim_uid;          // opaque caller tag (the ResourceClaim UID), may be ""
+  std::vector<int> blocks;        // resource block indexes on the blade
+  std::string backing_path;       // emulation: file holding the region's bytes
+  std::vector<Mapping> mappings;  // assigned ports, in assignment order
 };
 
 // A request to compose a region (CFM `composeMemoryRequest` + extension).

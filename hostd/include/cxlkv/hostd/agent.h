@@ -27,10 +27,10 @@
 namespace cxlkv::hostd {
 
 struct AgentOptions {
-  std::string host_id;                           // this host's id at the fabric manager
+  std::string host_id;                             // this host's id at the fabric manager
   std::string state_dir = "/var/lib/cxlkv-hostd";  // hostd-state.json
   CdiOptions cdi;
-  fabric::ClientOptions fabric;                  // base_url "" = no resync
+  fabric::ClientOptions fabric;  // base_url "" = no resync
 };
 
 struct ResyncResult {

@@ -59,7 +59,7 @@ std::unique_ptr<DaxBus> NewSysfsDaxBus(std::string sysfs_root, SysfsHook hook);
 
 struct DevdaxOptions {
   int region_id = 0;
-  uint64_t align = 2ull << 20;  // sub-device alignment (2 MiB; 1 GiB for PUD mappings)
+  uint64_t align = 2ull << 20;    // sub-device alignment (2 MiB; 1 GiB for PUD mappings)
   std::string dev_root = "/dev";  // where daxR.N character devices appear
 };
 

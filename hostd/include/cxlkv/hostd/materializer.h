@@ -36,11 +36,11 @@ struct RegionRequest {
 // What was created; enough to remove it and to write the CDI spec.
 struct Device {
   std::string allocation_id;
-  std::string kind;          // "file" or "devdax"
-  std::string path;          // host path processes map (/dev/daxX.Y or the link)
+  std::string kind;  // "file" or "devdax"
+  std::string path;  // host path processes map (/dev/daxX.Y or the link)
   uint64_t size_bytes = 0;
-  uint64_t offset_bytes = 0;  // CXL_DAX_OFFSET: where the region starts in `path`
-  int major = -1, minor = -1;  // devdax character device numbers
+  uint64_t offset_bytes = 0;             // CXL_DAX_OFFSET: where the region starts in `path`
+  int major = -1, minor = -1;            // devdax character device numbers
   std::vector<std::string> pad_devices;  // devdax pad devices created for alignment
 };
 

@@ -15,10 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cxlkv/kube/config.h"
 #include "cxlkv/kube/resource.h"

@@ -57,11 +57,11 @@ struct InformerHandlers {
 class Informer {
  public:
   struct Counters {
-    int64_t lists = 0;        // completed relists
-    int64_t watches = 0;      // watch requests started
-    int64_t gone = 0;         // 410s seen (each forces a relist)
-    int64_t errors = 0;       // failed list/watch attempts (each backs off)
-    int64_t events = 0;       // watch events applied (bookmarks excluded)
+    int64_t lists = 0;    // completed relists
+    int64_t watches = 0;  // watch requests started
+    int64_t gone = 0;     // 410s seen (each forces a relist)
+    int64_t errors = 0;   // failed list/watch attempts (each backs off)
+    int64_t events = 0;   // watch events applied (bookmarks excluded)
   };
 
   // `client` must outlive the Informer. Handlers may be empty.

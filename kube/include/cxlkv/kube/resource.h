@@ -27,13 +27,13 @@ struct ResourceType {
 };
 
 // resource.k8s.io/v1
-const ResourceType& ResourceSlices();   // cluster-scoped
-const ResourceType& ResourceClaims();   // namespaced, has /status
-const ResourceType& DeviceClasses();    // cluster-scoped
+const ResourceType& ResourceSlices();  // cluster-scoped
+const ResourceType& ResourceClaims();  // namespaced, has /status
+const ResourceType& DeviceClasses();   // cluster-scoped
 // core/v1
 const ResourceType& Pods();
-const ResourceType& Nodes();            // cluster-scoped
-const ResourceType& Namespaces();       // cluster-scoped
+const ResourceType& Nodes();       // cluster-scoped
+const ResourceType& Namespaces();  // cluster-scoped
 // coordination.k8s.io/v1
 const ResourceType& Leases();
 // events.k8s.io/v1

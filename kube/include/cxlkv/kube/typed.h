@@ -70,9 +70,13 @@ inline ResourceClient DeviceClassClient(Client* c) { return {c, DeviceClasses(),
 inline ResourceClient PodClient(Client* c, std::string ns) { return {c, Pods(), std::move(ns)}; }
 inline ResourceClient NodeClient(Client* c) { return {c, Nodes(), ""}; }
 // coordination.k8s.io/v1
-inline ResourceClient LeaseClient(Client* c, std::string ns) { return {c, Leases(), std::move(ns)}; }
+inline ResourceClient LeaseClient(Client* c, std::string ns) {
+  return {c, Leases(), std::move(ns)};
+}
 // events.k8s.io/v1
-inline ResourceClient EventClient(Client* c, std::string ns) { return {c, Events(), std::move(ns)}; }
+inline ResourceClient EventClient(Client* c, std::string ns) {
+  return {c, Events(), std::move(ns)};
+}
 
 }  // namespace cxlkv::kube
 
