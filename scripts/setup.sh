@@ -14,7 +14,8 @@ ENGINE_PKGS=(
   libfmt-dev
   libdaxctl-dev          # devdax sysfs facts on real hardware
   libnuma-dev
-  clang libclang-rt-14-dev  # libFuzzer target (scripts/fuzz.sh)
+  clang libclang-rt-14-dev  # libFuzzer target (scripts/fuzz.sh), the TSan stage's build
+  clang-format-14        # the format stage (scripts/test.d/05-format.sh)
   python3 python3-dev python3-pip pybind11-dev
 )
 FABRIC_PKGS=(

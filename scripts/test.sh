@@ -1,76 +1,106 @@
 #!/usr/bin/env bash
-# The test command: set up (if needed), build, run every test suite.
+# The test command: set up (if needed), then run the test stages in
+# scripts/test.d/, one after another, and print a table of their times.
 #
-#   scripts/test.sh            # everything CI runs (~15 min on 2 cores)
-#   scripts/test.sh --quick    # unit tests only, no TSan build, no e2e stages
+#   scripts/test.sh                  # the default run (what CI runs)
+#   scripts/test.sh --stage fabric   # only the named stages (repeat, or a,b), each
+#                                    # building what it needs, so from a fresh clone too
+#   scripts/test.sh --no-setup       # skip scripts/setup.sh (packages already there)
+#   scripts/test.sh --full           # also the soak-length runs (CXLKV_FULL=1 to the stages)
+#   scripts/test.sh --quick          # the unit stage only (--stage unit)
+#   scripts/test.sh --list           # the stages, in the order they run
 #
-# Stages beyond the main ctest run live in scripts/test.d/NN-<room>.sh, one per
-# room (e2e control plane, fabric API fuzzing, ...). Each stage exits non-zero
-# on failure; this script keeps going, then prints one closing line.
+# A stage is any scripts/test.d/NN-NAME.sh (scripts/lib/stage.sh has the
+# contract and helpers): a new file there is picked up without editing this
+# script. Each prints a closing line "NAME: N passed, N failed, N skipped" and
+# exits non-zero on failure; a stage that prints none counts as one test. This
+# script keeps going past a failing stage, then prints one closing line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-QUICK=0; [ "${1:-}" = "--quick" ] && QUICK=1
-JOBS=${JOBS:-$(nproc)}
+export JOBS=${JOBS:-$(nproc)}
+export CXLKV_FULL=${CXLKV_FULL:-0}
 
-bash scripts/setup.sh || { echo "setup failed"; exit 1; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+stage_name() { local b; b=$(basename "$1" .sh); echo "${b#[0-9]*-}"; }
 
-passed=0; failed=0; skipped=0; failures=()
-record() {  # record <stage> <passed> <failed>
-  passed=$((passed + $2)); failed=$((failed + $3))
-  [ "$3" -gt 0 ] && failures+=("$1")
-}
-# Runs ctest and records the counts it reports.
-run_ctest() {  # run_ctest <stage> <build dir> [ctest args...]
-  local stage=$1 dir=$2; shift 2
-  local log; log=$(mktemp)
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@" 2>&1 | tee "$log"
-  local total fail
-  total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-  fail=$(grep -oE '[0-9]+ tests failed out of' "$log" | grep -oE '^[0-9]+' | tail -1)
-  if [ -z "$total" ]; then record "$stage" 0 1; rm -f "$log"; return; fi
-  record "$stage" $((total - fail)) "$fail"
-  rm -f "$log"
-}
+SETUP=1; LIST=0; want=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --stage) [ $# -ge 2 ] || { echo "--stage needs a name"; exit 2; }
+             IFS=, read -ra names <<<"$2"; want+=("${names[@]}"); shift ;;
+    --stage=*) IFS=, read -ra names <<<"${1#--stage=}"; want+=("${names[@]}") ;;
+    --no-setup) SETUP=0 ;;
+    --full) CXLKV_FULL=1 ;;
+    --quick) want+=(unit) ;;
+    --list) LIST=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown argument: $1"; usage; exit 2 ;;
+  esac
+  shift
+done
 
-echo "== build (build/)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all \
-  -DCXLKV_ENGINE_ONLY=OFF -DCXLKV_WITH_ENGINE=ON >/dev/null || exit 1
-cmake --build build -j "$JOBS" || { echo "build failed"; exit 1; }
-
-echo "== unit and multi-process tests"
-run_ctest unit build -LE 'e2e'
-
-if [ $QUICK = 0 ]; then
-  echo "== ThreadSanitizer build of the region engine (build-tsan/)"
-  cmake -S . -B build-tsan -G Ninja -DCXLKV_TSAN=ON -DCXLKV_ENGINE_ONLY=ON >/dev/null || exit 1
-  if cmake --build build-tsan -j "$JOBS"; then
-    # The in-process concurrency tests (threads sharing one Region).
-    run_ctest tsan build-tsan -R '^RegionTest\.' 
-  else
-    record tsan-build 0 1
-  fi
-  for stage in scripts/test.d/*.sh; do
-    [ -e "$stage" ] || continue
-    echo "== stage $(basename "$stage")"
-    out=$(mktemp)
-    ( cd "$ROOT" && bash "$stage" ) 2>&1 | tee "$out"
-    rc=${PIPESTATUS[0]}
-    # A stage may print its own "N passed, N failed" line; else it counts as one.
-    line=$(grep -E '^[A-Za-z-]*:? ?[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
-    sk=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+')
-    skipped=$((skipped + ${sk:-0}))
-    if [ -n "$line" ]; then
-      p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')
-      f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
-      [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-      record "$(basename "$stage")" "$p" "$f"
-    elif [ "$rc" -eq 0 ]; then record "$(basename "$stage")" 1 0
-    else record "$(basename "$stage")" 0 1; fi
-    rm -f "$out"
+all=()
+for s in scripts/test.d/[0-9]*-*.sh; do [ -e "$s" ] && all+=("$s"); done
+if [ $LIST = 1 ]; then
+  for s in "${all[@]}"; do printf '%-12s %s\n' "$(stage_name "$s")" "$s"; done
+  exit 0
+fi
+stages=()
+if [ ${#want[@]} -eq 0 ]; then
+  stages=("${all[@]}")
+else
+  for w in "${want[@]}"; do
+    found=
+    for s in "${all[@]}"; do
+      if [ "$w" = "$(stage_name "$s")" ] || [ "$w" = "$(basename "$s" .sh)" ]; then
+        found=$s
+      fi
+    done
+    [ -n "$found" ] || { echo "no stage named '$w'; stages: $(for s in "${all[@]}"; do stage_name "$s"; done | xargs)"; exit 2; }
+    stages+=("$found")
   done
 fi
 
+t_all=$SECONDS
+if [ $SETUP = 1 ]; then
+  t0=$SECONDS
+  bash scripts/setup.sh || { echo "setup failed"; exit 1; }
+  setup_s=$((SECONDS - t0))
+fi
+
+passed=0; failed=0; skipped=0; failures=(); rows=()
+for stage in "${stages[@]}"; do
+  name=$(stage_name "$stage")
+  echo "== stage $name ($stage)"
+  out=$(mktemp)
+  t0=$SECONDS
+  bash "$stage" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  secs=$((SECONDS - t0))
+  # The stage's closing line; older stages may leave out their name.
+  line=$(grep -E '^([A-Za-z0-9._-]+:)? ?[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
+  rm -f "$out"
+  p=0; f=0; s=0
+  if [ -n "$line" ]; then
+    p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')
+    f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+    s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+'); s=${s:-0}
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+  elif [ "$rc" -eq 0 ]; then p=1
+  else f=1; fi
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  result=ok; [ "$f" -gt 0 ] && { result=FAILED; failures+=("$name"); }
+  rows+=("$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")")
+done
+
+echo
+echo "== stage times"
+printf '%-12s %-7s %7s %7s %8s %8s\n' stage result passed failed skipped seconds
+[ $SETUP = 1 ] && printf '%-12s %-7s %7s %7s %8s %8s\n' setup ok - - - "$setup_s"
+for r in "${rows[@]}"; do echo "$r"; done
+printf '%-12s %-7s %7s %7s %8s %8s\n' total "" "$passed" "$failed" "$skipped" "$((SECONDS - t_all))"
+[ "$CXLKV_FULL" = 1 ] && echo "(--full: soak-length runs included)"
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed stages: ${failures[*]}"
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -3,10 +3,14 @@
 #  1. schemathesis: cxlkv-fabricd against cfm-openapi.yaml + our overlay.
 #  2. CDI: specs written by cxlkv-hostd, validated and injected into an OCI
 #     spec by the reference CDI Go module.
-#  3. Scenarios with real processes (fabricd + two hostd + the cxlkv CLI).
-# Prints "N passed, N failed"; exits non-zero on any failure.
+#  3. Scenarios with real processes: the fabric.e2e tests (test/e2e/), then
+#     fabricd + two hostd + the cxlkv CLI on each host.
+# Prints "fabric: N passed, N failed, N skipped"; exits non-zero on any failure.
+# Builds what it needs in build/ (CXLKV_BIN points at other binaries instead).
+# Warm: about 55 s on 2 cores.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "$0")/../lib/stage.sh"
+cd "$CXLKV_ROOT"
 ROOT=$PWD
 BIN=${CXLKV_BIN:-$ROOT/build/bin}
 SPEC=${CXLKV_CFM_OPENAPI:-$ROOT/../shared/reference/cfm-openapi.yaml}
@@ -18,7 +22,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 ok() { echo "PASS: $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 
@@ -41,6 +45,12 @@ start_fabricd() {  # start_fabricd <config> <log>
 }
 
 stop_pid() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+
+if [ -z "${CXLKV_BIN:-}" ]; then
+  echo "== fabric: build (build/: the daemons, the CLI, the fabric.e2e and hostd tests)"
+  cxlkv_build_main cxlkv-fabricd cxlkv-hostd cxlkv_cli hostd_unit_test fabric_scenario_test ||
+    { bad "build"; echo "fabric: $passed passed, $failed failed, $skipped skipped"; exit 1; }
+fi
 
 # ---- 1. schemathesis --------------------------------------------------------
 if [ ! -f "$SPEC" ]; then
@@ -109,7 +119,15 @@ PY
   else bad "CDI devdax spec"; cat "$WORK/dd.log"; fi
 fi
 
-# ---- 3. two hosts, one region, the cxlkv CLI on each ------------------------
+# ---- 3. scenarios with real processes ---------------------------------------
+echo "== fabric: fabric.e2e tests (cxlkv-fabricd and two cxlkv-hostd per test)"
+if [ -z "${CXLKV_BIN:-}" ]; then
+  cxlkv_ctest build -L '^fabric\.e2e$' -j "$JOBS"
+else
+  echo "fabric: CXLKV_BIN is set; the fabric.e2e tests run from build/ only"; skipped=$((skipped + 1))
+fi
+
+# Two hosts, one region, the cxlkv CLI on each.
 CLI=${CXLKV_CLI:-$BIN/cxlkv}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 E=$WORK/e2e; mkdir -p "$E"
@@ -203,5 +221,5 @@ PY
   else bad "e2e: free (HTTP $code, $left leftovers, $alloc MiB still allocated)"; fi
 fi
 
-echo "$passed passed, $failed failed"
+echo "fabric: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -4,12 +4,12 @@
 # as skipped, with the reason, instead of silently vanishing.
 if(GTest_FOUND)
   cxlkv_test(crc32c_math_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/crc32c_math_test.cc
-             LIBS cxlkv_internal LABELS unit)
+             LIBS cxlkv_internal LABELS transfer.unit)
   target_include_directories(crc32c_math_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 endif()
 foreach(t gpu_transfer_test region_gpu_test)
   add_test(NAME ${t}_skipped COMMAND ${CMAKE_COMMAND} -E echo
     "SKIPPED ${t}: built without CUDA (-DCXLKV_CUDA=OFF). On a GPU machine run: scripts/gpu.sh")
   set_tests_properties(${t}_skipped PROPERTIES
-    SKIP_REGULAR_EXPRESSION "SKIPPED" LABELS "gpu")
+    SKIP_REGULAR_EXPRESSION "SKIPPED" LABELS "transfer.gpu")
 endforeach()

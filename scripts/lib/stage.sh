@@ -1,0 +1,64 @@
+# Helpers for the test stages in scripts/test.d/ (sourced, never run).
+#
+# A stage is scripts/test.d/NN-NAME.sh. scripts/test.sh runs every one in
+# order (or the ones --stage names), from the repository root, with:
+#   JOBS        parallel build and test jobs (default: nproc)
+#   CXLKV_FULL  1 under `scripts/test.sh --full`: soak-length runs go behind it
+# A stage builds what it needs (a fresh clone has no build/), prints a closing
+# line "NAME: N passed, N failed, N skipped" and exits non-zero on failure.
+
+CXLKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+JOBS=${JOBS:-$(nproc)}
+CXLKV_FULL=${CXLKV_FULL:-0}
+
+# ccache, where installed, for every configure the stages make.
+cxlkv_launcher_args() {
+  if command -v ccache >/dev/null 2>&1; then
+    echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
+# Configures <dir> with the given extra cmake arguments (quietly; the log is
+# shown on failure) and builds the named targets, or everything when none are
+# named. Returns non-zero on failure.
+cxlkv_build_dir() {  # cxlkv_build_dir <dir> "<cmake args>" [targets...]
+  local dir=$1 args=$2; shift 2
+  local log; log=$(mktemp)
+  # shellcheck disable=SC2046,SC2086  # word splitting of the argument lists is intended
+  if ! cmake -S "$CXLKV_ROOT" -B "$CXLKV_ROOT/$dir" -G Ninja $args $(cxlkv_launcher_args) \
+      >"$log" 2>&1; then
+    cat "$log"; rm -f "$log"; echo "configure $dir failed"; return 1
+  fi
+  rm -f "$log"
+  local targets=()
+  [ $# -gt 0 ] && targets=(--target "$@")
+  cmake --build "$CXLKV_ROOT/$dir" -j "$JOBS" "${targets[@]}" || { echo "build $dir failed"; return 1; }
+}
+
+# build/: every room, the configuration the default run and the docs use.
+CXLKV_MAIN_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all -DCXLKV_ENGINE_ONLY=OFF \
+-DCXLKV_WITH_ENGINE=ON"
+cxlkv_build_main() {  # cxlkv_build_main [targets...]
+  cxlkv_build_dir build "$CXLKV_MAIN_ARGS" "$@"
+}
+
+# Runs ctest with the given arguments, teeing its output, and adds what it
+# ran to the caller's passed/failed/skipped counters. No test run counts as
+# one failure (a label that selects nothing is a broken stage, not a pass).
+cxlkv_ctest() {  # cxlkv_ctest <build dir> [ctest args...]
+  local dir=$1; shift
+  local log; log=$(mktemp)
+  ctest --test-dir "$CXLKV_ROOT/$dir" --output-on-failure "$@" 2>&1 | tee "$log"
+  local total fail skip
+  total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+  fail=$(grep -oE '[0-9]+ tests failed out of' "$log" | grep -oE '^[0-9]+' | tail -1)
+  skip=$(grep -cE 'Test +#[0-9]+: .*Skipped' "$log")
+  rm -f "$log"
+  if [ -z "$total" ] || [ "$total" -eq 0 ]; then
+    echo "ctest in $dir ran no tests ($*)"
+    failed=$((failed + 1))
+    return 1
+  fi
+  passed=$((passed + total - fail - skip)); failed=$((failed + fail)); skipped=$((skipped + skip))
+  [ "$fail" -eq 0 ]
+}

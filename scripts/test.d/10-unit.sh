@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Stage: every unit and multi-process test, all rooms (ctest label *.unit),
+# plus the GPU tests, which report as skipped with the reason on a machine
+# built without CUDA (*.gpu). Builds build/ with every room.
+# Warm: about 25 s on 2 cores (build up to date).
+set -uo pipefail
+source "$(dirname "$0")/../lib/stage.sh"
+cd "$CXLKV_ROOT"
+passed=0; failed=0; skipped=0
+trap 'echo "unit: $passed passed, $failed failed, $skipped skipped"' EXIT
+
+echo "== unit: build (build/, all rooms)"
+cxlkv_build_main || { failed=$((failed + 1)); exit 1; }
+cxlkv_ctest build -j "$JOBS" -L '\.(unit|gpu)$'
