@@ -393,6 +393,11 @@ PYBIND11_MODULE(_cxlkv, m) {
           py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
           py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
 #endif
+#if defined(CXLKV_VERSION)
+  m.attr("__version__") = CXLKV_VERSION;  // the CMake project version
+#else
+  m.attr("__version__") = "0+unknown";
+#endif
   m.attr("HAVE_CUDA") = py::bool_(
 #if defined(CXLKV_WITH_CUDA)
       true

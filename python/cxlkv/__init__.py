@@ -28,6 +28,7 @@ from ._cxlkv import (  # noqa: F401
     RegionInfo,
     RegionOptions,
     StoreOutcome,
+    __version__,
 )
 from .errors import (  # noqa: F401
     BusyError,
