@@ -1,0 +1,252 @@
+// Copyright cxlkv authors.
+//
+// Delegated, parted writes and per-part reads (include/cxlkv/delegate.h).
+// Everything here goes through the slot state word and the Region API: the
+// only metadata write is the reserving process's own CommitWrite/AbortWrite.
+#include "cxlkv/delegate.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../transfer/crc32c_math.h"
+#include "crc32c.h"
+#include "region_impl.h"
+
+namespace cxlkv {
+namespace {
+
+// Table entry of one part, as stored (host byte order: the memory is shared
+// by processes of one architecture, and the format epoch ties tokens to it).
+struct PartEntry {
+  uint32_t crc32c;
+  uint32_t reserved;
+  uint64_t word;  // WRITING word of the reservation the part was filled for
+};
+static_assert(sizeof(PartEntry) == 16);
+
+// Reaches the lease fields that Region keeps for its implementations.
+struct LeaseAccess : Region {
+  static uint64_t Slot(const WriteLease& l) { return LeaseSlot(l); }
+  static uint64_t Word(const WriteLease& l) { return LeaseWord(l); }
+};
+
+internal::RegionImpl* Impl(Region* r) { return static_cast<internal::RegionImpl*>(r); }
+
+const uint32_t* Pow8() {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(64);
+    internal::FillXPow8Table(t.data());
+    return t;
+  }();
+  return table.data();
+}
+
+uint64_t PartPageBytes(const ChunkPages& p) {
+  uint64_t n = 0;
+  for (size_t t = 0; t < p.num_tensors; ++t) n += p.tensors[t].page_bytes * p.blocks_per_chunk;
+  return n;
+}
+
+Status CheckPages(const ChunkPages& p, const PartedLayout& layout) {
+  if (p.blocks_per_chunk == 0 || p.skip + p.count > p.blocks_per_chunk || p.count == 0)
+    return Status::InvalidArgument(
+        "pages: blocks [" + std::to_string(p.skip) + ", " + std::to_string(p.skip + p.count) +
+        ") are not inside a chunk of " + std::to_string(p.blocks_per_chunk) + " blocks");
+  if (PartPageBytes(p) > layout.part_len)
+    return Status::InvalidArgument("pages: " + std::to_string(PartPageBytes(p)) +
+                                   " bytes per chunk exceed the part length " +
+                                   std::to_string(layout.part_len));
+  for (size_t t = 0; t < p.num_tensors; ++t) {
+    const PageTensor& pt = p.tensors[t];
+    if (pt.page_bytes > pt.block_stride && pt.num_blocks > 1)
+      return Status::InvalidArgument("pages: tensor " + std::to_string(t) +
+                                     " has pages larger than its block stride");
+    for (uint32_t i = 0; i < p.count; ++i) {
+      const int64_t b = p.block_ids[i];
+      if (b < 0 || static_cast<uint64_t>(b) >= pt.num_blocks)
+        return Status::InvalidArgument("pages: block id " + std::to_string(b) + " outside 0.." +
+                                       std::to_string(pt.num_blocks - 1));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckLayout(const PartedLayout& layout, uint32_t part) {
+  if (layout.parts == 0 || part >= layout.parts)
+    return Status::InvalidArgument("part " + std::to_string(part) + " of a layout of " +
+                                   std::to_string(layout.parts) + " parts");
+  return Status::OK();
+}
+
+uint8_t* PageAddr(const PageTensor& t, int32_t block) {
+  return reinterpret_cast<uint8_t*>(t.base + static_cast<uint64_t>(block) * t.block_stride);
+}
+
+}  // namespace
+
+uint64_t PartedLayout::PayloadLen() const {
+  return static_cast<uint64_t>(parts) * (part_len + sizeof(PartEntry));
+}
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  // With initial value and final inversion both all-ones, the affine terms
+  // cancel: CRC(A||B) = CRC(A) * x^(8|B|) + CRC(B) over GF(2)[x] mod P.
+  return internal::GfMul(crc_a, internal::XPow8n(len_b, Pow8())) ^ crc_b;
+}
+
+Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToken* token) {
+  if (!lease.open()) return Status::InvalidArgument("ExportWriteToken on a closed lease");
+  token->format_epoch = region.info().format_epoch;
+  token->slot = LeaseAccess::Slot(lease);
+  token->word = LeaseAccess::Word(lease);
+  token->len = lease.len();
+  return Status::OK();
+}
+
+Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,
+                const ChunkPages& pages) {
+  CXLKV_RETURN_IF_ERROR(CheckLayout(layout, part));
+  const RegionInfo& info = region->info();
+  if (token.format_epoch != info.format_epoch)
+    return Status::InvalidArgument("write token of another region (format epoch " +
+                                   std::to_string(token.format_epoch) + ", this region " +
+                                   std::to_string(info.format_epoch) + ")");
+  if (token.slot >= info.num_slots || token.len > info.slot_size)
+    return Status::InvalidArgument("write token outside the region's slots");
+  if (token.len != layout.PayloadLen())
+    return Status::InvalidArgument("write token of " + std::to_string(token.len) +
+                                   " bytes for a parted layout of " +
+                                   std::to_string(layout.PayloadLen()));
+  if (pages.skip != 0 || pages.count != pages.blocks_per_chunk)
+    return Status::InvalidArgument("a stored part needs the chunk's every block");
+  CXLKV_RETURN_IF_ERROR(CheckPages(pages, layout));
+  internal::RegionImpl* impl = Impl(region);
+  std::atomic<uint64_t>& state = impl->Meta(token.slot).state;
+  // Acquire: our writes to the slot must follow the reservation we check.
+  if (state.load(std::memory_order_acquire) != token.word)
+    return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
+                            " no longer holds");
+  uint8_t* dst = impl->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  uint32_t crc = internal::kCrc32cInit;
+  uint64_t off = 0;
+  for (size_t t = 0; t < pages.num_tensors; ++t) {
+    const PageTensor& pt = pages.tensors[t];
+    for (uint32_t i = 0; i < pages.count; ++i) {
+      const uint8_t* src = PageAddr(pt, pages.block_ids[i]);
+      // CRC of the source (the KV cache), so bytes damaged in the region
+      // after the copy are caught by readers.
+      crc = internal::Crc32cExtend(crc, src, pt.page_bytes);
+      std::memcpy(dst + off, src, pt.page_bytes);
+      off += pt.page_bytes;
+    }
+  }
+  if (off < layout.part_len) {
+    std::memset(dst + off, 0, layout.part_len - off);
+    crc = internal::Crc32cExtend(crc, dst + off, layout.part_len - off);
+  }
+  const PartEntry entry{internal::Crc32cFinish(crc), 0, token.word};
+  uint8_t* table =
+      impl->SlotData(token.slot) + static_cast<uint64_t>(layout.parts) * layout.part_len;
+  std::memcpy(table + static_cast<uint64_t>(part) * sizeof(PartEntry), &entry, sizeof(entry));
+  // Release: the part and its entry are complete before anyone who sees
+  // our report (through the engine's own channel) commits.
+  std::atomic_thread_fence(std::memory_order_release);
+  if (state.load(std::memory_order_acquire) != token.word)
+    return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
+                            " was lost during the copy");
+  return Status::OK();
+}
+
+Status CommitPartedWrite(Region* region, WriteLease* lease, const PartedLayout& layout) {
+  if (!lease->open()) return Status::InvalidArgument("CommitPartedWrite on a closed lease");
+  if (layout.parts == 0 || lease->len() != layout.PayloadLen()) {
+    region->AbortWrite(lease);
+    return Status::InvalidArgument("lease of " + std::to_string(lease->len()) +
+                                   " bytes for a parted layout of " +
+                                   std::to_string(layout.PayloadLen()));
+  }
+  const uint64_t word = LeaseAccess::Word(*lease);
+  const auto* data = static_cast<const uint8_t*>(lease->data());
+  // One copy of the table: the bytes we check are the bytes we checksum.
+  std::vector<PartEntry> table(layout.parts);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  std::memcpy(table.data(), data + static_cast<uint64_t>(layout.parts) * layout.part_len,
+              table.size() * sizeof(PartEntry));
+  uint32_t crc = 0;
+  for (uint32_t p = 0; p < layout.parts; ++p) {
+    if (table[p].word != word) {
+      region->AbortWrite(lease);
+      return Status::Corruption("part " + std::to_string(p) + " of " +
+                                std::to_string(layout.parts) +
+                                " was not filled for this reservation");
+    }
+    crc = p == 0 ? table[p].crc32c : Crc32cCombine(crc, table[p].crc32c, layout.part_len);
+  }
+  crc = Crc32cCombine(crc, internal::Crc32c(table.data(), table.size() * sizeof(PartEntry)),
+                      table.size() * sizeof(PartEntry));
+  return region->CommitWrite(lease, &crc);
+}
+
+Status LoadPart(Region* region, NamespaceId ns, const BlockKey& key, const PartedLayout& layout,
+                uint32_t part, const ChunkPages& pages, LoadInfo* info) {
+  CXLKV_RETURN_IF_ERROR(CheckLayout(layout, part));
+  CXLKV_RETURN_IF_ERROR(CheckPages(pages, layout));
+  ReadLease lease;
+  CXLKV_RETURN_IF_ERROR(region->BeginRead(ns, key, &lease));
+  if (lease.len() != layout.PayloadLen()) {
+    const size_t len = lease.len();
+    (void)region->EndRead(&lease);
+    return Status::Corruption("block of " + std::to_string(len) +
+                              " bytes where the parted layout has " +
+                              std::to_string(layout.PayloadLen()));
+  }
+  const auto* src =
+      static_cast<const uint8_t*>(lease.data()) + static_cast<uint64_t>(part) * layout.part_len;
+  uint32_t crc = internal::kCrc32cInit;
+  uint64_t off = 0, copied = 0;
+  for (size_t t = 0; t < pages.num_tensors; ++t) {
+    const PageTensor& pt = pages.tensors[t];
+    for (uint32_t j = 0; j < pages.blocks_per_chunk; ++j) {
+      if (j >= pages.skip && j < pages.skip + pages.count) {
+        uint8_t* dst = PageAddr(pt, pages.block_ids[j - pages.skip]);
+        std::memcpy(dst, src + off, pt.page_bytes);
+        // CRC of what landed: the region bytes may change under a zombie
+        // writer, our copy cannot.
+        crc = internal::Crc32cExtend(crc, dst, pt.page_bytes);
+        copied += pt.page_bytes;
+      } else {
+        crc = internal::Crc32cExtend(crc, src + off, pt.page_bytes);
+      }
+      off += pt.page_bytes;
+    }
+  }
+  if (off < layout.part_len) crc = internal::Crc32cExtend(crc, src + off, layout.part_len - off);
+  std::vector<PartEntry> table(layout.parts);
+  std::memcpy(table.data(),
+              static_cast<const uint8_t*>(lease.data()) +
+                  static_cast<uint64_t>(layout.parts) * layout.part_len,
+              table.size() * sizeof(PartEntry));
+  // The payload's CRC as the stored bytes would have it, with our part as
+  // it landed: equal to the committed CRC only if our part and the table
+  // are intact.
+  uint32_t payload = 0;
+  for (uint32_t p = 0; p < layout.parts; ++p) {
+    const uint32_t c = p == part ? internal::Crc32cFinish(crc) : table[p].crc32c;
+    payload = p == 0 ? c : Crc32cCombine(payload, c, layout.part_len);
+  }
+  payload = Crc32cCombine(payload, internal::Crc32c(table.data(), table.size() * sizeof(PartEntry)),
+                          table.size() * sizeof(PartEntry));
+  const uint32_t writer = lease.writer_participant();
+  CXLKV_RETURN_IF_ERROR(region->EndRead(&lease, nullptr, &payload));
+  if (info != nullptr) {
+    info->len = copied;
+    info->writer_participant = writer;
+    info->cross_participant = region->info().participant < 0 ||
+                              writer != static_cast<uint32_t>(region->info().participant);
+  }
+  return Status::OK();
+}
+
+}  // namespace cxlkv

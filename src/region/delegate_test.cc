@@ -1,0 +1,203 @@
+// Copyright cxlkv authors.
+//
+// Delegated, parted writes (delegate.h): one process reserves and commits,
+// forked processes fill the parts, readers verify one part each.
+#include "cxlkv/delegate.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "crc32c.h"
+#include "region_impl.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using test::FillPattern;
+using test::MustOpen;
+using test::Reap;
+using test::ScratchRegion;
+using test::Spawn;
+using test::TestOptions;
+
+constexpr uint64_t kPage = 1000;  // not a power of two: offsets must not assume one
+constexpr uint32_t kBlocks = 16;  // blocks per KV tensor
+constexpr uint32_t kPerChunk = 4;
+constexpr uint32_t kTensors = 3;
+const NamespaceDesc kNs{"model", "bfloat16", "LBHNC/parted", 0, 0};
+
+// A rank's KV cache: kTensors tensors of kBlocks pages, page-strided with a gap.
+struct Kv {
+  explicit Kv(uint64_t seed) : bytes(kTensors * kBlocks * (kPage + 24)) {
+    FillPattern(seed, bytes.data(), bytes.size());
+    for (uint32_t t = 0; t < kTensors; ++t)
+      tensors.push_back(
+          PageTensor{reinterpret_cast<uint64_t>(bytes.data()) + t * kBlocks * (kPage + 24),
+                     kPage + 24, kPage, kBlocks});
+  }
+  const uint8_t* page(uint32_t t, int32_t b) const {
+    return reinterpret_cast<const uint8_t*>(tensors[t].base + b * tensors[t].block_stride);
+  }
+  ChunkPages pages(const int32_t* ids, uint32_t skip = 0, uint32_t count = kPerChunk) const {
+    return ChunkPages{tensors.data(), tensors.size(), kPerChunk, ids, skip, count};
+  }
+  std::vector<uint8_t> bytes;
+  std::vector<PageTensor> tensors;
+};
+
+const PartedLayout kLayout{2, kTensors* kPerChunk* kPage + 100};  // with padding
+
+NamespaceId Ns(Region* r) {
+  NamespaceId id = 0;
+  if (!r->RegisterNamespace(kNs, &id).ok()) std::abort();
+  return id;
+}
+
+TEST(DelegateTest, CombineEqualsTheCrcOfTheConcatenation) {
+  std::vector<uint8_t> d(10007);
+  FillPattern(3, d.data(), d.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{4096}, size_t{10006}, d.size()}) {
+    const uint32_t a = internal::Crc32c(d.data(), cut);
+    const uint32_t b = internal::Crc32c(d.data() + cut, d.size() - cut);
+    EXPECT_EQ(Crc32cCombine(a, b, d.size() - cut), internal::Crc32c(d.data(), d.size())) << cut;
+  }
+}
+
+// Two forked fillers (ranks) fill their parts of a slot the parent reserved;
+// the parent commits; each part then loads back byte for byte, also from the
+// middle of the chunk.
+TEST(DelegateTest, PartsFilledByOtherProcessesCommitAndLoadBack) {
+  ScratchRegion sr("parted");
+  const RegionOptions o = TestOptions(8 << 20, kLayout.PayloadLen());
+  auto r = MustOpen(sr.path(), o);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(5);
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  const int32_t ids[2][kPerChunk] = {{3, 9, 4, 0}, {15, 1, 2, 7}};
+  for (uint32_t part = 0; part < 2; ++part) {
+    pid_t k = Spawn([&, part] {
+      auto w = MustOpen(sr.path(), o);
+      Kv kv(100 + part);
+      Status s = FillPart(w.get(), token, kLayout, part, kv.pages(ids[part]));
+      if (!s.ok()) std::fprintf(stderr, "fill %u: %s\n", part, s.ToString().c_str());
+      return s.ok() ? 0 : 1;
+    });
+    ASSERT_EQ(Reap(k), 0);
+  }
+  EXPECT_FALSE(r->Lookup(ns, key).ok()) << "not READY before the commit";
+  ASSERT_TRUE(CommitPartedWrite(r.get(), &lease, kLayout).ok());
+  ASSERT_TRUE(r->Lookup(ns, key).ok());
+
+  for (uint32_t part = 0; part < 2; ++part) {
+    const Kv want(100 + part);
+    Kv got(7);  // other contents
+    const int32_t dst[kPerChunk] = {10, 11, 12, 13};
+    LoadInfo info;
+    Status s = LoadPart(r.get(), ns, key, kLayout, part, got.pages(dst), &info);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(info.len, kTensors * kPerChunk * kPage);
+    for (uint32_t t = 0; t < kTensors; ++t)
+      for (uint32_t j = 0; j < kPerChunk; ++j)
+        EXPECT_EQ(std::memcmp(got.page(t, dst[j]), want.page(t, ids[part][j]), kPage), 0);
+    // A load that enters the chunk mid-way: blocks 1..3 only.
+    Kv mid(8);
+    const Kv untouched(8);
+    const int32_t dst2[3] = {5, 6, 2};
+    ASSERT_TRUE(LoadPart(r.get(), ns, key, kLayout, part, mid.pages(dst2, 1, 3)).ok());
+    for (uint32_t t = 0; t < kTensors; ++t) {
+      for (uint32_t j = 0; j < 3; ++j)
+        EXPECT_EQ(std::memcmp(mid.page(t, dst2[j]), want.page(t, ids[part][j + 1]), kPage), 0);
+      EXPECT_EQ(std::memcmp(mid.page(t, 0), untouched.page(t, 0), kPage), 0);
+    }
+  }
+}
+
+// A part never filled (a rank that died, or stale bytes of the slot's last
+// use) is refused at commit and the slot freed.
+TEST(DelegateTest, CommitRefusesAPartNotFilledForThisReservation) {
+  ScratchRegion sr("missing");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
+  const NamespaceId ns = Ns(r.get());
+  // Use the slot once fully, so its table holds entries of an older word.
+  Kv kv(1);
+  const int32_t ids[kPerChunk] = {0, 1, 2, 3};
+  for (int round = 0; round < 2; ++round) {
+    const BlockKey key = BlockKey::FromId(round);
+    WriteLease lease;
+    ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+    WriteToken token;
+    ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+    ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv.pages(ids)).ok());
+    if (round == 0) {
+      ASSERT_TRUE(FillPart(r.get(), token, kLayout, 1, kv.pages(ids)).ok());
+    }
+    Status s = CommitPartedWrite(r.get(), &lease, kLayout);
+    if (round == 0) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_TRUE(r->Drop(ns, key).ok());  // the slot goes back, with its table
+    } else {
+      EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+      EXPECT_FALSE(lease.open());
+      EXPECT_FALSE(r->Lookup(ns, key).ok());
+    }
+  }
+  // The freed slot is usable again.
+  std::vector<uint8_t> d(64, 1);
+  EXPECT_TRUE(r->Store(ns, BlockKey::FromId(9), d.data(), d.size()).ok());
+}
+
+TEST(DelegateTest, FillAfterTheReservationWasAbortedIsRefused) {
+  ScratchRegion sr("aborted");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
+  const NamespaceId ns = Ns(r.get());
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(1), kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  r->AbortWrite(&lease);
+  Kv kv(1);
+  const int32_t ids[kPerChunk] = {0, 1, 2, 3};
+  EXPECT_TRUE(FillPart(r.get(), token, kLayout, 0, kv.pages(ids)).IsNotFound());
+  WriteToken other = token;
+  other.format_epoch ^= 1;
+  EXPECT_TRUE(FillPart(r.get(), other, kLayout, 0, kv.pages(ids)).IsInvalidArgument());
+  const int32_t bad[kPerChunk] = {0, 1, 2, kBlocks};
+  EXPECT_TRUE(FillPart(r.get(), token, kLayout, 0, kv.pages(bad)).IsInvalidArgument());
+}
+
+// A damaged byte in part 1 fails part 1's load (and drops the slot) but the
+// check of part 0 does not read part 1.
+TEST(DelegateTest, CorruptPartFailsItsOwnLoadOnly) {
+  ScratchRegion sr("corrupt");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(3);
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  Kv kv(1);
+  const int32_t ids[kPerChunk] = {0, 1, 2, 3};
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv.pages(ids)).ok());
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 1, kv.pages(ids)).ok());
+  ASSERT_TRUE(CommitPartedWrite(r.get(), &lease, kLayout).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const int64_t slot = impl->FindReadySlot(ns, key);
+  ASSERT_GE(slot, 0);
+  impl->SlotData(slot)[kLayout.part_len + 17] ^= 0x40;
+  Kv got(2);
+  EXPECT_TRUE(LoadPart(r.get(), ns, key, kLayout, 0, got.pages(ids)).ok());
+  EXPECT_TRUE(LoadPart(r.get(), ns, key, kLayout, 1, got.pages(ids)).IsCorruption());
+  EXPECT_FALSE(r->Lookup(ns, key).ok()) << "a corrupt slot is dropped";
+  EXPECT_EQ(r->ProcessCounters()[Counter::kCrcFailures], 1u);
+}
+
+}  // namespace
+}  // namespace cxlkv
