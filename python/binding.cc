@@ -9,8 +9,10 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cxlkv/delegate.h"
 #include "cxlkv/region.h"
 #if defined(CXLKV_WITH_CUDA)
 #include "region_gpu.h"
@@ -80,6 +82,39 @@ py::buffer_info Bytes(const py::buffer& b, bool writable) {
     expect *= info.shape[d];
   }
   return info;
+}
+
+// A reservation and how BeginWrite ended (delegated writes, delegate.h).
+struct PendingWrite {
+  WriteLease lease;
+  StoreOutcome outcome = StoreOutcome::kStored;
+};
+
+// Block ids as any buffer of int32 (numpy.int32 array, array.array("i"), ...).
+struct BlockIds {
+  const int32_t* data;
+  size_t size;
+};
+BlockIds Ids(const py::buffer& b) {
+  py::buffer_info info = Bytes(b, false);
+  if (info.itemsize != 4 || (info.format != "i" && info.format != "=i" && info.format != "<i" &&
+                             info.format != "l" && info.format != "=l"))
+    throw py::value_error("block ids must be int32 (format 'i'), got format '" + info.format + "'");
+  return BlockIds{static_cast<const int32_t*>(info.ptr), static_cast<size_t>(info.size)};
+}
+
+// Pages of one chunk from (base, block_stride, page_bytes, num_blocks) tuples.
+std::vector<PageTensor> PageTensors(
+    const std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>& tensors) {
+  std::vector<PageTensor> out;
+  out.reserve(tensors.size());
+  for (const auto& [base, stride, page, n] : tensors)
+    out.push_back(PageTensor{base, stride, page, n});
+  return out;
+}
+
+WriteToken Token(const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>& t) {
+  return WriteToken{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
 }
 
 }  // namespace
@@ -393,6 +428,80 @@ PYBIND11_MODULE(_cxlkv, m) {
           py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
           py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
 #endif
+  // ---- Delegated, parted writes and per-part loads (cxlkv/delegate.h) ----
+  py::class_<PendingWrite>(m, "WriteLease")
+      .def_property_readonly("open", [](const PendingWrite& w) { return w.lease.open(); })
+      .def_property_readonly("len", [](const PendingWrite& w) { return w.lease.len(); })
+      .def_readonly("outcome", &PendingWrite::outcome);
+  m.def(
+      "begin_write",
+      [](Region& r, NamespaceId ns, const BlockKey& key, size_t len) {
+        auto w = std::make_unique<PendingWrite>();
+        Status s = r.BeginWrite(ns, key, len, &w->lease, &w->outcome);
+        // Expected outcomes come back in .outcome (no lease), not as errors.
+        if (s.IsNoSpace() || (s.IsBusy() && w->outcome == StoreOutcome::kLostRace)) return w;
+        Raise(s);
+        return w;
+      },
+      py::arg("region"), py::arg("ns"), py::arg("key"), py::arg("len"), py::keep_alive<0, 1>());
+  m.def("abort_write", [](Region& r, PendingWrite& w) { r.AbortWrite(&w.lease); });
+  m.def("export_write_token", [](Region& r, const PendingWrite& w) {
+    WriteToken t;
+    Raise(ExportWriteToken(r, w.lease, &t));
+    return py::make_tuple(t.format_epoch, t.slot, t.word, t.len);
+  });
+  m.def(
+      "commit_parted_write",
+      [](Region& r, PendingWrite& w, uint32_t parts, uint64_t part_len) {
+        Raise(CommitPartedWrite(&r, &w.lease, PartedLayout{parts, part_len}));
+      },
+      py::arg("region"), py::arg("lease"), py::arg("parts"), py::arg("part_len"));
+  m.def("parted_payload_len", [](uint32_t parts, uint64_t part_len) {
+    return PartedLayout{parts, part_len}.PayloadLen();
+  });
+  m.def(
+      "fill_part",
+      [](Region& r, const std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>& token, uint32_t parts,
+         uint64_t part_len, uint32_t part,
+         const std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>& tensors,
+         uint32_t blocks_per_chunk, const py::buffer& id_buffer) {
+        const std::vector<PageTensor> pt = PageTensors(tensors);
+        const BlockIds ids = Ids(id_buffer);
+        const ChunkPages pages{pt.data(), pt.size(), blocks_per_chunk,
+                               ids.data,  0,         static_cast<uint32_t>(ids.size)};
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = FillPart(&r, Token(token), PartedLayout{parts, part_len}, part, pages);
+        }
+        Raise(s);
+      },
+      py::arg("region"), py::arg("token"), py::arg("parts"), py::arg("part_len"), py::arg("part"),
+      py::arg("tensors"), py::arg("blocks_per_chunk"), py::arg("block_ids"));
+  m.def(
+      "load_part",
+      [](Region& r, NamespaceId ns, const BlockKey& key, uint32_t parts, uint64_t part_len,
+         uint32_t part,
+         const std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>& tensors,
+         uint32_t blocks_per_chunk, const py::buffer& id_buffer, uint32_t skip) {
+        const std::vector<PageTensor> pt = PageTensors(tensors);
+        const BlockIds ids = Ids(id_buffer);
+        const ChunkPages pages{pt.data(), pt.size(), blocks_per_chunk,
+                               ids.data,  skip,      static_cast<uint32_t>(ids.size)};
+        LoadInfo info;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = LoadPart(&r, ns, key, PartedLayout{parts, part_len}, part, pages, &info);
+        }
+        Raise(s);
+        return py::make_tuple(info.len, info.writer_participant);
+      },
+      py::arg("region"), py::arg("ns"), py::arg("key"), py::arg("parts"), py::arg("part_len"),
+      py::arg("part"), py::arg("tensors"), py::arg("blocks_per_chunk"), py::arg("block_ids"),
+      py::arg("skip") = 0);
+  m.def("crc32c_combine", &Crc32cCombine, py::arg("crc_a"), py::arg("crc_b"), py::arg("len_b"));
+
 #if defined(CXLKV_VERSION)
   m.attr("__version__") = CXLKV_VERSION;  // the CMake project version
 #else
