@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "cxlkv/fabric/config.h"
-#include "cxlkv/fabric/server.h"
+#include "cxlkv/fabricd/config.h"
+#include "cxlkv/fabricd/server.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"cxlkv-fabricd: CFM-compatible fabric manager emulator"};

@@ -167,7 +167,7 @@ Status FabricClient::Free(const std::string& aid, const std::string& bid, const 
 }
 
 Status FabricClient::Get(const std::string& aid, const std::string& bid, const std::string& mid,
-                         Region* region) {
+                         MemoryRegion* region) {
   std::string body;
   const std::string verb = "read memory " + mid;
   CXLKV_RETURN_IF_ERROR(Json(verb, "GET", MemPath(aid, bid) + "/" + mid, "", &body));
@@ -180,7 +180,7 @@ Status FabricClient::Get(const std::string& aid, const std::string& bid, const s
 }
 
 Status FabricClient::List(const std::string& aid, const std::string& bid,
-                          std::vector<Region>* regions) {
+                          std::vector<MemoryRegion>* regions) {
   regions->clear();
   std::string body;
   const std::string verb = "list memory of " + aid + "/" + bid;
@@ -188,7 +188,7 @@ Status FabricClient::List(const std::string& aid, const std::string& bid,
   std::vector<std::string> uris;
   CXLKV_RETURN_IF_ERROR(Members(body, &uris).WithContext(verb));
   for (const auto& u : uris) {
-    Region r;
+    MemoryRegion r;
     Status s = Get(aid, bid, LastSegment(u), &r);
     if (s.IsNotFound()) continue;  // freed between the two calls
     CXLKV_RETURN_IF_ERROR(s);
@@ -198,7 +198,7 @@ Status FabricClient::List(const std::string& aid, const std::string& bid,
 }
 
 Status FabricClient::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
-                            const std::string& port, bool assign, Region* region) {
+                            const std::string& port, bool assign, MemoryRegion* region) {
   std::string body;
   const std::string verb = (assign ? "assign memory " : "unassign memory ") + mid + " port " + port;
   json req = {{"Port", port}, {"Operation", assign ? "assign" : "unassign"}};
@@ -208,7 +208,7 @@ Status FabricClient::Assign(const std::string& aid, const std::string& bid, cons
   return internal::RegionFromJson(j, region).WithContext(verb);
 }
 
-Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>* regions) {
+Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryRegion>* regions) {
   regions->clear();
   std::string body;
   const std::string verb = "list regions of host " + host_id;
@@ -229,7 +229,7 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>
     return Status::IOError(verb + ": answer has no regions array");
   }
   for (const auto& rj : j["regions"]) {
-    Region r;
+    MemoryRegion r;
     CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(rj, &r).WithContext(verb));
     regions->push_back(std::move(r));
   }
@@ -237,9 +237,9 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<Region>
 }
 
 Status FabricClient::ReportMaterialization(const std::string& host_id, const std::string& memory_id,
-                                           const std::string& state, const std::string& error,
+                                           Materialization state, const std::string& error,
                                            const std::string& device) {
-  json req = {{"materialization", state}};
+  json req = {{"materialization", ToString(state)}};
   if (!error.empty()) req["error"] = error;
   if (!device.empty()) req["device"] = device;
   std::string body;

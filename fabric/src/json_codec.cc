@@ -45,9 +45,9 @@ Status ParseJson(const std::string& text, json* out) {
   return Status::OK();
 }
 
-json RegionToJson(const Region& r) {
+json RegionToJson(const MemoryRegion& r) {
   json j = {{"id", r.id}, {"type", "MemoryTypeRegion"}, {"sizeMiB", r.size_mib}};
-  if (!r.status.empty()) j["status"] = r.status;
+  if (r.status != RegionStatus::kUnknown) j["status"] = ToString(r.status);
   if (!r.appliance_id.empty()) j["memoryApplianceId"] = r.appliance_id;
   if (!r.blade_id.empty()) j["memoryBladeId"] = r.blade_id;
   // CFM reports one port/host; the first mapping fills those fields.
@@ -63,7 +63,8 @@ json RegionToJson(const Region& r) {
   if (!r.backing_path.empty()) j["backingPath"] = r.backing_path;
   json maps = json::array();
   for (const Mapping& m : r.mappings) {
-    json mj = {{"appliancePort", m.appliance_port}, {"materialization", m.materialization}};
+    json mj = {{"appliancePort", m.appliance_port},
+               {"materialization", ToString(m.materialization)}};
     if (!m.host_id.empty()) mj["hostId"] = m.host_id;
     if (!m.host_port.empty()) mj["hostPort"] = m.host_port;
     if (!m.error.empty()) mj["error"] = m.error;
@@ -74,12 +75,15 @@ json RegionToJson(const Region& r) {
   return j;
 }
 
-Status RegionFromJson(const json& j, Region* r) {
+Status RegionFromJson(const json& j, MemoryRegion* r) {
   if (!j.is_object()) return Status::InvalidArgument("memoryRegion: must be an object");
-  Region out;
+  MemoryRegion out;
   CXLKV_RETURN_IF_ERROR(OptString(j, "id", &out.id));
   if (out.id.empty()) return Status::InvalidArgument("memoryRegion: id missing");
-  CXLKV_RETURN_IF_ERROR(OptString(j, "status", &out.status));
+  std::string status;
+  CXLKV_RETURN_IF_ERROR(OptString(j, "status", &status));
+  // A real cfm-service's own status strings read as kUnknown.
+  if (!ParseRegionStatus(status, &out.status)) out.status = RegionStatus::kUnknown;
   CXLKV_RETURN_IF_ERROR(OptInt(j, "sizeMiB", &out.size_mib));
   CXLKV_RETURN_IF_ERROR(OptString(j, "memoryApplianceId", &out.appliance_id));
   CXLKV_RETURN_IF_ERROR(OptString(j, "memoryBladeId", &out.blade_id));
@@ -98,7 +102,12 @@ Status RegionFromJson(const json& j, Region* r) {
       CXLKV_RETURN_IF_ERROR(OptString(mj, "appliancePort", &m.appliance_port));
       CXLKV_RETURN_IF_ERROR(OptString(mj, "hostId", &m.host_id));
       CXLKV_RETURN_IF_ERROR(OptString(mj, "hostPort", &m.host_port));
-      CXLKV_RETURN_IF_ERROR(OptString(mj, "materialization", &m.materialization));
+      std::string state;
+      CXLKV_RETURN_IF_ERROR(OptString(mj, "materialization", &state));
+      if (!state.empty() && !ParseMaterialization(state, &m.materialization)) {
+        return Status::InvalidArgument("mappings: materialization: unknown value \"" + state +
+                                       "\"");
+      }
       CXLKV_RETURN_IF_ERROR(OptString(mj, "error", &m.error));
       CXLKV_RETURN_IF_ERROR(OptString(mj, "device", &m.device));
       out.mappings.push_back(std::move(m));
@@ -110,7 +119,7 @@ Status RegionFromJson(const json& j, Region* r) {
     CXLKV_RETURN_IF_ERROR(OptString(j, "mappedHostId", &m.host_id));
     CXLKV_RETURN_IF_ERROR(OptString(j, "mappedHostPort", &m.host_port));
     if (!m.appliance_port.empty() && m.appliance_port != "NOT_IMPLEMENTED") {
-      m.materialization = "NoAgent";
+      m.materialization = Materialization::kNoAgent;
       out.mappings.push_back(std::move(m));
     }
   }
@@ -118,13 +127,13 @@ Status RegionFromJson(const json& j, Region* r) {
   return Status::OK();
 }
 
-json RegionToStateJson(const Region& r) {
+json RegionToStateJson(const MemoryRegion& r) {
   json j = RegionToJson(r);
   j["blocks"] = r.blocks;
   return j;
 }
 
-Status RegionFromStateJson(const json& j, Region* r) {
+Status RegionFromStateJson(const json& j, MemoryRegion* r) {
   CXLKV_RETURN_IF_ERROR(RegionFromJson(j, r));
   if (!j.contains("blocks") || !j["blocks"].is_array()) {
     return Status::Corruption("region " + r->id + ": blocks missing");

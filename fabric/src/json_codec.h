@@ -15,16 +15,16 @@
 
 namespace cxlkv::fabric::internal {
 
-nlohmann::json RegionToJson(const Region& r);
-Status RegionFromJson(const nlohmann::json& j, Region* r);
+nlohmann::json RegionToJson(const MemoryRegion& r);
+Status RegionFromJson(const nlohmann::json& j, MemoryRegion* r);
 
 nlohmann::json ComposeRequestToJson(const ComposeRequest& req);
 // Validates as the OpenAPI schema does (required fields, QoS enum, types).
 Status ComposeRequestFromJson(const nlohmann::json& j, ComposeRequest* req);
 
 // Full state form of a region (adds blocks and qos), for persistence.
-nlohmann::json RegionToStateJson(const Region& r);
-Status RegionFromStateJson(const nlohmann::json& j, Region* r);
+nlohmann::json RegionToStateJson(const MemoryRegion& r);
+Status RegionFromStateJson(const nlohmann::json& j, MemoryRegion* r);
 
 // Parses text; InvalidArgument "malformed JSON: <cause>" on syntax errors.
 Status ParseJson(const std::string& text, nlohmann::json* out);

@@ -70,7 +70,7 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
                                 ": not a local composer state file");
     }
     for (const auto& rj : j["regions"]) {
-      Region r;
+      MemoryRegion r;
       CXLKV_RETURN_IF_ERROR(in::RegionFromJson(rj, &r).WithContext("load state " + c->state_path_));
       c->allocated_mib_ += r.size_mib;
       c->regions_[r.id] = r;
@@ -101,7 +101,7 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   return Status::OK();
 }
 
-Status LocalComposer::Save(const std::map<std::string, Region>& regions,
+Status LocalComposer::Save(const std::map<std::string, MemoryRegion>& regions,
                            const std::map<std::string, std::string>& handles) {
   json arr = json::array();
   for (const auto& [id, r] : regions) {
@@ -158,11 +158,11 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
                            " MiB requested, " + std::to_string(opt_.capacity_mib - allocated_mib_) +
                            " MiB free");
   }
-  Region r;
+  MemoryRegion r;
   r.id = NewId();
   r.appliance_id = kApplianceId;
   r.blade_id = opt_.name;
-  r.status = "Composed";
+  r.status = RegionStatus::kComposed;
   r.size_mib = size;
   r.qos = req.qos;
   r.share_count = 1;
@@ -170,7 +170,7 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
   Mapping m;
   m.appliance_port = "local";
   m.host_id = opt_.node_id;
-  m.materialization = "Pending";  // the host agent materializes it
+  m.materialization = Materialization::kPending;  // the host agent materializes it
   r.mappings.push_back(m);
 
   std::string handle;
@@ -224,7 +224,7 @@ Status LocalComposer::Free(const std::string& aid, const std::string& bid, const
   std::lock_guard<std::mutex> l(mu_);
   auto it = regions_.find(mid);
   if (it == regions_.end()) return Status::NotFound("memory region " + mid + " not found");
-  Region r = it->second;
+  MemoryRegion r = it->second;
   std::string handle = handles_.count(mid) ? handles_[mid] : "";
   if (carver_) {
     // Device first: a device that cannot be removed keeps its region listed.
@@ -243,7 +243,7 @@ Status LocalComposer::Free(const std::string& aid, const std::string& bid, const
 }
 
 Status LocalComposer::Get(const std::string& aid, const std::string& bid, const std::string& mid,
-                          Region* region) {
+                          MemoryRegion* region) {
   CXLKV_RETURN_IF_ERROR(CheckPool(aid, bid));
   std::lock_guard<std::mutex> l(mu_);
   auto it = regions_.find(mid);
@@ -253,7 +253,7 @@ Status LocalComposer::Get(const std::string& aid, const std::string& bid, const 
 }
 
 Status LocalComposer::List(const std::string& aid, const std::string& bid,
-                           std::vector<Region>* regions) {
+                           std::vector<MemoryRegion>* regions) {
   CXLKV_RETURN_IF_ERROR(CheckPool(aid, bid));
   std::lock_guard<std::mutex> l(mu_);
   regions->clear();

@@ -100,7 +100,7 @@ TEST_F(LocalComposerTest, RestartKeepsRegionsAndRemovesOrphanFiles) {
   }
   std::ofstream(opt_.dir + "/local-orphan.region") << "x";
   auto c = Open();
-  Region r;
+  MemoryRegion r;
   ASSERT_TRUE(c->Get("local", "shm", id, &r).ok());
   EXPECT_EQ(r.size_mib, 4);
   std::vector<Pool> pools;

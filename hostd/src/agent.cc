@@ -182,11 +182,13 @@ Status HostAgent::Resync(ResyncResult* result) {
   }
   std::unique_ptr<fabric::FabricClient> client;
   CXLKV_RETURN_IF_ERROR(fabric::FabricClient::Open(opt_.fabric, &client));
-  std::vector<fabric::Region> regions;
+  std::vector<fabric::MemoryRegion> regions;
   CXLKV_RETURN_IF_ERROR(client->HostRegions(opt_.host_id, &regions).WithContext("resync"));
 
   struct Report {
-    std::string id, state, error, device;
+    std::string id;
+    fabric::Materialization state;
+    std::string error, device;
   };
   std::vector<Report> reports;
   {
@@ -202,8 +204,9 @@ Status HostAgent::Resync(ResyncResult* result) {
         // Present here but not known to the manager (its call timed out,
         // or a resync repaired it earlier and the report was lost).
         for (const auto& m : r.mappings) {
-          if (m.host_id == opt_.host_id && m.materialization != "Materialized") {
-            reports.push_back({r.id, "Materialized", "", it->second.path});
+          if (m.host_id == opt_.host_id &&
+              m.materialization != fabric::Materialization::kMaterialized) {
+            reports.push_back({r.id, fabric::Materialization::kMaterialized, "", it->second.path});
           }
         }
         continue;
@@ -217,12 +220,12 @@ Status HostAgent::Resync(ResyncResult* result) {
       Status s = MaterializeLocked(req, &d);
       if (s.ok()) {
         ++result->materialized;
-        reports.push_back({r.id, "Materialized", "", d.path});
+        reports.push_back({r.id, fabric::Materialization::kMaterialized, "", d.path});
       } else {
         ++result->failed;
         spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
-        reports.push_back(
-            {r.id, "Failed", "materialize on host " + opt_.host_id + ": " + s.message(), ""});
+        reports.push_back({r.id, fabric::Materialization::kFailed,
+                           "materialize on host " + opt_.host_id + ": " + s.message(), ""});
       }
     }
     std::vector<std::string> stale;

@@ -189,7 +189,7 @@ TEST_F(DevdaxTest, LocalComposerDevdaxPoolCarvesSubDevicesAndSurvivesRestart) {
   c.reset();
   ASSERT_TRUE(
       fabric::LocalComposer::Open(o, &c, NewDevdaxCarver(NewSysfsDaxBus(root_, hook), d)).ok());
-  std::vector<fabric::Region> regions;
+  std::vector<fabric::MemoryRegion> regions;
   ASSERT_TRUE(c->List("local", "dax0", &regions).ok());
   ASSERT_EQ(regions.size(), 1u);
   ASSERT_TRUE(c->Free("local", "dax0", regions[0].id).ok());

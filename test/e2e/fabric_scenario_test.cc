@@ -205,7 +205,7 @@ class FabricScenarioTest : public ::testing::Test {
       EXPECT_EQ(JsonFiles(root_ + "/" + h + "/cdi"), want) << h << ": CDI specs";
     }
   }
-  fabric::Region Compose(int share, int64_t mib, bool* partial = nullptr) {
+  fabric::MemoryRegion Compose(int share, int64_t mib, bool* partial = nullptr) {
     fabric::ComposeRequest req;
     req.size_mib = mib;
     req.qos = 2;
@@ -227,10 +227,11 @@ class FabricScenarioTest : public ::testing::Test {
 };
 
 TEST_F(FabricScenarioTest, ShareCountTwoMapsTheSameBytesOnBothHostsAndFreeCleansUp) {
-  fabric::Region r = Compose(2, 40);
+  fabric::MemoryRegion r = Compose(2, 40);
   ASSERT_EQ(r.mappings.size(), 2u);
   EXPECT_EQ(r.size_mib, 64) << "40 MiB at QoS 2 rounds up to 2 x 2 x 16 MiB";
-  for (const auto& m : r.mappings) EXPECT_EQ(m.materialization, "Materialized") << m.error;
+  for (const auto& m : r.mappings)
+    EXPECT_EQ(m.materialization, fabric::Materialization::kMaterialized) << m.error;
   ExpectAgreement({r.id}, {r.id});
   // Same bytes: write through node-a's device, read through node-b's.
   std::string pa = root_ + "/node-a/dev/" + r.id, pb = root_ + "/node-b/dev/" + r.id;
@@ -276,7 +277,7 @@ TEST_F(FabricScenarioTest, FailedPortAssignmentAnswers206AndKeepsTheRegion) {
        {{"Port", "P2"}, {"Operation", "assign"}}, &code);
   EXPECT_EQ(code, 500);
   Call("PUT", "/cxlkv/v1/faults", json::object(), &code);
-  fabric::Region out;
+  fabric::MemoryRegion out;
   ASSERT_TRUE(client_->Assign("cma-0", "blade-0", id, "P2", true, &out).ok());
   ExpectAgreement({id}, {id});
   ASSERT_TRUE(client_->Assign("cma-0", "blade-0", id, "P2", false, &out).ok());
@@ -287,10 +288,10 @@ TEST_F(FabricScenarioTest, FailedPortAssignmentAnswers206AndKeepsTheRegion) {
 
 TEST_F(FabricScenarioTest, HostFailureIsNonFatalAndTheHostCatchesUpOnRestart) {
   Stop(hostd_["node-b"], SIGKILL);
-  fabric::Region r = Compose(2, 16);
+  fabric::MemoryRegion r = Compose(2, 16);
   ASSERT_EQ(r.mappings.size(), 2u);
-  EXPECT_EQ(r.mappings[0].materialization, "Materialized");
-  EXPECT_EQ(r.mappings[1].materialization, "Failed");
+  EXPECT_EQ(r.mappings[0].materialization, fabric::Materialization::kMaterialized);
+  EXPECT_EQ(r.mappings[1].materialization, fabric::Materialization::kFailed);
   EXPECT_NE(r.mappings[1].error.find("materialize on host node-b"), std::string::npos)
       << r.mappings[1].error;
   EXPECT_TRUE(JsonFiles(root_ + "/node-b/cdi").empty());
@@ -300,31 +301,31 @@ TEST_F(FabricScenarioTest, HostFailureIsNonFatalAndTheHostCatchesUpOnRestart) {
   // An injected materialization failure on one host, with the agent up.
   long code = 0;
   Call("PUT", "/cxlkv/v1/faults", {{"failMaterializeHosts", {"node-a"}}}, &code);
-  fabric::Region r2 = Compose(2, 16);
-  EXPECT_EQ(r2.mappings[0].materialization, "Failed");
-  EXPECT_EQ(r2.mappings[1].materialization, "Materialized");
+  fabric::MemoryRegion r2 = Compose(2, 16);
+  EXPECT_EQ(r2.mappings[0].materialization, fabric::Materialization::kFailed);
+  EXPECT_EQ(r2.mappings[1].materialization, fabric::Materialization::kMaterialized);
   // The manager reports the failure; node-a does not have the region yet.
-  fabric::Region got;
+  fabric::MemoryRegion got;
   ASSERT_TRUE(client_->Get("cma-0", "blade-0", r2.id, &got).ok());
-  EXPECT_EQ(got.mappings[0].materialization, "Failed");
+  EXPECT_EQ(got.mappings[0].materialization, fabric::Materialization::kFailed);
   EXPECT_TRUE(JsonFiles(root_ + "/node-a/cdi").count(r2.id) == 0);
   Resync("node-a");  // the host agent repairs what the fault skipped
   ExpectAgreement({r.id, r2.id}, {r.id, r2.id});
   // ...and tells the manager, whose region now reports it materialized.
   ASSERT_TRUE(client_->Get("cma-0", "blade-0", r2.id, &got).ok());
-  EXPECT_EQ(got.mappings[0].materialization, "Materialized");
+  EXPECT_EQ(got.mappings[0].materialization, fabric::Materialization::kMaterialized);
   EXPECT_EQ(got.mappings[0].device, root_ + "/node-a/dev/" + r2.id);
 }
 
 TEST_F(FabricScenarioTest, PowerCycleAndRestartForgetRegionsAndHostsFollowAfterResync) {
-  fabric::Region r = Compose(2, 32);
+  fabric::MemoryRegion r = Compose(2, 32);
   ExpectAgreement({r.id}, {r.id});
   int forgotten = 0;
   ASSERT_TRUE(client_->PowerCycle("cma-0", "blade-0", &forgotten).ok());
   EXPECT_EQ(forgotten, 1);
   Stop(fabricd_);
   StartFabric();
-  std::vector<fabric::Region> regions;
+  std::vector<fabric::MemoryRegion> regions;
   ASSERT_TRUE(client_->List("cma-0", "blade-0", &regions).ok());
   EXPECT_TRUE(regions.empty());
   EXPECT_EQ(AllocatedMiB(), 0);
@@ -337,10 +338,10 @@ TEST_F(FabricScenarioTest, PowerCycleAndRestartForgetRegionsAndHostsFollowAfterR
 }
 
 TEST_F(FabricScenarioTest, StateSurvivesAKilledFabricManager) {
-  fabric::Region r = Compose(2, 16);
+  fabric::MemoryRegion r = Compose(2, 16);
   Stop(fabricd_, SIGKILL);
   StartFabric();
-  fabric::Region got;
+  fabric::MemoryRegion got;
   ASSERT_TRUE(client_->Get("cma-0", "blade-0", r.id, &got).ok());
   EXPECT_EQ(got.size_mib, r.size_mib);
   EXPECT_EQ(got.claim_uid, "claim-1");
@@ -368,7 +369,7 @@ TEST_F(FabricScenarioTest, CrashMidComposeIsRolledBackEverywhere) {
     fabricd_.pid = -1;
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     StartFabric();  // the fault was runtime-only; recovery rolls back
-    std::vector<fabric::Region> regions;
+    std::vector<fabric::MemoryRegion> regions;
     ASSERT_TRUE(client_->List("cma-0", "blade-0", &regions).ok());
     EXPECT_TRUE(regions.empty());
     EXPECT_EQ(AllocatedMiB(), 0);
@@ -431,7 +432,7 @@ TEST_F(FabricScenarioTest, TlsServesHttpsAndTheClientVerifiesTheCertificate) {
 }
 
 TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
-  fabric::Region r = Compose(1, 16);
+  fabric::MemoryRegion r = Compose(1, 16);
   Stop(fabricd_);
   std::string good = Slurp(root_ + "/fabricd.yaml");
   std::ofstream(root_ + "/fabricd.yaml") << "appliances: [ {id: cma-0\n";
@@ -450,7 +451,7 @@ TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
       << Slurp(root_ + "/bad.log");
   std::ofstream(root_ + "/fabricd.yaml") << good;
   StartFabric();
-  fabric::Region got;
+  fabric::MemoryRegion got;
   EXPECT_TRUE(client_->Get("cma-0", "blade-0", r.id, &got).ok());
 }
 

@@ -40,22 +40,24 @@ class FabricClient : public Composer {
   Status Free(const std::string& appliance_id, const std::string& blade_id,
               const std::string& memory_id) override;
   Status Get(const std::string& appliance_id, const std::string& blade_id,
-             const std::string& memory_id, Region* region) override;
+             const std::string& memory_id, MemoryRegion* region) override;
   Status List(const std::string& appliance_id, const std::string& blade_id,
-              std::vector<Region>* regions) override;
+              std::vector<MemoryRegion>* regions) override;
 
   // PATCH .../memory/{id}: assign (or unassign) one more port.
   Status Assign(const std::string& appliance_id, const std::string& blade_id,
-                const std::string& memory_id, const std::string& port, bool assign, Region* region);
+                const std::string& memory_id, const std::string& port, bool assign,
+                MemoryRegion* region);
 
   // Extension (cxlkv-fabricd only): every composed region mapped to a host.
   // NotFound: unknown host; Unsupported: the server lacks the extension.
-  Status HostRegions(const std::string& host_id, std::vector<Region>* regions);
+  Status HostRegions(const std::string& host_id, std::vector<MemoryRegion>* regions);
 
   // Extension: a host agent reports its materialization of a region
-  // ("Materialized" with the device path, or "Failed" with the error).
+  // (kMaterialized with the device path, or kFailed with the error; any other
+  // state is InvalidArgument from the server).
   Status ReportMaterialization(const std::string& host_id, const std::string& memory_id,
-                               const std::string& state, const std::string& error,
+                               Materialization state, const std::string& error,
                                const std::string& device);
 
   // Extension: simulated power cycle of a blade ("" ids: every blade).

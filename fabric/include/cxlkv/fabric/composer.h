@@ -29,7 +29,7 @@ struct Pool {
 };
 
 struct ComposeResult {
-  Region region;
+  MemoryRegion region;
   // True when the region was allocated but not every requested port was
   // assigned (HTTP 206): the caller owns the region and must free or retry.
   bool partial = false;
@@ -55,11 +55,11 @@ class Composer {
 
   // Reads one region. NotFound: no such region.
   virtual Status Get(const std::string& appliance_id, const std::string& blade_id,
-                     const std::string& memory_id, Region* region) = 0;
+                     const std::string& memory_id, MemoryRegion* region) = 0;
 
   // Fills *regions with every region of the pool.
   virtual Status List(const std::string& appliance_id, const std::string& blade_id,
-                      std::vector<Region>* regions) = 0;
+                      std::vector<MemoryRegion>* regions) = 0;
 };
 
 }  // namespace cxlkv::fabric

@@ -66,16 +66,16 @@ class LocalComposer : public Composer {
   Status Free(const std::string& appliance_id, const std::string& blade_id,
               const std::string& memory_id) override;
   Status Get(const std::string& appliance_id, const std::string& blade_id,
-             const std::string& memory_id, Region* region) override;
+             const std::string& memory_id, MemoryRegion* region) override;
   Status List(const std::string& appliance_id, const std::string& blade_id,
-              std::vector<Region>* regions) override;
+              std::vector<MemoryRegion>* regions) override;
 
   static constexpr const char* kApplianceId = "local";
 
  private:
   explicit LocalComposer(const LocalPoolOptions& o) : opt_(o) {}
   Status CheckPool(const std::string& aid, const std::string& bid);
-  Status Save(const std::map<std::string, Region>& regions,
+  Status Save(const std::map<std::string, MemoryRegion>& regions,
               const std::map<std::string, std::string>& handles);
 
   LocalPoolOptions opt_;  // immutable after Open
@@ -83,8 +83,8 @@ class LocalComposer : public Composer {
   std::unique_ptr<RegionCarver> carver_;        // devdax pools only
   std::map<std::string, std::string> handles_;  // carver handles; guarded by mu_
   std::mutex mu_;
-  std::map<std::string, Region> regions_;  // guarded by mu_
-  int64_t allocated_mib_ = 0;              // guarded by mu_
+  std::map<std::string, MemoryRegion> regions_;  // guarded by mu_
+  int64_t allocated_mib_ = 0;                    // guarded by mu_
 };
 
 }  // namespace cxlkv::fabric

@@ -11,28 +11,54 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cxlkv::fabric {
+
+// What the host behind an assigned port did with a region. On the wire and
+// on disk: "Pending", "Materialized", "Failed", "NoAgent".
+enum class Materialization : uint8_t {
+  kPending,       // no answer from the host's agent yet
+  kMaterialized,  // the agent made the device (Mapping::device)
+  kFailed,        // the agent refused or failed (Mapping::error)
+  kNoAgent,       // the host has no cxlkv-hostd configured
+};
+
+// A region's composition state. On the wire: "Composed", "Composing", or no
+// `status` field (kUnknown). A real cfm-service's other strings read as
+// kUnknown.
+enum class RegionStatus : uint8_t {
+  kUnknown,    // not reported, or a value this client does not know
+  kComposing,  // only mid-compose: the emulator's crash journal
+  kComposed,
+};
+
+// The wire strings of the two enums, and back. The parsers return false on a
+// string that is not one of them.
+const char* ToString(Materialization m);
+bool ParseMaterialization(std::string_view text, Materialization* out);
+const char* ToString(RegionStatus s);  // "" for kUnknown
+bool ParseRegionStatus(std::string_view text, RegionStatus* out);
 
 // One port a region is assigned to, and what the host behind it did with it.
 struct Mapping {
   std::string appliance_port;  // blade port id, e.g. "P1"
   std::string host_id;         // host cabled to that port ("" when uncabled)
   std::string host_port;       // host-side port id
-  // "Materialized", "Failed", "Pending" (no answer yet) or "NoAgent" (host has
-  // no cxlkv-hostd configured). A failure on one host is not fatal (paper §2.6).
-  std::string materialization = "Pending";
+  // A failure on one host is not fatal to the region: the others keep it.
+  Materialization materialization = Materialization::kPending;
   std::string error;   // why materialization failed; "" otherwise
   std::string device;  // host-local device path the agent reported
 };
 
 // A composed memory region (CFM `memoryRegion` plus the share extension).
-struct Region {
+// Named apart from the engine's cxlkv::Region, which is what a process maps.
+struct MemoryRegion {
   std::string id;  // memory id; also the allocation id and CDI device name
   std::string appliance_id;
   std::string blade_id;
-  std::string status;             // "Composed", "Composing" (only mid-compose)
+  RegionStatus status = RegionStatus::kUnknown;
   int64_t size_mib = 0;           // allocated size, rounded up to whole resource blocks
   int qos = 0;                    // DIMM channels interleaved (1, 2, 4, 8)
   int share_count = 1;            // ports the caller asked to assign

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "cxlkv/fabric/composer.h"
-#include "cxlkv/fabric/config.h"
+#include "cxlkv/fabricd/config.h"
 #include "http_client.h"
 #include "state.h"
 
@@ -46,10 +46,11 @@ class FabricManager {
                            const std::vector<std::string>& resource_ids, const std::string& port,
                            ComposeResult* result);
   Status Assign(const std::string& aid, const std::string& bid, const std::string& mid,
-                const std::string& port, bool assign, Region* out);
-  Status Free(const std::string& aid, const std::string& bid, const std::string& mid, Region* out);
+                const std::string& port, bool assign, MemoryRegion* out);
+  Status Free(const std::string& aid, const std::string& bid, const std::string& mid,
+              MemoryRegion* out);
   Status HostCompose(const std::string& hid, const ComposeRequest& req, ComposeResult* result);
-  Status HostFree(const std::string& hid, const std::string& mid, Region* out);
+  Status HostFree(const std::string& hid, const std::string& mid, MemoryRegion* out);
 
   // Simulated power cycle of one blade (or every blade when aid is ""): all
   // its composed regions are forgotten and their bytes lost; hosts are not
@@ -60,8 +61,8 @@ class FabricManager {
   // resync repaired a failed materialization, say). NotFound: the region is
   // not mapped to that host; InvalidArgument: unknown state.
   Status ReportMaterialization(const std::string& hid, const std::string& mid,
-                               const std::string& state, const std::string& error,
-                               const std::string& device, Region* out);
+                               Materialization state, const std::string& error,
+                               const std::string& device, MemoryRegion* out);
 
   // Management: add (by customId, "" = first unmanaged), remove, rename.
   Status AddAppliance(const std::string& custom_id, std::string* id);
@@ -88,12 +89,12 @@ class FabricManager {
                        ComposeResult* result);
   Status PickPorts(const BladeState& blade, const ComposeRequest& req,
                    std::vector<std::string>* ports);
-  void Materialize(const Region& r, Mapping* m);
-  void Unmaterialize(const Region& r, const Mapping& m);
+  void Materialize(const MemoryRegion& r, Mapping* m);
+  void Unmaterialize(const MemoryRegion& r, const Mapping& m);
   void CrashPoint(const char* name);
   std::string BackingPath(const std::string& mid) const;
   Status FindRegion(const std::string& aid, const std::string& bid, const std::string& mid,
-                    Region** r);
+                    MemoryRegion** r);
 
   // Immutable after construction.
   const FabricConfig config_;

@@ -380,14 +380,14 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (op != "assign" && op != "unassign") {
       return ReplyError(req, res, 400, "Operation must be assign or unassign");
     }
-    Region r;
+    MemoryRegion r;
     Status s = manager_->Assign(req.matches[1], req.matches[2], req.matches[3],
                                 body["Port"].get<std::string>(), op == "assign", &r);
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, RegionToJson(r));
   });
   On("DELETE", one, [this](const Request& req, Response& res) {
-    Region r;
+    MemoryRegion r;
     Status s = manager_->Free(req.matches[1], req.matches[2], req.matches[3], &r);
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, RegionToJson(r));

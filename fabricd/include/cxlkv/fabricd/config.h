@@ -6,8 +6,8 @@
 // fault injection.
 //
 // Thread-safety: plain values.
-#ifndef CXLKV_FABRIC_CONFIG_H_
-#define CXLKV_FABRIC_CONFIG_H_
+#ifndef CXLKV_FABRICD_CONFIG_H_
+#define CXLKV_FABRICD_CONFIG_H_
 
 #include <cstdint>
 #include <map>
@@ -84,4 +84,4 @@ Status LoadFabricConfig(const std::string& path, FabricConfig* config);
 
 }  // namespace cxlkv::fabric
 
-#endif  // CXLKV_FABRIC_CONFIG_H_
+#endif  // CXLKV_FABRICD_CONFIG_H_

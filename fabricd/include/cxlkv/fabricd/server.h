@@ -7,13 +7,13 @@
 //
 // Thread-safety: Listen() blocks its caller; Stop() may be called from any
 // thread. Requests are served on a pool and serialized by the manager.
-#ifndef CXLKV_FABRIC_SERVER_H_
-#define CXLKV_FABRIC_SERVER_H_
+#ifndef CXLKV_FABRICD_SERVER_H_
+#define CXLKV_FABRICD_SERVER_H_
 
 #include <memory>
 #include <string>
 
-#include "cxlkv/fabric/config.h"
+#include "cxlkv/fabricd/config.h"
 #include "cxlkv/status.h"
 
 namespace cxlkv::fabric {
@@ -34,4 +34,4 @@ class FabricServer {
 
 }  // namespace cxlkv::fabric
 
-#endif  // CXLKV_FABRIC_SERVER_H_
+#endif  // CXLKV_FABRICD_SERVER_H_

@@ -1,5 +1,5 @@
 // Copyright cxlkv authors.
-#include "cxlkv/fabric/config.h"
+#include "cxlkv/fabricd/config.h"
 
 #include <gtest/gtest.h>
 

@@ -22,18 +22,18 @@ hosts: [{id: h}]
 TEST(StateTest, RoundTripKeepsRegionsRenamesAndDerivesUsage) {
   FabricState s;
   ASSERT_TRUE(BuildState(Cfg(), "", &s).ok());
-  Region r;
+  MemoryRegion r;
   r.id = "r1";
   r.appliance_id = "a";
   r.blade_id = "b";
-  r.status = "Composed";
+  r.status = RegionStatus::kComposed;
   r.size_mib = 2048;
   r.qos = 2;
   r.share_count = 1;
   r.claim_uid = "uid";
   r.blocks = {0, 2};
   r.backing_path = "/x/r1.region";
-  r.mappings.push_back({"P1", "h", "port0", "Materialized", "", "/dev/x"});
+  r.mappings.push_back({"P1", "h", "port0", Materialization::kMaterialized, "", "/dev/x"});
   s.regions["r1"] = r;
   s.hosts[0].managed = false;
   ASSERT_TRUE(s.RebuildUsage().ok());
@@ -42,7 +42,7 @@ TEST(StateTest, RoundTripKeepsRegionsRenamesAndDerivesUsage) {
   FabricState t;
   ASSERT_TRUE(BuildState(Cfg(), text, &t).ok());
   ASSERT_EQ(t.regions.count("r1"), 1u);
-  const Region& u = t.regions["r1"];
+  const MemoryRegion& u = t.regions["r1"];
   EXPECT_EQ(u.blocks, (std::vector<int>{0, 2}));
   EXPECT_EQ(u.qos, 2);
   EXPECT_EQ(u.claim_uid, "uid");
@@ -90,7 +90,7 @@ TEST(JsonCodecTest, RegionFromPlainCfmHasOneMapping) {
       "memoryAppliancePort": "P1", "mappedHostId": "h", "mappedHostPort": "port0"})",
                         &j)
                   .ok());
-  Region r;
+  MemoryRegion r;
   ASSERT_TRUE(RegionFromJson(j, &r).ok());
   ASSERT_EQ(r.mappings.size(), 1u);
   EXPECT_EQ(r.mappings[0].host_id, "h");

@@ -63,7 +63,7 @@ void FabricManager::CrashPoint(const char* name) {
   }
 }
 
-void FabricManager::Materialize(const Region& r, Mapping* m) {
+void FabricManager::Materialize(const MemoryRegion& r, Mapping* m) {
   m->error.clear();
   m->device.clear();
   const HostState* host = nullptr;
@@ -71,16 +71,16 @@ void FabricManager::Materialize(const Region& r, Mapping* m) {
     if (h.id == m->host_id) host = &h;
   }
   if (host == nullptr) {
-    m->materialization = "NoAgent";
+    m->materialization = Materialization::kNoAgent;
     return;
   }
   if (Contains(faults_.fail_materialize_hosts, host->id)) {
-    m->materialization = "Failed";
+    m->materialization = Materialization::kFailed;
     m->error = "materialize on host " + host->id + ": injected fault";
     return;
   }
   if (host->agent.empty()) {
-    m->materialization = "NoAgent";
+    m->materialization = Materialization::kNoAgent;
     return;
   }
   nlohmann::json body = {{"allocationId", r.id},
@@ -97,10 +97,10 @@ void FabricManager::Materialize(const Region& r, Mapping* m) {
   std::string url = host->agent + "/cxlkv/v1/regions/" + r.id;
   Status s = HttpDo(opt, "PUT", url, body.dump(), &resp);
   if (!s.ok()) {
-    m->materialization = "Failed";
+    m->materialization = Materialization::kFailed;
     m->error = "materialize on host " + host->id + ": " + s.message();
   } else if (resp.status != 200 && resp.status != 201) {
-    m->materialization = "Failed";
+    m->materialization = Materialization::kFailed;
     nlohmann::json ej;
     std::string why = "HTTP " + std::to_string(resp.status);
     if (ParseJson(resp.body, &ej).ok() && ej.is_object() && ej.contains("error") &&
@@ -109,17 +109,17 @@ void FabricManager::Materialize(const Region& r, Mapping* m) {
     }
     m->error = "materialize on host " + host->id + ": " + why;
   } else {
-    m->materialization = "Materialized";
+    m->materialization = Materialization::kMaterialized;
     nlohmann::json dj;
     if (ParseJson(resp.body, &dj).ok() && dj.is_object() && dj.contains("device") &&
         dj["device"].is_string()) {
       m->device = dj["device"].get<std::string>();
     }
   }
-  if (m->materialization == "Failed") spdlog::warn("{}", m->error);
+  if (m->materialization == Materialization::kFailed) spdlog::warn("{}", m->error);
 }
 
-void FabricManager::Unmaterialize(const Region& r, const Mapping& m) {
+void FabricManager::Unmaterialize(const MemoryRegion& r, const Mapping& m) {
   const HostState* host = nullptr;
   for (const auto& h : state_.hosts) {
     if (h.id == m.host_id) host = &h;
@@ -245,11 +245,11 @@ Status FabricManager::ComposeByResource(const std::string& aid, const std::strin
 Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, const Allocation& alloc,
                                     const std::vector<std::string>& ports,
                                     const ComposeRequest& req, ComposeResult* result) {
-  Region r;
+  MemoryRegion r;
   r.id = NewUuid();
   r.appliance_id = app->id;
   r.blade_id = blade->id;
-  r.status = "Composing";
+  r.status = RegionStatus::kComposing;
   r.size_mib = alloc.size_mib;
   r.qos = alloc.qos;
   r.share_count = req.share_count > 0 ? req.share_count : static_cast<int>(ports.size());
@@ -319,7 +319,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
   // 4. Materialization on each host: non-fatal per host (paper §2.6).
   for (Mapping& m : r.mappings) {
     if (m.host_id.empty()) {
-      m.materialization = "NoAgent";
+      m.materialization = Materialization::kNoAgent;
       continue;
     }
     Materialize(r, &m);
@@ -327,7 +327,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
   CrashPoint("compose:materialized");
 
   // 5. Commit.
-  r.status = "Composed";
+  r.status = RegionStatus::kComposed;
   next = state_;
   next.regions[r.id] = r;
   s = Save(next);
@@ -341,7 +341,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
 }
 
 Status FabricManager::FindRegion(const std::string& aid, const std::string& bid,
-                                 const std::string& mid, Region** r) {
+                                 const std::string& mid, MemoryRegion** r) {
   ApplianceState* app = state_.FindAppliance(aid);
   BladeState* blade = app ? app->FindBlade(bid) : nullptr;
   if (blade == nullptr) return Status::NotFound("blade " + aid + "/" + bid + " not found");
@@ -354,15 +354,15 @@ Status FabricManager::FindRegion(const std::string& aid, const std::string& bid,
 }
 
 Status FabricManager::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
-                             const std::string& port, bool assign, Region* out) {
+                             const std::string& port, bool assign, MemoryRegion* out) {
   std::lock_guard<std::mutex> l(mu_);
-  Region* cur = nullptr;
+  MemoryRegion* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
   const BladeState* blade = state_.FindAppliance(aid)->FindBlade(bid);
   const PortConfig* pc = blade->FindPort(port);
   if (pc == nullptr)
     return Status::InvalidArgument("port " + port + " does not exist on blade " + bid);
-  Region r = *cur;
+  MemoryRegion r = *cur;
   auto it = std::find_if(r.mappings.begin(), r.mappings.end(),
                          [&](const Mapping& m) { return m.appliance_port == port; });
   if (assign) {
@@ -381,7 +381,7 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
     }
     m.host_port = pc->host.empty() ? "" : pc->host_port;
     if (m.host_id.empty())
-      m.materialization = "NoAgent";
+      m.materialization = Materialization::kNoAgent;
     else
       Materialize(r, &m);
     r.mappings.push_back(m);
@@ -402,11 +402,11 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
 }
 
 Status FabricManager::Free(const std::string& aid, const std::string& bid, const std::string& mid,
-                           Region* out) {
+                           MemoryRegion* out) {
   std::lock_guard<std::mutex> l(mu_);
-  Region* cur = nullptr;
+  MemoryRegion* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
-  Region r = *cur;
+  MemoryRegion r = *cur;
   FabricState next = state_;
   next.regions.erase(mid);
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
@@ -454,7 +454,7 @@ Status FabricManager::HostCompose(const std::string& hid, const ComposeRequest& 
   return Compose(aid, bid, blade_req, result);
 }
 
-Status FabricManager::HostFree(const std::string& hid, const std::string& mid, Region* out) {
+Status FabricManager::HostFree(const std::string& hid, const std::string& mid, MemoryRegion* out) {
   std::string aid, bid;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -480,9 +480,9 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
   }
   if (!any) return Status::NotFound("no managed blade " + aid + "/" + bid);
   FabricState next = state_;
-  std::vector<Region> lost;
+  std::vector<MemoryRegion> lost;
   for (auto it = next.regions.begin(); it != next.regions.end();) {
-    const Region& r = it->second;
+    const MemoryRegion& r = it->second;
     if ((aid.empty() || r.appliance_id == aid) && (bid.empty() || r.blade_id == bid)) {
       lost.push_back(r);
       it = next.regions.erase(it);
@@ -493,7 +493,7 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
   CXLKV_RETURN_IF_ERROR(Save(next));
   state_ = std::move(next);
-  for (const Region& r : lost) {
+  for (const MemoryRegion& r : lost) {
     Status s = RemoveFile(r.backing_path);  // DRAM contents do not survive power loss
     if (!s.ok()) spdlog::error("power cycle: {}", s.ToString());
   }
@@ -507,24 +507,24 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
 namespace cxlkv::fabric::internal {
 
 Status FabricManager::ReportMaterialization(const std::string& hid, const std::string& mid,
-                                            const std::string& state, const std::string& error,
-                                            const std::string& device, Region* out) {
-  if (state != "Materialized" && state != "Failed") {
+                                            Materialization state, const std::string& error,
+                                            const std::string& device, MemoryRegion* out) {
+  if (state != Materialization::kMaterialized && state != Materialization::kFailed) {
     return Status::InvalidArgument("materialization must be Materialized or Failed");
   }
   std::lock_guard<std::mutex> l(mu_);
   auto it = state_.regions.find(mid);
-  if (it == state_.regions.end() || it->second.status != "Composed") {
+  if (it == state_.regions.end() || it->second.status != RegionStatus::kComposed) {
     return Status::NotFound("memory region " + mid + " not found");
   }
-  Region r = it->second;
+  MemoryRegion r = it->second;
   bool found = false;
   for (auto& m : r.mappings) {
     if (m.host_id != hid) continue;
     found = true;
     m.materialization = state;
-    m.error = state == "Failed" ? error : "";
-    m.device = state == "Materialized" ? device : "";
+    m.error = state == Materialization::kFailed ? error : "";
+    m.device = state == Materialization::kMaterialized ? device : "";
   }
   if (!found) return Status::NotFound("memory region " + mid + " is not mapped to host " + hid);
   FabricState next = state_;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "allocator.h"
-#include "cxlkv/fabric/config.h"
 #include "cxlkv/fabric/types.h"
+#include "cxlkv/fabricd/config.h"
 #include "cxlkv/status.h"
 
 namespace cxlkv::fabric::internal {
@@ -53,7 +53,7 @@ struct HostState {
 struct FabricState {
   std::vector<ApplianceState> appliances;
   std::vector<HostState> hosts;
-  std::map<std::string, Region> regions;  // by memory id
+  std::map<std::string, MemoryRegion> regions;  // by memory id
 
   ApplianceState* FindAppliance(const std::string& id);  // managed only
   const ApplianceState* FindAppliance(const std::string& id) const {

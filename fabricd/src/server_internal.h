@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "cxlkv/fabric/server.h"
+#include "cxlkv/fabricd/server.h"
 #include "fabric_manager.h"
 
 namespace cxlkv::fabric::internal {

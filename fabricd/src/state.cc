@@ -128,7 +128,7 @@ Status BuildState(const FabricConfig& config, const std::string& persisted, Fabr
         }
       }
       for (const auto& rj : j.at("regions")) {
-        Region r;
+        MemoryRegion r;
         CXLKV_RETURN_IF_ERROR(RegionFromStateJson(rj, &r));
         r.qos = rj.value("QoS", 0);
         s.regions[r.id] = std::move(r);

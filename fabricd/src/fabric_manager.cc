@@ -46,9 +46,9 @@ Status FabricManager::Open(const FabricConfig& config, std::unique_ptr<FabricMan
 // that no region owns (a crash between persisting a free and unlinking).
 Status FabricManager::Recover() {
   FabricState next = state_;
-  std::vector<Region> rolled_back;
+  std::vector<MemoryRegion> rolled_back;
   for (auto it = next.regions.begin(); it != next.regions.end();) {
-    if (it->second.status == "Composing") {
+    if (it->second.status == RegionStatus::kComposing) {
       spdlog::warn("recover: rolling back interrupted compose of region {}", it->first);
       rolled_back.push_back(it->second);
       it = next.regions.erase(it);
@@ -59,7 +59,7 @@ Status FabricManager::Recover() {
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
   CXLKV_RETURN_IF_ERROR(Save(next));
   state_ = std::move(next);
-  for (const Region& r : rolled_back) {
+  for (const MemoryRegion& r : rolled_back) {
     for (const Mapping& m : r.mappings) Unmaterialize(r, m);
   }
   std::set<std::string> owned;

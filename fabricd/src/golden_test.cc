@@ -5,11 +5,12 @@
 // a fixed session, its fabric-state.json after it, the compose request the
 // client sends, and the local composer's state file. The files under
 // fabric/testdata/golden/ were written by the code before fabric/ was split
-// into client and emulator; the split must not change one byte of them.
+// into the client (fabric/) and the emulator (fabricd/); the split changed
+// not one byte of them.
 // Random memory ids and temp paths are replaced by stable names first.
 //
 // To rewrite the files after an intended wire change:
-//   CXLKV_UPDATE_GOLDEN=1 build/bin/fabric_golden_test
+//   CXLKV_UPDATE_GOLDEN=1 build/bin/fabricd_unit_test --gtest_filter='FabricGolden*'
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,9 +22,9 @@
 #include <sstream>
 #include <thread>
 
-#include "cxlkv/fabric/config.h"
 #include "cxlkv/fabric/local_composer.h"
-#include "cxlkv/fabric/server.h"
+#include "cxlkv/fabricd/config.h"
+#include "cxlkv/fabricd/server.h"
 #include "http_client.h"
 #include "json_codec.h"
 

@@ -193,7 +193,7 @@ void HttpFabricServer::InstallHostRoutes() {
     });
   });
   On("DELETE", kHost + "/memory/([^/]+)", [this](const Request& req, Response& res) {
-    Region r;
+    MemoryRegion r;
     Status s = manager_->HostFree(req.matches[1], req.matches[2], &r);
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, RegionToJson(r));
@@ -212,7 +212,7 @@ void HttpFabricServer::InstallExtensionRoutes() {
       if (!known) return json();
       json arr = json::array();
       for (const auto& [id, r] : s.regions) {
-        if (r.status != "Composed") continue;
+        if (r.status != RegionStatus::kComposed) continue;
         for (const auto& m : r.mappings) {
           if (m.host_id == hid) {
             arr.push_back(RegionToJson(r));
@@ -237,10 +237,14 @@ void HttpFabricServer::InstallExtensionRoutes() {
        if (!body.contains("materialization")) {
          return ReplyError(req, res, 400, "materialization is required");
        }
-       Region r;
-       Status s = manager_->ReportMaterialization(
-           req.matches[1], req.matches[2], body["materialization"].get<std::string>(),
-           body.value("error", ""), body.value("device", ""), &r);
+       // Any other string leaves kPending, which the manager refuses as it
+       // refuses every state but the two reports.
+       Materialization state = Materialization::kPending;
+       ParseMaterialization(body["materialization"].get<std::string>(), &state);
+       MemoryRegion r;
+       Status s =
+           manager_->ReportMaterialization(req.matches[1], req.matches[2], state,
+                                           body.value("error", ""), body.value("device", ""), &r);
        if (!s.ok()) return ReplyStatus(req, res, s);
        ReplyJson(res, 200, RegionToJson(r));
      });
