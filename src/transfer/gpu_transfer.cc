@@ -10,12 +10,15 @@
 #include "crc32c_gpu.h"
 #include "cuda_status.h"
 #include "host_registration.h"
+#include "sm_copy.h"
 
 namespace cxlkv {
 
 using internal::CudaStatus;
 using internal::GpuCrc32c;
 using internal::HostRegistration;
+using internal::SmCopier;
+using internal::SmRange;
 
 const char* GpuPathName(GpuPath p) {
   switch (p) {
@@ -23,6 +26,18 @@ const char* GpuPathName(GpuPath p) {
       return "direct";
     case GpuPath::kStaged:
       return "staged";
+  }
+  return "?";
+}
+
+const char* GpuCopyMethodName(GpuCopyMethod m) {
+  switch (m) {
+    case GpuCopyMethod::kAuto:
+      return "auto";
+    case GpuCopyMethod::kDma:
+      return "dma";
+    case GpuCopyMethod::kSm:
+      return "sm";
   }
   return "?";
 }
@@ -67,14 +82,17 @@ struct GpuTransferEngine::Impl {
   CUevent stage_ev[2] = {};
   uint8_t* staging[2] = {};
   std::unique_ptr<GpuCrc32c> crc32c;
+  std::unique_ptr<SmCopier> sm;
   std::vector<std::unique_ptr<HostRegistration>> regs;
   bool batch_api = true;
   GpuTransferStats stats;
   mutable std::mutex mu;
 
   // Scratch reused between calls.
-  std::vector<Copy> copies;
+  std::vector<Copy> copies;  // by the copy engines
   std::vector<size_t> block_copy_first;
+  std::vector<SmRange> sm_ranges;  // by SM threads
+  std::vector<size_t> block_sm_first;
   std::vector<CUdeviceptr> dsts, srcs;
   std::vector<size_t> sizes;
 
@@ -86,7 +104,20 @@ struct GpuTransferEngine::Impl {
     return nullptr;
   }
   Status BuildDirectCopies(const GpuBatch& b, bool to_gpu);
+  bool UseSm(uint64_t piece_len) const {
+    switch (opts.copy_method) {
+      case GpuCopyMethod::kDma:
+        return false;
+      case GpuCopyMethod::kSm:
+        return true;
+      case GpuCopyMethod::kAuto:
+        break;
+    }
+    return piece_len <= opts.sm_max_piece_bytes;
+  }
   Status Issue(size_t begin, size_t end, bool to_gpu, CUstream s);
+  // Both kinds of copies of blocks [b0, b1) on stream s.
+  Status IssueBlocks(size_t b0, size_t b1, bool to_gpu, CUstream s);
   Status WaitFor(uintptr_t after_stream);
   Status Drain();
   Status Finish(Status s) {
@@ -139,6 +170,7 @@ GpuTransferEngine::Impl::~Impl() {
     if (crc) Report(cuStreamSynchronize(crc), "cuStreamSynchronize");
     regs.clear();
     crc32c.reset();
+    sm.reset();
     for (CUevent& e : group_ev)
       if (e) Report(cuEventDestroy(e), "cuEventDestroy");
     for (CUevent& e : stage_ev)
@@ -183,6 +215,7 @@ Status GpuTransferEngine::Impl::Init() {
     s = static_cast<uint8_t*>(p);
   }
   CXLKV_RETURN_IF_ERROR(GpuCrc32c::Create(&crc32c));
+  CXLKV_RETURN_IF_ERROR(SmCopier::Create(&sm));
   batch_api = opts.batch_api;
   return Status::OK();
 }
@@ -203,7 +236,9 @@ Status GpuTransferEngine::Impl::WaitFor(uintptr_t after_stream) {
 
 Status GpuTransferEngine::Impl::BuildDirectCopies(const GpuBatch& b, bool to_gpu) {
   copies.clear();
+  sm_ranges.clear();
   block_copy_first.assign(1, 0);
+  block_sm_first.assign(1, 0);
   for (size_t blk = 0; blk < b.num_blocks(); ++blk) {
     uint8_t* h = b.host(blk);
     const HostRegistration* reg = FindRegistration(h, b.block_len(blk));
@@ -214,17 +249,35 @@ Status GpuTransferEngine::Impl::BuildDirectCopies(const GpuBatch& b, bool to_gpu
     }
     for (uint32_t p = b.first_piece()[blk]; p < b.first_piece()[blk + 1]; ++p) {
       uint64_t g = b.gpu()[p], n = b.len()[p];
+      const bool by_sm = UseSm(n);
       while (n > 0) {
         // A copy stays inside one registration segment.
         const uint64_t take = std::min<uint64_t>(n, reg->SegmentEnd(h) - h);
-        const auto hp = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(h));
-        copies.push_back(to_gpu ? Copy{g, hp, take} : Copy{hp, g, take});
+        if (by_sm) {
+          const uint64_t hd = reg->DevicePointer(h);
+          sm_ranges.push_back(to_gpu ? SmRange{g, hd, take} : SmRange{hd, g, take});
+        } else {
+          const auto hp = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(h));
+          copies.push_back(to_gpu ? Copy{g, hp, take} : Copy{hp, g, take});
+        }
         h += take;
         g += take;
         n -= take;
       }
     }
     block_copy_first.push_back(copies.size());
+    block_sm_first.push_back(sm_ranges.size());
+  }
+  return Status::OK();
+}
+
+Status GpuTransferEngine::Impl::IssueBlocks(size_t b0, size_t b1, bool to_gpu, CUstream s) {
+  CXLKV_RETURN_IF_ERROR(Issue(block_copy_first[b0], block_copy_first[b1], to_gpu, s));
+  const size_t r0 = block_sm_first[b0], r1 = block_sm_first[b1];
+  if (r1 > r0) {
+    CXLKV_RETURN_IF_ERROR(sm->Launch(r0, r1, s, opts.sm_blocks));
+    ++stats.sm_launches;
+    for (size_t i = r0; i < r1; ++i) stats.sm_bytes += sm_ranges[i].n;
   }
   return Status::OK();
 }
@@ -283,6 +336,7 @@ Status GpuTransferEngine::Impl::Issue(size_t begin, size_t end, bool to_gpu, CUs
 
 Status GpuTransferEngine::Impl::LoadDirect(const GpuBatch& b, uint32_t* crc_out) {
   CXLKV_RETURN_IF_ERROR(BuildDirectCopies(b, /*to_gpu=*/true));
+  CXLKV_RETURN_IF_ERROR(sm->Prepare(sm_ranges.data(), sm_ranges.size(), copy));
   const size_t nb = b.num_blocks();
   if (crc_out) {
     CXLKV_RETURN_IF_ERROR(crc32c->Prepare(b.gpu(), b.len(), b.first_piece(), nb, crc));
@@ -297,7 +351,7 @@ Status GpuTransferEngine::Impl::LoadDirect(const GpuBatch& b, uint32_t* crc_out)
   for (size_t blk = 0; blk < nb; ++blk) {
     acc += b.block_len(blk);
     if (acc < group_bytes && blk + 1 < nb) continue;
-    CXLKV_RETURN_IF_ERROR(Issue(block_copy_first[begin], block_copy_first[blk + 1], true, copy));
+    CXLKV_RETURN_IF_ERROR(IssueBlocks(begin, blk + 1, true, copy));
     if (crc_out) {
       CUevent e = group_ev[std::min(g, kMaxGroups - 1)];
       CXLKV_CU(cuEventRecord(e, copy));
@@ -315,12 +369,13 @@ Status GpuTransferEngine::Impl::LoadDirect(const GpuBatch& b, uint32_t* crc_out)
 
 Status GpuTransferEngine::Impl::StoreDirect(const GpuBatch& b, uint32_t* crc_out) {
   CXLKV_RETURN_IF_ERROR(BuildDirectCopies(b, /*to_gpu=*/false));
+  CXLKV_RETURN_IF_ERROR(sm->Prepare(sm_ranges.data(), sm_ranges.size(), copy));
   if (crc_out) {
     // The CRC reads the GPU bytes while the copy engine reads them too.
     CXLKV_RETURN_IF_ERROR(crc32c->Prepare(b.gpu(), b.len(), b.first_piece(), b.num_blocks(), crc));
     CXLKV_RETURN_IF_ERROR(crc32c->Launch(0, b.num_blocks(), crc));
   }
-  CXLKV_RETURN_IF_ERROR(Issue(0, copies.size(), false, copy));
+  CXLKV_RETURN_IF_ERROR(IssueBlocks(0, b.num_blocks(), false, copy));
   CXLKV_RETURN_IF_ERROR(Drain());
   if (crc_out) CollectCrc(b, crc_out);
   return Status::OK();

@@ -4,8 +4,9 @@
 // memory (a mapped region) with the GPU's copy engines.
 //
 // Two paths:
-//   kDirect  DMA straight between GPU memory and the host bytes. Needs the
-//            host range registered (RegisterHost) — that is what makes the
+//   kDirect  Straight between GPU memory and the host bytes, by the copy
+//            engines (DMA) or by SM threads (small pieces; sm_copy.h). Needs
+//            the host range registered (RegisterHost) — that is what makes the
 //            copy run at the pinned-memory rate instead of the pageable one.
 //   kStaged  The paper's path, kept as a fallback (a region that cannot be
 //            registered, e.g. an fsdax file) and for comparison: a CPU memcpy
@@ -47,6 +48,14 @@ enum class GpuPath : uint8_t {
 };
 const char* GpuPathName(GpuPath p);
 
+// Who moves the bytes of a direct copy (sm_copy.h says why there are two).
+enum class GpuCopyMethod : uint8_t {
+  kAuto = 0,  // per piece: SM threads up to sm_max_piece_bytes, copy engines above
+  kDma = 1,   // the copy engines for every piece (cuMemcpyBatchAsync / cuMemcpyAsync)
+  kSm = 2,    // SM threads for every piece
+};
+const char* GpuCopyMethodName(GpuCopyMethod m);
+
 struct GpuTransferOptions {
   // CUDA device ordinal. Default 0.
   int device = 0;
@@ -70,6 +79,16 @@ struct GpuTransferOptions {
   // into at most 32 groups). Smaller groups hide more of the CRC behind the
   // copies at the cost of more launches. Default 4 MiB.
   uint64_t pipeline_bytes = 4ull << 20;
+
+  // Direct copies: copy engines or SM threads (see GpuCopyMethod). Pieces of
+  // vLLM's per-layer layout (32 KiB) reach about 0.4 of PCIe through the
+  // copy engines and over 0.9 through SM threads; pieces of a few hundred
+  // KiB and up run near the ceiling either way, and the copy engines leave
+  // the SMs to the model. Default kAuto with a 256 KiB cut.
+  GpuCopyMethod copy_method = GpuCopyMethod::kAuto;
+  uint64_t sm_max_piece_bytes = 256 * 1024;
+  // Thread blocks of one SM copy launch (0: the copier's default, 64).
+  unsigned sm_blocks = 0;
 };
 
 // A batch of blocks. Block b: host bytes host[b] .. + block_len(b), device
@@ -119,6 +138,8 @@ struct GpuTransferStats {
   uint64_t batch_api_calls = 0;      // cuMemcpyBatchAsync calls that succeeded
   uint64_t batch_api_fallbacks = 0;  // refused batches, redone per copy
   uint64_t single_copies = 0;        // cuMemcpyAsync calls
+  uint64_t sm_launches = 0;          // SM copy kernel launches
+  uint64_t sm_bytes = 0;             // bytes moved by SM threads
 };
 
 class GpuTransferEngine {

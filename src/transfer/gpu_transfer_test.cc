@@ -3,12 +3,14 @@
 // GpuTransferEngine on a real GPU: GPU CRC32C equals the engine's CPU
 // CRC32C, direct and staged copies are bit-exact in both directions
 // (including blocks scattered over several GPU pieces and blocks that
-// straddle registration segments), unregistered memory is refused on the
-// direct path. Skips with the reason where there is no GPU.
+// straddle registration segments), by the copy engines and by SM threads,
+// unregistered memory is refused on the direct path. Skips with the reason
+// where there is no GPU.
 #include "gpu_transfer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -189,6 +191,117 @@ TEST_F(GpuTransferTest, RegistersRegionLargerThanOneSegment) {
   EXPECT_EQ(e->RegisteredSegments(), 3u);
   // 128 blocks of 14 MiB spread over the whole 3 GiB (stride 24 MiB).
   RoundTrip(e.get(), m.base(), 14 * kMiB, 10 * kMiB, 128, GpuPath::kDirect);
+}
+
+TEST_F(GpuTransferTest, SmCopiesAreBitExactForAnyLengthAndAlignment) {
+  // Pieces of RoundTrip are block/2 + 5 bytes: odd lengths and addresses
+  // off 16 bytes exercise the kernel's word and byte paths; 64 MiB segments
+  // make 14 MiB blocks straddle registrations.
+  GpuTransferOptions o;
+  o.copy_method = GpuCopyMethod::kSm;
+  o.registration_segment_bytes = 64 * kMiB;
+  auto e = MakeEngine(o);
+  ASSERT_TRUE(e);
+  ShmMapping m(256 * kMiB);
+  ASSERT_TRUE(e->RegisterHost(m.base(), m.size()).ok());
+  for (uint64_t block :
+       {uint64_t{33}, uint64_t{4097}, uint64_t{32768}, uint64_t{32768 + 16}, uint64_t{917504}}) {
+    SCOPED_TRACE(block);
+    RoundTrip(e.get(), m.base(), block, 4096 + 3, 16, GpuPath::kDirect);
+  }
+  RoundTrip(e.get(), m.base(), 14 * kMiB + 3, 4096, 17, GpuPath::kDirect);
+  const GpuTransferStats st = e->stats();
+  EXPECT_GT(st.sm_launches, 0u);
+  EXPECT_EQ(st.single_copies + st.batch_api_calls, 0u) << "kSm must not use the copy engines";
+}
+
+// vLLM's layout (vllm-0.33-offloading.md section 2.8): one (num_blocks, page)
+// tensor per layer; a chunk of `per_chunk` GPU blocks is stored as one region
+// block holding, layer by layer, the pages of those GPU blocks.
+struct LayeredKv {
+  static constexpr int kLayers = 28;
+  static constexpr uint64_t kPage = 32 * 1024;
+  uint64_t num_blocks;
+  DeviceBuffer kv;  // kLayers tensors, one after another
+  explicit LayeredKv(uint64_t n) : num_blocks(n), kv(kLayers * n * kPage) {}
+  CUdeviceptr page(int layer, uint64_t block) const {
+    return kv.get() + (layer * num_blocks + block) * kPage;
+  }
+  void AddChunk(GpuBatch* b, void* host, const std::vector<uint64_t>& ids) const {
+    b->AddBlock(host);
+    for (int l = 0; l < kLayers; ++l)
+      for (uint64_t id : ids) b->AddPiece(page(l, id), kPage);
+  }
+};
+
+TEST_F(GpuTransferTest, VllmLayerLayoutRoundTripIsBitExactByEachMethod) {
+  constexpr uint64_t kBlocks = 512, kPerChunk = 16, kChunks = 8;
+  const uint64_t chunk_bytes = LayeredKv::kLayers * kPerChunk * LayeredKv::kPage;  // 14 MiB
+  std::mt19937 rng(11);
+  std::vector<uint64_t> perm(kBlocks);
+  for (uint64_t i = 0; i < kBlocks; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);  // scattered GPU block ids
+  for (GpuCopyMethod method : {GpuCopyMethod::kDma, GpuCopyMethod::kSm, GpuCopyMethod::kAuto}) {
+    SCOPED_TRACE(GpuCopyMethodName(method));
+    GpuTransferOptions o;
+    o.copy_method = method;
+    auto e = MakeEngine(o);
+    ASSERT_TRUE(e);
+    ShmMapping m(kChunks * chunk_bytes);
+    ASSERT_TRUE(e->RegisterHost(m.base(), m.size()).ok());
+    LayeredKv src(kBlocks), dst(kBlocks);
+    std::vector<uint8_t> all(LayeredKv::kLayers * kBlocks * LayeredKv::kPage);
+    FillPattern(77, all.data(), all.size());
+    src.kv.Upload(all.data(), all.size());
+    dst.kv.Fill(0x5A);
+    GpuBatch out, in;
+    for (uint64_t c = 0; c < kChunks; ++c) {
+      std::vector<uint64_t> ids(perm.begin() + c * kPerChunk, perm.begin() + (c + 1) * kPerChunk);
+      src.AddChunk(&out, m.base() + c * chunk_bytes, ids);
+      dst.AddChunk(&in, m.base() + c * chunk_bytes, ids);
+    }
+    std::vector<uint32_t> crc_store(kChunks), crc_load(kChunks);
+    Status s = e->Store(out, GpuPath::kDirect, crc_store.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = e->Load(in, GpuPath::kDirect, crc_load.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (uint64_t c = 0; c < kChunks; ++c) {
+      EXPECT_EQ(crc_store[c], internal::Crc32c(m.base() + c * chunk_bytes, chunk_bytes)) << c;
+      EXPECT_EQ(crc_load[c], crc_store[c]) << c;
+    }
+    const uint64_t used = kChunks * kPerChunk;
+    for (int l = 0; l < LayeredKv::kLayers; ++l) {
+      for (uint64_t i = 0; i < used; ++i) {
+        const uint64_t id = perm[i];
+        auto got = dst.kv.Download((l * kBlocks + id) * LayeredKv::kPage, LayeredKv::kPage);
+        ASSERT_EQ(std::memcmp(got.data(), all.data() + (l * kBlocks + id) * LayeredKv::kPage,
+                              LayeredKv::kPage),
+                  0)
+            << "layer " << l << " block " << id;
+      }
+    }
+    const GpuTransferStats st = e->stats();
+    if (method == GpuCopyMethod::kDma) {
+      EXPECT_EQ(st.sm_launches, 0u);
+    } else {
+      EXPECT_GT(st.sm_launches, 0u);
+    }
+  }
+}
+
+TEST_F(GpuTransferTest, AutoSendsSmallPiecesToSmAndLargeOnesToTheCopyEngines) {
+  auto e = MakeEngine();
+  ASSERT_TRUE(e);
+  ShmMapping m(64 * kMiB);
+  ASSERT_TRUE(e->RegisterHost(m.base(), m.size()).ok());
+  RoundTrip(e.get(), m.base(), 64 * 1024, 0, 8, GpuPath::kDirect);  // 32 KiB pieces
+  const GpuTransferStats small = e->stats();
+  EXPECT_GT(small.sm_launches, 0u);
+  EXPECT_EQ(small.single_copies + small.batch_api_calls, 0u);
+  RoundTrip(e.get(), m.base(), 4 * kMiB, 0, 8, GpuPath::kDirect);  // 2 MiB pieces
+  const GpuTransferStats both = e->stats();
+  EXPECT_EQ(both.sm_launches, small.sm_launches);
+  EXPECT_GT(both.single_copies + both.batch_api_calls, 0u);
 }
 
 }  // namespace

@@ -47,6 +47,12 @@ Status HostRegistration::Register(void* base, uint64_t len, uint64_t segment_byt
       return CudaStatus(rc, what);
     }
     r->segments_.push_back(reinterpret_cast<uint8_t*>(s));
+    // With unified addressing this is the host address itself on most
+    // systems; ask anyway (CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM may be 0).
+    CUdeviceptr d = 0;
+    const CUresult drc = cuMemHostGetDevicePointer(&d, reinterpret_cast<void*>(s), 0);
+    if (drc != CUDA_SUCCESS) return CudaStatus(drc, "cuMemHostGetDevicePointer");
+    r->dev_segments_.push_back(d);
   }
   *out = std::move(r);
   return Status::OK();
@@ -59,6 +65,12 @@ HostRegistration::~HostRegistration() {
       std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(rc, "cuMemHostUnregister").ToString().c_str());
     }
   }
+}
+
+uint64_t HostRegistration::DevicePointer(const void* p) const {
+  const uint64_t off = static_cast<const uint8_t*>(p) - begin_;
+  const uint64_t seg = off / segment_bytes_;
+  return dev_segments_[seg] + (off - seg * segment_bytes_);
 }
 
 const uint8_t* HostRegistration::SegmentEnd(const void* p) const {

@@ -48,13 +48,17 @@ class HostRegistration {
   }
   // End of the segment that holds p. REQUIRES: Contains(p, 1).
   const uint8_t* SegmentEnd(const void* p) const;
+  // The device address of host byte p, for kernels that read or write the
+  // range directly (registered with DEVICEMAP). REQUIRES: Contains(p, 1).
+  uint64_t DevicePointer(const void* p) const;
 
  private:
   HostRegistration() = default;
   uint8_t* begin_ = nullptr;
   uint8_t* end_ = nullptr;
   uint64_t segment_bytes_ = 0;
-  std::vector<uint8_t*> segments_;  // start of each registered segment
+  std::vector<uint8_t*> segments_;         // start of each registered segment
+  std::vector<CUdeviceptr> dev_segments_;  // its device address
 };
 
 }  // namespace cxlkv::internal

@@ -15,7 +15,11 @@
 // completion), median of --iters; ratios are to the ceiling of the same
 // run, block size and batch. Loads that miss or fail abort the run.
 //
-//   cxlkv-bench-gpu [--sizes 917504,14680064] [--batches 1,2,4,8,16,32,64,128]
+// The "vllm" section (vllm_layout.h) does the same for vLLM's real layout:
+// 32 KiB pieces, one per layer and GPU block, by each copy method.
+//
+//   cxlkv-bench-gpu [--sections flat,vllm] [--sizes 917504,14680064]
+//                   [--batches 1,2,4,8,16,32,64,128] [--tokens 2048,8192,16384,32768]
 //                   [--iters 7] [--dir /dev/shm] [--json FILE]
 #include <cuda.h>
 #include <unistd.h>
@@ -29,11 +33,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda_status.h"
 #include "cxlkv/region.h"
 #include "region_gpu.h"
+#include "vllm_layout.h"
 
 using namespace cxlkv;
+using namespace cxlkv::bench;
 
 namespace {
 
@@ -43,44 +50,9 @@ struct Flags {
   int iters = 7;
   std::string dir = "/dev/shm";
   std::string json;
+  bool flat = true, vllm = true;
+  std::vector<uint64_t> tokens = {2048, 8192, 16384, 32768};
 };
-
-std::vector<uint64_t> ParseList(const char* s) {
-  std::vector<uint64_t> v;
-  for (const char* p = s; *p;) {
-    char* end;
-    v.push_back(std::strtoull(p, &end, 10));
-    p = *end == ',' ? end + 1 : end;
-    if (end == p && *p) break;
-  }
-  return v;
-}
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "cxlkv-bench-gpu: %s\n", what.c_str());
-  std::exit(1);
-}
-void Check(const Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
-}
-#define CU(call) Check(internal::CudaStatus((call), #call), "cuda")
-
-// Median wall seconds of fn over iters runs, after one warm-up run; `after`
-// (untimed) runs after each.
-double Median(
-    int iters, const std::function<void()>& fn, const std::function<void()>& after = [] {}) {
-  fn();
-  after();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-    after();
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 struct Row {
   uint64_t size = 0, batch = 0;
@@ -112,7 +84,14 @@ int main(int argc, char** argv) {
       f.dir = next();
     else if (a == "--json")
       f.json = next();
-    else
+    else if (a == "--tokens")
+      f.tokens = ParseList(next());
+    else if (a == "--sections") {
+      const std::string v = next();
+      f.flat = v.find("flat") != std::string::npos;
+      f.vllm = v.find("vllm") != std::string::npos;
+      if (!f.flat && !f.vllm) Die("--sections takes flat, vllm or flat,vllm");
+    } else
       Die("unknown flag " + a + " (see the header of tools/bench_gpu/bench_gpu.cc)");
   }
   const uint64_t max_batch = *std::max_element(f.batches.begin(), f.batches.end());
@@ -130,7 +109,7 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   uint64_t next_id = 1ull << 40;
-  for (const uint64_t size : f.sizes) {
+  for (const uint64_t size : f.flat ? f.sizes : std::vector<uint64_t>{}) {
     const uint64_t bytes = max_batch * size;
     CUdeviceptr gpu;
     CU(cuMemAlloc(&gpu, bytes));
@@ -312,12 +291,22 @@ int main(int argc, char** argv) {
     CU(cuMemFree(gpu));
   }
 
-  std::printf(
-      "\n| block | batch | H2D ceiling GB/s | direct load GB/s (x ceil) | DMA only (x) | staged "
-      "load (x) "
-      "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s | load w/o CRC "
-      "(x) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<VllmLayoutRow> vrows;
+  if (f.vllm) {
+    VllmLayoutFlags vf;
+    vf.tokens = f.tokens;
+    vf.iters = f.iters;
+    vf.dir = f.dir;
+    vrows = RunVllmLayout(vf, name);
+  }
+
+  if (f.flat)
+    std::printf(
+        "\n| block | batch | H2D ceiling GB/s | direct load GB/s (x ceil) | DMA only (x) | staged "
+        "load (x) "
+        "| D2H ceiling GB/s | direct store (x) | staged store (x) | GPU CRC32C GB/s | load w/o CRC "
+        "(x) |\n");
+  if (f.flat) std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     std::printf(
         "| %s | %llu | %.1f | %.1f (%.2f) | %.1f (%.2f) | %.1f (%.2f) | %.1f | %.1f (%.2f) | %.1f "
@@ -330,6 +319,7 @@ int main(int argc, char** argv) {
         r.direct_store / r.d2h, r.staged_store, r.staged_store / r.d2h, r.gpu_crc, r.direct_nocrc,
         r.direct_nocrc / r.h2d);
   }
+  if (f.vllm) PrintVllmLayout(vrows);
   if (!f.json.empty()) {
     FILE* out = std::fopen(f.json.c_str(), "w");
     if (!out) Die("cannot write " + f.json);
@@ -350,7 +340,9 @@ int main(int argc, char** argv) {
           r.d2h_loop, r.d2h_batch, r.gpu_crc, r.direct_nocrc, r.lease_us,
           i + 1 < rows.size() ? "," : "");
     }
-    std::fprintf(out, "]}\n");
+    std::fprintf(out, "],\n");
+    WriteVllmLayoutJson(vrows, out);
+    std::fprintf(out, "}\n");
     std::fclose(out);
   }
   CU(cuStreamDestroy(stream));
