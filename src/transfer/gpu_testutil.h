@@ -69,7 +69,12 @@ class DeviceBuffer {
     EXPECT_EQ(cuMemcpyDtoH(v.data(), p_ + off, n), CUDA_SUCCESS);
     return v;
   }
-  void Fill(uint8_t byte) const { ASSERT_EQ(cuMemsetD8(p_, byte, n_), CUDA_SUCCESS); }
+  // Synchronous: cuMemsetD8 runs on the legacy stream, which the engine's
+  // non-blocking streams do not wait for.
+  void Fill(uint8_t byte) const {
+    ASSERT_EQ(cuMemsetD8(p_, byte, n_), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  }
 
  private:
   CUdeviceptr p_ = 0;

@@ -104,7 +104,9 @@ struct GpuTransferEngine::Impl {
     return nullptr;
   }
   Status BuildDirectCopies(const GpuBatch& b, bool to_gpu);
-  bool UseSm(uint64_t piece_len) const {
+  // Whether SM threads move a piece of `piece_len` bytes of a batch of
+  // `batch_bytes` (see GpuTransferOptions for the measurements behind kAuto).
+  bool UseSm(uint64_t piece_len, uint64_t batch_bytes, bool to_gpu) const {
     switch (opts.copy_method) {
       case GpuCopyMethod::kDma:
         return false;
@@ -113,6 +115,7 @@ struct GpuTransferEngine::Impl {
       case GpuCopyMethod::kAuto:
         break;
     }
+    if (to_gpu && batch_bytes >= opts.dma_load_min_batch_bytes) return false;
     return piece_len <= opts.sm_max_piece_bytes;
   }
   Status Issue(size_t begin, size_t end, bool to_gpu, CUstream s);
@@ -239,6 +242,7 @@ Status GpuTransferEngine::Impl::BuildDirectCopies(const GpuBatch& b, bool to_gpu
   sm_ranges.clear();
   block_copy_first.assign(1, 0);
   block_sm_first.assign(1, 0);
+  const uint64_t batch_bytes = b.total_bytes();
   for (size_t blk = 0; blk < b.num_blocks(); ++blk) {
     uint8_t* h = b.host(blk);
     const HostRegistration* reg = FindRegistration(h, b.block_len(blk));
@@ -249,7 +253,7 @@ Status GpuTransferEngine::Impl::BuildDirectCopies(const GpuBatch& b, bool to_gpu
     }
     for (uint32_t p = b.first_piece()[blk]; p < b.first_piece()[blk + 1]; ++p) {
       uint64_t g = b.gpu()[p], n = b.len()[p];
-      const bool by_sm = UseSm(n);
+      const bool by_sm = UseSm(n, batch_bytes, to_gpu);
       while (n > 0) {
         // A copy stays inside one registration segment.
         const uint64_t take = std::min<uint64_t>(n, reg->SegmentEnd(h) - h);

@@ -84,9 +84,17 @@ struct GpuTransferOptions {
   // vLLM's per-layer layout (32 KiB) reach about 0.4 of PCIe through the
   // copy engines and over 0.9 through SM threads; pieces of a few hundred
   // KiB and up run near the ceiling either way, and the copy engines leave
-  // the SMs to the model. Default kAuto with a 256 KiB cut.
+  // the SMs to the model. Default kAuto with a 256 KiB cut (and see
+  // dma_load_min_batch_bytes).
   GpuCopyMethod copy_method = GpuCopyMethod::kAuto;
   uint64_t sm_max_piece_bytes = 256 * 1024;
+  // kAuto, loads only: a batch of at least this many bytes goes to the copy
+  // engines whatever its piece size. Measured on the H200 with vLLM's layout
+  // (docs/benchmarks.md): cuMemcpyBatchAsync loads 32 KiB pieces at 0.94 of
+  // the ceiling from 8K tokens (448 MiB) up but 0.68 at 2K (112 MiB), SM
+  // threads 0.85-0.89 at every size; stores by the copy engines stay near 0.5
+  // at every size, so stores never switch. Default 256 MiB.
+  uint64_t dma_load_min_batch_bytes = 256ull << 20;
   // Thread blocks of one SM copy launch (0: the copier's default, 64).
   unsigned sm_blocks = 0;
 };

@@ -304,5 +304,19 @@ TEST_F(GpuTransferTest, AutoSendsSmallPiecesToSmAndLargeOnesToTheCopyEngines) {
   EXPECT_GT(both.single_copies + both.batch_api_calls, 0u);
 }
 
+TEST_F(GpuTransferTest, AutoLoadsLargeBatchesByCopyEnginesAndStoresThemBySm) {
+  GpuTransferOptions o;
+  o.dma_load_min_batch_bytes = 256 * 1024;  // the batches below are 512 KiB
+  auto e = MakeEngine(o);
+  ASSERT_TRUE(e);
+  ShmMapping m(64 * kMiB);
+  ASSERT_TRUE(e->RegisterHost(m.base(), m.size()).ok());
+  // RoundTrip stores (SM: small pieces) then loads (copy engines: big batch).
+  RoundTrip(e.get(), m.base(), 64 * 1024, 0, 8, GpuPath::kDirect);
+  const GpuTransferStats st = e->stats();
+  EXPECT_EQ(st.sm_launches, 1u) << "the store only";
+  EXPECT_GT(st.single_copies + st.batch_api_calls, 0u) << "the load";
+}
+
 }  // namespace
 }  // namespace cxlkv

@@ -20,7 +20,7 @@
 //
 //   cxlkv-bench-gpu [--sections flat,vllm] [--sizes 917504,14680064]
 //                   [--batches 1,2,4,8,16,32,64,128] [--tokens 2048,8192,16384,32768]
-//                   [--iters 7] [--dir /dev/shm] [--json FILE]
+//                   [--sm-blocks N] [--iters 7] [--dir /dev/shm] [--json FILE]
 #include <cuda.h>
 #include <unistd.h>
 
@@ -52,6 +52,7 @@ struct Flags {
   std::string json;
   bool flat = true, vllm = true;
   std::vector<uint64_t> tokens = {2048, 8192, 16384, 32768};
+  unsigned sm_blocks = 0;
 };
 
 struct Row {
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
       f.dir = next();
     else if (a == "--json")
       f.json = next();
+    else if (a == "--sm-blocks")
+      f.sm_blocks = static_cast<unsigned>(std::atoi(next()));
     else if (a == "--tokens")
       f.tokens = ParseList(next());
     else if (a == "--sections") {
@@ -297,6 +300,7 @@ int main(int argc, char** argv) {
     vf.tokens = f.tokens;
     vf.iters = f.iters;
     vf.dir = f.dir;
+    vf.sm_blocks = f.sm_blocks;
     vrows = RunVllmLayout(vf, name);
   }
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "bench_util.h"
+#include "crc32c.h"
 #include "cxlkv/region.h"
 #include "kv_layout.h"
 #include "region_gpu.h"
@@ -108,6 +109,7 @@ std::vector<VllmLayoutRow> RunVllmLayout(const VllmLayoutFlags& f, const char* d
   for (int mi = 0; mi < 3; ++mi) {
     RegionGpuOptions go;
     go.transfer.copy_method = kMethods[mi];
+    go.transfer.sm_blocks = f.sm_blocks;
     std::unique_ptr<RegionGpu> rg;
     Check(RegionGpu::Open(region.get(), go, &rg), "RegionGpu::Open");
     if (!rg->direct()) Die("region could not be registered with CUDA");
@@ -126,6 +128,27 @@ std::vector<VllmLayoutRow> RunVllmLayout(const VllmLayoutFlags& f, const char* d
         GpuStoreResult sr;
         Check(rg->Store(ns, keys.data(), sp.blocks(), GpuPath::kDirect, 0, &sr), "store");
         if (sr.stored != r.chunks) Die("initial store wrote " + std::to_string(sr.stored));
+        if (std::getenv("CXLKV_BENCH_DIAG")) {
+          for (uint64_t c = 0; c < r.chunks; ++c) {
+            ReadLease lease;
+            Check(region->BeginRead(ns, keys[c], &lease), "diag BeginRead");
+            const uint32_t slot_crc = internal::Crc32c(lease.data(), lease.len());
+            const uint32_t recorded = lease.crc32c();
+            const size_t len = lease.len();
+            (void)region->EndRead(&lease);
+            GpuBatch b;
+            const GpuBlocks sb = sp.blocks(c, c + 1);
+            b.AddBlock(nullptr);
+            for (uint32_t p = sb.first_piece[0]; p < sb.first_piece[1]; ++p)
+              b.AddPiece(sb.ptr[p], sb.len[p]);
+            uint32_t src_crc = 0;
+            Check(rg->engine()->Checksum(b, &src_crc), "checksum");
+            std::printf(
+                "# diag T=%llu chunk %llu len %zu: recorded 0x%08x slot 0x%08x source 0x%08x\n",
+                (unsigned long long)r.tokens, (unsigned long long)c, len, recorded, slot_crc,
+                src_crc);
+          }
+        }
         r.build_us = 1e6 * Median(iters, [&] { Check(dp.Build(dst_layout, ids.data(), n), "b"); });
         auto pinned_copy = [&](bool h2d) {
           for (uint64_t c = 0; c < r.chunks; ++c) {
@@ -145,11 +168,35 @@ std::vector<VllmLayoutRow> RunVllmLayout(const VllmLayoutFlags& f, const char* d
         LoadOptions lo;
         lo.verify_crc = verify;
         Check(rg->Load(ns, keys.data(), dp.blocks(), GpuPath::kDirect, &res, lo), "load");
-        if (res.prefix != r.chunks)
+        if (res.prefix != r.chunks) {
+          // Say which side is wrong: the slot's bytes (CPU CRC of the slot
+          // against the recorded one) or the GPU source (its GPU CRC now).
+          const size_t c = res.prefix;
+          ReadLease lease;
+          uint32_t slot_crc = 0, recorded = 0, src_crc = 0;
+          if (region->BeginRead(ns, keys[c], &lease).ok()) {
+            slot_crc = internal::Crc32c(lease.data(), lease.len());
+            recorded = lease.crc32c();
+            (void)region->EndRead(&lease);
+          }
+          GpuBatch b;
+          const GpuBlocks sb = sp.blocks(c, c + 1);
+          b.AddBlock(nullptr);
+          for (uint32_t p = sb.first_piece[0]; p < sb.first_piece[1]; ++p)
+            b.AddPiece(sb.ptr[p], sb.len[p]);
+          Check(rg->engine()->Checksum(b, &src_crc), "checksum");
+          std::fprintf(stderr,
+                       "# chunk %zu: recorded 0x%08x, CPU CRC of slot 0x%08x, GPU CRC of source "
+                       "0x%08x\n",
+                       c, recorded, slot_crc, src_crc);
           Die("load hit " + std::to_string(res.prefix) + " of " + std::to_string(r.chunks) + ": " +
               res.status[res.prefix].ToString());
+        }
       };
+      // cuMemsetD8 is asynchronous on the legacy stream, which the engine's
+      // non-blocking streams do not wait for: finish it before loading.
       CU(cuMemsetD8(dst_kv, 0xA5, kLayers * layer_bytes));
+      CU(cuCtxSynchronize());
       load(true);
       {  // bit-exact: every page of the first chunk, as it landed
         std::vector<uint8_t> a(kPage), b(kPage);

@@ -20,6 +20,7 @@ struct VllmLayoutFlags {
   std::vector<uint64_t> tokens = {2048, 8192, 16384, 32768};
   int iters = 7;
   std::string dir = "/dev/shm";
+  unsigned sm_blocks = 0;  // GpuTransferOptions::sm_blocks (0: its default)
 };
 
 struct VllmLayoutRow {
