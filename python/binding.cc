@@ -15,6 +15,7 @@
 #include "cxlkv/delegate.h"
 #include "cxlkv/region.h"
 #if defined(CXLKV_WITH_CUDA)
+#include "kv_layout.h"
 #include "region_gpu.h"
 #endif
 
@@ -336,6 +337,19 @@ PYBIND11_MODULE(_cxlkv, m) {
       .value("DIRECT", GpuPath::kDirect)
       .value("STAGED", GpuPath::kStaged);
 
+  py::class_<KvTensor>(m, "KvTensor")
+      .def(py::init([](uint64_t base, uint64_t stride, uint64_t block_bytes, uint64_t num_blocks) {
+             return KvTensor{base, stride, block_bytes, num_blocks};
+           }),
+           py::arg("base"), py::arg("stride"), py::arg("block_bytes"), py::arg("num_blocks"))
+      .def_readonly("base", &KvTensor::base)
+      .def_readonly("stride", &KvTensor::stride)
+      .def_readonly("block_bytes", &KvTensor::block_bytes)
+      .def_readonly("num_blocks", &KvTensor::num_blocks);
+  py::enum_<GpuCopyMethod>(m, "GpuCopyMethod")
+      .value("AUTO", GpuCopyMethod::kAuto)
+      .value("DMA", GpuCopyMethod::kDma)
+      .value("SM", GpuCopyMethod::kSm);
   py::class_<RegionGpuOptions>(m, "RegionGpuOptions")
       .def(py::init<>())
       .def_property(
@@ -354,6 +368,9 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_property(
           "pipeline_bytes", [](const RegionGpuOptions& o) { return o.transfer.pipeline_bytes; },
           [](RegionGpuOptions& o, uint64_t v) { o.transfer.pipeline_bytes = v; })
+      .def_property(
+          "copy_method", [](const RegionGpuOptions& o) { return o.transfer.copy_method; },
+          [](RegionGpuOptions& o, GpuCopyMethod v) { o.transfer.copy_method = v; })
       .def_readwrite("fallback_to_staged", &RegionGpuOptions::fallback_to_staged)
       .def_readwrite("gpu_crc", &RegionGpuOptions::gpu_crc);
 
@@ -426,7 +443,65 @@ PYBIND11_MODULE(_cxlkv, m) {
             return py::make_tuple(res.loaded, res.prefix, st, res.len);
           },
           py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
-          py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true);
+          py::arg("path") = GpuPath::kDirect, py::arg("verify_crc") = true)
+      // The same over KV tensors: the piece list is built here (KvPieces),
+      // from one (base, stride, block_bytes, num_blocks) per tensor.
+      .def(
+          "store_layout",
+          [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+             const std::vector<KvTensor>& tensors, const std::vector<int64_t>& ids, uint32_t bpc,
+             GpuPath path, uintptr_t after_stream) {
+            KvPieces p;
+            Raise(p.Build(KvLayerLayout{tensors, bpc}, ids.data(), ids.size()));
+            if (p.num_chunks() != keys.size())
+              Raise(Status::InvalidArgument("store: " + std::to_string(keys.size()) + " keys for " +
+                                            std::to_string(p.num_chunks()) + " chunks"));
+            GpuStoreResult res;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.Store(ns, keys.data(), p.blocks(), path, after_stream, &res);
+            }
+            Raise(s);
+            py::list st, out;
+            for (size_t i = 0; i < keys.size(); ++i) {
+              st.append(StatusTuple(res.status[i]));
+              out.append(res.outcome[i]);
+            }
+            return py::make_tuple(res.stored, st, out);
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("tensors"), py::arg("block_ids"),
+          py::arg("blocks_per_chunk"), py::arg("path") = GpuPath::kDirect,
+          py::arg("after_stream") = 0)
+      .def(
+          "load_layout",
+          [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
+             const std::vector<KvTensor>& tensors, const std::vector<int64_t>& ids, uint32_t bpc,
+             GpuPath path, bool verify_crc, uint32_t skip, uint64_t scratch,
+             uint64_t scratch_bytes) {
+            KvPieces p;
+            Raise(p.Build(KvLayerLayout{tensors, bpc}, ids.data(), ids.size(), skip, scratch,
+                          scratch_bytes));
+            if (p.num_chunks() != keys.size())
+              Raise(Status::InvalidArgument("load: " + std::to_string(keys.size()) + " keys for " +
+                                            std::to_string(p.num_chunks()) + " chunks"));
+            GpuLoadResult res;
+            LoadOptions lo;
+            lo.verify_crc = verify_crc;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.Load(ns, keys.data(), p.blocks(), path, &res, lo);
+            }
+            Raise(s);
+            py::list st;
+            for (size_t i = 0; i < keys.size(); ++i) st.append(StatusTuple(res.status[i]));
+            return py::make_tuple(res.loaded, res.prefix, st, res.len);
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("tensors"), py::arg("block_ids"),
+          py::arg("blocks_per_chunk"), py::arg("path") = GpuPath::kDirect,
+          py::arg("verify_crc") = true, py::arg("skip") = 0, py::arg("scratch") = 0,
+          py::arg("scratch_bytes") = 0);
 #endif
   // ---- Delegated, parted writes and per-part loads (cxlkv/delegate.h) ----
   py::class_<PendingWrite>(m, "WriteLease")

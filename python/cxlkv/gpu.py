@@ -27,43 +27,33 @@ if _cxlkv.HAVE_CUDA:
     _PATHS = {"direct": _cxlkv.GpuPath.DIRECT, "staged": _cxlkv.GpuPath.STAGED}
 
 
-def chunk_pieces(kv_caches, block_ids, blocks_per_chunk=1):
-    """Device pieces of each chunk: (ptr, len, first_piece) lists for RegionGpu.
+def kv_tensors(kv_caches):
+    """One ``_cxlkv.KvTensor`` (base, stride, block_bytes, num_blocks) per KV tensor.
 
-    ``block_ids`` holds ``n * blocks_per_chunk`` GPU block ids (ints or a tensor);
-    chunk c is block_ids[c*f:(c+1)*f]. Adjacent pages are merged into one piece.
+    Dim 0 of each tensor is the GPU block id and each block's bytes must be
+    contiguous. The per-piece list (one per tensor and block: 57,344 for a
+    32K-token load of a 28-layer model) is built natively from these.
     """
+    out = []
+    for t in kv_caches:
+        if not t.is_cuda:
+            raise ValueError("KV tensors must be CUDA tensors")
+        if t.dim() > 1 and not t[0].is_contiguous():
+            raise ValueError("each block's bytes must be contiguous (dim 0 = block id)")
+        stride = t.stride(0) * t.element_size()
+        block_bytes = t[0].numel() * t.element_size() if t.dim() > 1 else t.element_size()
+        out.append(_cxlkv.KvTensor(t.data_ptr(), stride, block_bytes, t.shape[0]))
+    return out
+
+
+def _block_ids(block_ids, blocks_per_chunk):
     if hasattr(block_ids, "tolist"):
         block_ids = block_ids.tolist()
     block_ids = [int(b) for b in block_ids]
     f = int(blocks_per_chunk)
     if f <= 0 or len(block_ids) % f:
         raise ValueError(f"{len(block_ids)} block ids are not whole chunks of {f}")
-    layers = []
-    for t in kv_caches:
-        if not t.is_cuda:
-            raise ValueError("KV tensors must be CUDA tensors")
-        page = t.stride(0) * t.element_size()
-        if t.dim() > 1 and not t[0].is_contiguous():
-            raise ValueError("each block's bytes must be contiguous (dim 0 = block id)")
-        block_bytes = t[0].numel() * t.element_size() if t.dim() > 1 else t.element_size()
-        layers.append((t.data_ptr(), page, block_bytes, t.shape[0]))
-    ptr, length, first = [], [], [0]
-    for c in range(len(block_ids) // f):
-        ids = block_ids[c * f:(c + 1) * f]
-        for base, page, nbytes, nblocks in layers:
-            for b in ids:
-                if not 0 <= b < nblocks:
-                    raise ValueError(f"block id {b} outside 0..{nblocks - 1}")
-                p = base + b * page
-                # Merge with the previous piece when contiguous in memory.
-                if len(ptr) > first[-1] and ptr[-1] + length[-1] == p and page == nbytes:
-                    length[-1] += nbytes
-                else:
-                    ptr.append(p)
-                    length.append(nbytes)
-        first.append(len(ptr))
-    return ptr, length, first
+    return block_ids, f
 
 
 class StoreResult:
@@ -92,10 +82,13 @@ class GpuRegion:
     ``device``: CUDA device ordinal (default: torch's current device). The
     region's slot area is registered with CUDA here (about 125 ms per GiB);
     if that fails and ``fallback_to_staged`` the staged path is used.
+    ``copy_method``: "auto" (SM threads for small pieces, the copy engines
+    for large pieces and for loads of 256 MiB and more), "dma" or "sm"
+    (docs/gpu.md has the measurements behind auto).
     """
 
     def __init__(self, region, *, device=None, registration_segment_bytes=None, staging_bytes=None,
-                 batch_api=True, fallback_to_staged=True, gpu_crc=True):
+                 batch_api=True, fallback_to_staged=True, gpu_crc=True, copy_method="auto"):
         if not _cxlkv.HAVE_CUDA:
             raise UnsupportedError("cxlkv was built without CUDA (-DCXLKV_CUDA=OFF)")
         if device is None:
@@ -110,6 +103,11 @@ class GpuRegion:
         o.batch_api = bool(batch_api)
         o.fallback_to_staged = bool(fallback_to_staged)
         o.gpu_crc = bool(gpu_crc)
+        methods = {"auto": _cxlkv.GpuCopyMethod.AUTO, "dma": _cxlkv.GpuCopyMethod.DMA,
+                   "sm": _cxlkv.GpuCopyMethod.SM}
+        if copy_method not in methods:
+            raise ValueError(f"copy_method must be one of {sorted(methods)}, not {copy_method!r}")
+        o.copy_method = methods[copy_method]
         self.region = region
         self.device = int(device)
         self._gpu = _cxlkv.RegionGpu.open(region, o)
@@ -131,11 +129,12 @@ class GpuRegion:
         Raises only if the DMA itself failed (all writes of the call then aborted).
         """
         keys = as_keys(keys)
-        ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
-        if len(first) - 1 != len(keys):
-            raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
+        ids, f = _block_ids(block_ids, blocks_per_chunk)
+        if len(ids) // f != len(keys):
+            raise ValueError(f"{len(keys)} keys for {len(ids) // f} chunks")
         after = self._after_stream(kv_caches, stream)
-        stored, statuses, outcomes = self._gpu.store(ns, keys, ptr, length, first, _PATHS[path], after)
+        stored, statuses, outcomes = self._gpu.store_layout(ns, keys, kv_tensors(kv_caches), ids, f,
+                                                            _PATHS[path], after)
         return StoreResult(stored, statuses, outcomes)
 
     @staticmethod
@@ -194,11 +193,11 @@ class GpuRegion:
         if on_failure not in ("raise", "report"):
             raise ValueError("on_failure must be 'raise' or 'report'")
         keys = as_keys(keys)
-        ptr, length, first = chunk_pieces(kv_caches, block_ids, blocks_per_chunk)
-        if len(first) - 1 != len(keys):
-            raise ValueError(f"{len(keys)} keys for {len(first) - 1} chunks")
-        loaded, prefix, statuses, lengths = self._gpu.load(ns, keys, ptr, length, first, _PATHS[path],
-                                                           bool(verify_crc))
+        ids, f = _block_ids(block_ids, blocks_per_chunk)
+        if len(ids) // f != len(keys):
+            raise ValueError(f"{len(keys)} keys for {len(ids) // f} chunks")
+        loaded, prefix, statuses, lengths = self._gpu.load_layout(
+            ns, keys, kv_tensors(kv_caches), ids, f, _PATHS[path], bool(verify_crc))
         result = LoadResult(loaded, prefix, statuses, lengths)
         if on_failure == "raise" and loaded != len(keys):
             failed = result.failed

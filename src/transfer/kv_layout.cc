@@ -16,55 +16,63 @@ void KvPieces::Clear() {
 Status KvPieces::Build(const KvLayerLayout& layout, const int64_t* ids, size_t n, uint32_t skip,
                        uint64_t scratch, uint64_t scratch_bytes) {
   Clear();
-  const size_t layers = layout.layer_base.size();
-  const uint64_t page = layout.page_bytes;
   const uint32_t bpc = layout.blocks_per_chunk;
-  if (layers == 0 || page == 0 || bpc == 0 || layout.num_gpu_blocks == 0) {
-    return Status::InvalidArgument(
-        "kv layout: layers, page_bytes, num_gpu_blocks and blocks_per_chunk must be non-zero");
+  if (layout.tensors.empty() || bpc == 0) {
+    return Status::InvalidArgument("kv layout: no tensors, or blocks_per_chunk 0");
+  }
+  uint64_t row_bytes = 0;  // one GPU block's bytes over all tensors
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    const KvTensor& k = layout.tensors[t];
+    if (k.stride == 0 || k.block_bytes == 0 || k.num_blocks == 0 || k.block_bytes > k.stride) {
+      return Status::InvalidArgument("kv layout: tensor " + std::to_string(t) +
+                                     " needs 0 < block_bytes <= stride and rows > 0");
+    }
+    row_bytes += k.block_bytes;
   }
   if (skip > 0 && (skip >= bpc || skip >= n)) {
     return Status::InvalidArgument("kv layout: skip " + std::to_string(skip) +
                                    " must be below blocks_per_chunk and the id count");
   }
-  if (uint64_t(skip) * layers * page > scratch_bytes || (skip > 0 && scratch == 0)) {
+  if (uint64_t(skip) * row_bytes > scratch_bytes || (skip > 0 && scratch == 0)) {
     return Status::InvalidArgument("kv layout: skipping " + std::to_string(skip) +
-                                   " blocks needs " +
-                                   std::to_string(uint64_t(skip) * layers * page) +
+                                   " blocks needs " + std::to_string(uint64_t(skip) * row_bytes) +
                                    " bytes of scratch, given " + std::to_string(scratch_bytes));
   }
   for (size_t i = skip; i < n; ++i) {
-    if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= layout.num_gpu_blocks) {
-      return Status::InvalidArgument("kv layout: GPU block id " + std::to_string(ids[i]) + " at " +
-                                     std::to_string(i) + " outside [0, " +
-                                     std::to_string(layout.num_gpu_blocks) + ")");
+    for (size_t t = 0; t < layout.tensors.size(); ++t) {
+      if (ids[i] < 0 || static_cast<uint64_t>(ids[i]) >= layout.tensors[t].num_blocks) {
+        return Status::InvalidArgument("kv layout: GPU block id " + std::to_string(ids[i]) +
+                                       " at " + std::to_string(i) + " outside [0, " +
+                                       std::to_string(layout.tensors[t].num_blocks) +
+                                       ") of tensor " + std::to_string(t));
+      }
     }
   }
   const size_t chunks = (n + bpc - 1) / bpc;
-  ptr_.reserve(chunks * layers * bpc);
-  len_.reserve(chunks * layers * bpc);
+  ptr_.reserve(chunks * layout.tensors.size() * bpc);
+  len_.reserve(chunks * layout.tensors.size() * bpc);
   first_.reserve(chunks + 1);
   first_.push_back(0);
   uint64_t scratch_used = 0;
   for (size_t c = 0; c < chunks; ++c) {
     const size_t b0 = c * bpc, b1 = std::min(n, b0 + bpc);
-    for (size_t l = 0; l < layers; ++l) {
-      const uint64_t base = layout.layer_base[l];
+    for (const KvTensor& k : layout.tensors) {
+      const bool rows_contiguous = k.block_bytes == k.stride;
       for (size_t i = b0; i < b1; ++i) {
         uint64_t at;
         if (c == 0 && i < skip) {
-          at = scratch + scratch_used;  // distinct scratch pages: the CRC reads each one
-          scratch_used += page;
+          at = scratch + scratch_used;  // distinct scratch: the CRC reads each one
+          scratch_used += k.block_bytes;
         } else {
-          at = base + static_cast<uint64_t>(ids[i]) * page;
+          at = k.base + static_cast<uint64_t>(ids[i]) * k.stride;
         }
-        // A page that follows the previous one on the GPU extends its piece
-        // (it follows it in the slot by construction: same layer, next j).
-        if (i > b0 && !ptr_.empty() && ptr_.back() + len_.back() == at) {
-          len_.back() += page;
+        // A block that follows the previous piece on the GPU extends it (it
+        // follows it in the slot by construction: same tensor, next j).
+        if (i > b0 && rows_contiguous && ptr_.back() + len_.back() == at) {
+          len_.back() += k.block_bytes;
         } else {
           ptr_.push_back(at);
-          len_.push_back(page);
+          len_.push_back(k.block_bytes);
         }
       }
     }
@@ -73,7 +81,7 @@ Status KvPieces::Build(const KvLayerLayout& layout, const int64_t* ids, size_t n
       return Status::InvalidArgument("kv layout: more than 2^31 pieces in one call");
     }
     first_.push_back(static_cast<uint32_t>(ptr_.size()));
-    chunk_len_.push_back(uint64_t(layers) * (b1 - b0) * page);
+    chunk_len_.push_back(row_bytes * (b1 - b0));
   }
   return Status::OK();
 }

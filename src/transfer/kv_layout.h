@@ -8,10 +8,11 @@
 // load does not cost Python 57,344 piece descriptors.
 //
 // Slot layout of one region block ("chunk" of blocks_per_chunk GPU blocks):
-// layer by layer, the pages of the chunk's GPU blocks in order, i.e. the page
-// of (layer l, j-th GPU block) is at slot offset (l * blocks_per_chunk + j) *
-// page_bytes. Runs of consecutive GPU block ids become one piece per layer
-// (adjacent in the tensor and in the slot).
+// tensor by tensor, the blocks of the chunk's GPU block ids in order (with
+// equal tensors: the page of (layer l, j-th GPU block) is at slot offset
+// (l * blocks_per_chunk + j) * page_bytes), as vLLM's CPU offloading lays out
+// a chunk. Runs of consecutive GPU block ids of a tensor whose rows are
+// contiguous (block_bytes == stride) become one piece.
 //
 // A load may start mid-chunk (vLLM: the GPU prefix cache already holds the
 // chunk's first blocks). The slot is still copied whole, so the GPU CRC
@@ -33,14 +34,31 @@
 
 namespace cxlkv {
 
+// One KV tensor: rows are GPU blocks; row b starts at base + b * stride and
+// its first block_bytes bytes are the block's (block_bytes <= stride).
+struct KvTensor {
+  uint64_t base = 0;
+  uint64_t stride = 0;
+  uint64_t block_bytes = 0;
+  uint64_t num_blocks = 0;
+};
+
 struct KvLayerLayout {
-  std::vector<uint64_t> layer_base;  // device address of each layer's tensor
-  uint64_t page_bytes = 0;           // one GPU block's bytes in one layer
-  uint64_t num_gpu_blocks = 0;       // rows of every layer tensor
-  uint32_t blocks_per_chunk = 0;     // GPU blocks per region block
+  std::vector<KvTensor> tensors;  // in slot order (vLLM: one per layer, or one cross-layer)
+  uint32_t blocks_per_chunk = 0;  // GPU blocks per region block
   // Bytes of one full region block in this layout.
   uint64_t chunk_bytes() const {
-    return uint64_t(layer_base.size()) * blocks_per_chunk * page_bytes;
+    uint64_t n = 0;
+    for (const KvTensor& t : tensors) n += t.block_bytes;
+    return n * blocks_per_chunk;
+  }
+  // The common case: `layers` equal tensors of contiguous pages.
+  static KvLayerLayout Uniform(const std::vector<uint64_t>& bases, uint64_t page_bytes,
+                               uint64_t num_blocks, uint32_t blocks_per_chunk) {
+    KvLayerLayout l;
+    for (uint64_t b : bases) l.tensors.push_back(KvTensor{b, page_bytes, page_bytes, num_blocks});
+    l.blocks_per_chunk = blocks_per_chunk;
+    return l;
   }
 };
 
@@ -50,10 +68,11 @@ class KvPieces {
   // ids[c * blocks_per_chunk ...], the last chunk may be shorter (its slot
   // is then shorter too). `skip` (< blocks_per_chunk, < n) leading ids of the
   // first chunk are copied to `scratch` instead (see above); their entries
-  // in `ids` are not used and may be -1.
-  // kInvalidArgument: an empty layout, page_bytes 0, an id out of
-  // [0, num_gpu_blocks), a skip without enough scratch, or more than 2^31
-  // pieces. On error *this is empty.
+  // in `ids` are not used and may be -1. Scratch must hold skip times the
+  // sum of the tensors' block_bytes.
+  // kInvalidArgument: no tensors, a tensor with zero stride, block bytes or
+  // rows or block_bytes > stride, an id outside a tensor's rows, a skip
+  // without enough scratch, or more than 2^31 pieces. On error *this is empty.
   Status Build(const KvLayerLayout& layout, const int64_t* ids, size_t n, uint32_t skip = 0,
                uint64_t scratch = 0, uint64_t scratch_bytes = 0);
 

@@ -17,13 +17,9 @@ namespace {
 constexpr uint64_t kPage = 32 * 1024;
 
 KvLayerLayout Layout(size_t layers, uint64_t blocks, uint32_t bpc) {
-  KvLayerLayout l;
-  for (size_t i = 0; i < layers; ++i)
-    l.layer_base.push_back((1ull << 40) + i * (blocks * kPage + 4096));
-  l.page_bytes = kPage;
-  l.num_gpu_blocks = blocks;
-  l.blocks_per_chunk = bpc;
-  return l;
+  std::vector<uint64_t> bases;
+  for (size_t i = 0; i < layers; ++i) bases.push_back((1ull << 40) + i * (blocks * kPage + 4096));
+  return KvLayerLayout::Uniform(bases, kPage, blocks, bpc);
 }
 
 // Expands the pieces of chunk c into one device address per page.
@@ -53,7 +49,7 @@ TEST(KvPiecesTest, ScatteredIdsGiveOnePiecePerLayerAndBlockInSlotOrder) {
     ASSERT_EQ(pages.size(), 28 * nb);
     for (size_t layer = 0; layer < 28; ++layer)
       for (size_t j = 0; j < nb; ++j)
-        EXPECT_EQ(pages[layer * nb + j], l.layer_base[layer] + ids[c * 16 + j] * kPage);
+        EXPECT_EQ(pages[layer * nb + j], l.tensors[layer].base + ids[c * 16 + j] * kPage);
   }
 }
 
@@ -65,7 +61,7 @@ TEST(KvPiecesTest, ConsecutiveIdsMergeWithinALayerOnly) {
   EXPECT_EQ(p.num_pieces(), 4u);  // one 256 KiB piece per layer
   const GpuBlocks b = p.blocks();
   for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(b.ptr[i], l.layer_base[i] + 10 * kPage);
+    EXPECT_EQ(b.ptr[i], l.tensors[i].base + 10 * kPage);
     EXPECT_EQ(b.len[i], 8 * kPage);
   }
 }
@@ -89,10 +85,28 @@ TEST(KvPiecesTest, SkippedLeadingBlocksLandInDistinctScratchPages) {
       for (uint64_t s : seen) EXPECT_NE(s, a);
       seen.push_back(a);
     }
-    EXPECT_EQ(pages[layer * 4 + 2], l.layer_base[layer] + 7 * kPage);
-    EXPECT_EQ(pages[layer * 4 + 3], l.layer_base[layer] + 9 * kPage);
+    EXPECT_EQ(pages[layer * 4 + 2], l.tensors[layer].base + 7 * kPage);
+    EXPECT_EQ(pages[layer * 4 + 3], l.tensors[layer].base + 9 * kPage);
   }
-  EXPECT_EQ(Pages(p, 1)[0], l.layer_base[0] + 20 * kPage);
+  EXPECT_EQ(Pages(p, 1)[0], l.tensors[0].base + 20 * kPage);
+}
+
+TEST(KvPiecesTest, PaddedRowsCopyTheirBlockBytesOnlyAndNeverMerge) {
+  KvLayerLayout l;
+  l.tensors.push_back(KvTensor{1ull << 40, 2 * kPage, kPage, 50});  // rows padded to 2 pages
+  l.tensors.push_back(KvTensor{1ull << 41, 4096, 4096, 50});
+  l.blocks_per_chunk = 2;
+  std::vector<int64_t> ids = {3, 4};
+  KvPieces p;
+  ASSERT_TRUE(p.Build(l, ids.data(), ids.size()).ok());
+  EXPECT_EQ(p.chunk_bytes(0), 2 * (kPage + 4096));
+  const GpuBlocks b = p.blocks();
+  ASSERT_EQ(p.num_pieces(), 3u);  // two padded rows, then one merged 8 KiB piece
+  EXPECT_EQ(b.ptr[0], (1ull << 40) + 3 * 2 * kPage);
+  EXPECT_EQ(b.len[0], kPage);
+  EXPECT_EQ(b.ptr[1], (1ull << 40) + 4 * 2 * kPage);
+  EXPECT_EQ(b.ptr[2], (1ull << 41) + 3 * 4096);
+  EXPECT_EQ(b.len[2], 2 * 4096u);
 }
 
 TEST(KvPiecesTest, BadInputIsRefusedAndLeavesNothing) {

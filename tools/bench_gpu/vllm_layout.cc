@@ -67,16 +67,15 @@ std::vector<VllmLayoutRow> RunVllmLayout(const VllmLayoutFlags& f, const char* d
   FillRandom(src_kv, kLayers * layer_bytes, 1, pinned, flat_bytes);
   FillRandom(flat, flat_bytes, 2, pinned, flat_bytes);  // pinned keeps random bytes too
 
-  KvLayerLayout src_layout, dst_layout;
+  std::vector<uint64_t> src_bases, dst_bases;
   for (int l = 0; l < kLayers; ++l) {
-    src_layout.layer_base.push_back(src_kv + l * layer_bytes);
-    dst_layout.layer_base.push_back(dst_kv + l * layer_bytes);
+    src_bases.push_back(src_kv + l * layer_bytes);
+    dst_bases.push_back(dst_kv + l * layer_bytes);
   }
-  for (KvLayerLayout* L : {&src_layout, &dst_layout}) {
-    L->page_bytes = kPage;
-    L->num_gpu_blocks = gpu_blocks;
-    L->blocks_per_chunk = kBlocksPerChunk;
-  }
+  const KvLayerLayout src_layout =
+      KvLayerLayout::Uniform(src_bases, kPage, gpu_blocks, kBlocksPerChunk);
+  const KvLayerLayout dst_layout =
+      KvLayerLayout::Uniform(dst_bases, kPage, gpu_blocks, kBlocksPerChunk);
   std::vector<int64_t> ids(gpu_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::mt19937_64 rng(42);
