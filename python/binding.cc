@@ -136,7 +136,9 @@ PYBIND11_MODULE(_cxlkv, m) {
       .value("DUPLICATE", StoreOutcome::kDuplicate)
       .value("FULL", StoreOutcome::kFull)
       .value("TOO_LARGE", StoreOutcome::kTooLarge)
-      .value("LOST_RACE", StoreOutcome::kLostRace);
+      .value("LOST_RACE", StoreOutcome::kLostRace)
+      .value("FENCED", StoreOutcome::kFenced)
+      .value("REFUSED", StoreOutcome::kRefused);
 
   py::class_<BlockKey>(m, "BlockKey")
       .def(py::init<>())

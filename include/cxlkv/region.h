@@ -11,13 +11,17 @@
 // used by one thread at a time and must not outlive its Region.
 //
 // Write protocol (one slot):
-//   FREE/READY --BeginWrite--> WRITING --fill data()--> CommitWrite --> READY
-//                                      \--AbortWrite / lease dropped / writer
-//                                         dies (reclaimed) --> FREE
+//   FREE/READY --BeginWrite--> WRITING(g) --fill data()--> CommitWrite --> READY(g)
+//                                         \--AbortWrite / lease dropped / writer
+//                                            dies (reclaimed) --> FREE
 // Read protocol:
-//   BeginRead (slot READY, pinned, generation g noted) --> copy/DMA data()
-//   --> EndRead: OK only if the slot is still READY with key and generation g
-//   (and, when asked, the copied bytes match the stored CRC32C).
+//   BeginRead (slot READY(g), pinned) --> copy/DMA data()
+//   --> EndRead: OK only if the slot is still READY(g) with the key (and, when
+//   asked, the CRC32C of the copy verifies).
+// The recorded CRC binds the bytes to the slot's identity: it is the CRC32C
+// of the payload continued over (g, key, namespace, length). A writer that
+// was paused, judged dead and reclaimed cannot make its bytes or CRC verify
+// in a slot that has been reused since (docs/region_format.md).
 #ifndef CXLKV_REGION_H_
 #define CXLKV_REGION_H_
 
@@ -66,18 +70,25 @@ struct ParticipantInfo {
   Counters counters;
 };
 
+// What a store did. Set by every Store/BeginWrite/CommitWrite call that is
+// given an outcome pointer, whatever the Status.
 enum class StoreOutcome : uint8_t {
   kStored = 0,     // Status OK
   kDuplicate = 1,  // Status OK: the key was already READY (nothing written)
   kFull = 2,       // Status kNoSpace
   kTooLarge = 3,   // Status kInvalidArgument
   kLostRace = 4,   // Status kBusy: another participant is storing this key
+  kFenced = 5,     // Status kBusy: this participant was judged dead and reclaimed
+                   // (paused past the liveness timeout); reopen the region
+  kRefused = 6,    // Status kInvalidArgument: namespace not registered, or an
+                   // observer (register_participant=false) tried to store
 };
 
 struct LoadOptions {
-  // Verify the copied bytes against the slot's CRC32C. Costs a pass over the
-  // bytes (fused with the copy); turn off only where another check covers
-  // integrity. Default true.
+  // Verify the copied bytes against the slot's CRC32C. Costs a second pass
+  // over the copied bytes, after the copy. Turn off only where another check
+  // covers integrity: without it, bytes that a reclaimed (paused) writer or
+  // damaged memory left in a slot are returned. Default true.
   bool verify_crc = true;
 };
 
@@ -109,6 +120,8 @@ class WriteLease {
   size_t len_ = 0;
   uint64_t slot_ = 0;
   uint64_t state_word_ = 0;  // the WRITING word we installed
+  BlockKey key_;             // what the commit binds the CRC to
+  NamespaceId ns_ = 0;
 };
 
 // A slot being read. Move-only. Holds a pin (when this process is a
@@ -127,7 +140,9 @@ class ReadLease {
   // zombie writer: never trust them before EndRead returned OK.
   const void* data() const { return data_; }
   size_t len() const { return len_; }
-  uint32_t crc32c() const { return crc_; }  // as recorded at commit
+  // The slot's recorded CRC: the payload CRC32C bound to the slot identity,
+  // so not comparable with a plain CRC of the bytes; pass that to EndRead.
+  uint32_t crc32c() const { return crc_; }
   uint32_t writer_participant() const { return writer_; }
 
  private:
@@ -140,6 +155,8 @@ class ReadLease {
   uint32_t crc_ = 0;
   uint32_t writer_ = 0;
   bool pinned_ = false;
+  BlockKey key_;  // what EndRead binds the copy's CRC to
+  NamespaceId ns_ = 0;
 };
 
 // Pins on the leading hits of a block chain (PinPrefix). A pinned slot is
@@ -192,24 +209,33 @@ class Region {
 
   // Copies `len` bytes into a slot for (ns, key) and publishes it; the CRC32C
   // is taken from `data`. OK with *outcome kStored or kDuplicate; kNoSpace
-  // (full, nothing evictable), kInvalidArgument (len > slot_size, or `ns`
-  // not registered), kBusy (lost a race with another writer of the same key,
-  // or this participant was judged dead and reclaimed: reopen the region).
-  // Every non-stored outcome is counted. REQUIRES: this process is a participant.
+  // (kFull: nothing free or evictable); kInvalidArgument (kTooLarge: len >
+  // slot_size; kRefused: `ns` not registered, or an observer); kBusy
+  // (kLostRace: another writer is storing the key; kFenced: this participant
+  // was judged dead and reclaimed, every later store fails the same way:
+  // reopen the region). Every outcome but kStored is counted.
   virtual Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
                        StoreOutcome* outcome = nullptr) = 0;
 
   // Reserves a slot for (ns, key) and len bytes (evicting with CLOCK if
   // needed); the caller fills lease->data() (e.g. by DMA) and then commits.
   // Same codes as Store; kDuplicate comes back as OK with !lease->open().
+  // A READY copy of the key whose directory tag was lost is found here, its
+  // tag repaired, and answered kDuplicate.
   virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
                             StoreOutcome* outcome = nullptr) = 0;
-  // Publishes the slot. `crc32c` is the CRC32C of the caller's source bytes
-  // (e.g. computed on the GPU); null = compute it from the slot. Prefer
-  // passing it: a CRC of the source also catches bytes that a reclaimed
-  // (paused, judged dead) process scribbled into the slot after reuse.
-  // kNotFound if this participant was reclaimed meanwhile (judged dead).
-  virtual Status CommitWrite(WriteLease* lease, const uint32_t* crc32c = nullptr) = 0;
+  // Publishes the slot. `crc32c` is the CRC32C of the source bytes, computed
+  // wherever they are (e.g. on the GPU, or by another process that filled
+  // the slot); null = compute it from the slot. Prefer passing it: a CRC of
+  // the source also catches bytes that a reclaimed (paused, judged dead)
+  // process scribbled into the slot after reuse. The engine binds it to the
+  // lease's slot identity. OK (kStored); kBusy (kFenced) if this participant
+  // was judged dead and reclaimed meanwhile; kBusy (kLostRace) if the slot
+  // was taken from a live writer (damaged region); kInvalidArgument for a
+  // closed lease. Closes the lease in all cases.
+  virtual Status CommitWrite(WriteLease* lease, const uint32_t* crc32c = nullptr,
+                             StoreOutcome* outcome = nullptr) = 0;
+  // Frees the reserved slot, if it is still this lease's. Closes the lease.
   virtual void AbortWrite(WriteLease* lease) = 0;
 
   // ---- Lookups ----
@@ -234,12 +260,12 @@ class Region {
   // Zero-copy read: exposes the slot's bytes (e.g. for DMA). kNotFound on
   // a miss. The caller copies lease->data(), then calls EndRead.
   virtual Status BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) = 0;
-  // OK if the slot did not change since BeginRead (the copy is valid);
-  // kNotFound otherwise. If `copied` is given, also verifies its CRC32C;
-  // if `copied_crc32c` is given (a CRC the caller computed over its copy,
-  // e.g. on the GPU), compares it with the recorded one. A mismatch is
-  // kCorruption, counted as a CRC failure, and the slot is dropped.
-  // Closes the lease in all cases.
+  // OK if the slot did not change since BeginRead (same READY word and key:
+  // the copy is valid); kNotFound otherwise. If `copied` is given, also
+  // verifies its CRC32C; if `copied_crc32c` is given (the plain CRC32C the
+  // caller computed over its copy, e.g. on the GPU), binds it to the slot
+  // identity and compares. A mismatch is kCorruption, counted as a CRC
+  // failure, and the slot is dropped. Closes the lease in all cases.
   virtual Status EndRead(ReadLease* lease, const void* copied = nullptr,
                          const uint32_t* copied_crc32c = nullptr) = 0;
 
@@ -280,9 +306,10 @@ class Region {
   Region() = default;
   // Lease plumbing for implementations.
   static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
-                             uint64_t word);
+                             uint64_t word, NamespaceId ns, const BlockKey& key);
   static void InitReadLease(ReadLease* l, Region* r, const void* data, size_t len, uint64_t slot,
-                            uint64_t word, uint32_t crc, uint32_t writer, bool pinned);
+                            uint64_t word, uint32_t crc, uint32_t writer, bool pinned,
+                            NamespaceId ns, const BlockKey& key);
   static void InitPinSet(PinSet* p, Region* r, std::vector<uint64_t> slots);
   static void CloseWriteLease(WriteLease* l) { l->region_ = nullptr; }
   static void CloseReadLease(ReadLease* l) { l->region_ = nullptr; }
@@ -291,6 +318,10 @@ class Region {
   static uint64_t LeaseSlot(const ReadLease& l) { return l.slot_; }
   static uint64_t LeaseWord(const ReadLease& l) { return l.state_word_; }
   static bool LeasePinned(const ReadLease& l) { return l.pinned_; }
+  static NamespaceId LeaseNs(const WriteLease& l) { return l.ns_; }
+  static const BlockKey& LeaseKey(const WriteLease& l) { return l.key_; }
+  static NamespaceId LeaseNs(const ReadLease& l) { return l.ns_; }
+  static const BlockKey& LeaseKey(const ReadLease& l) { return l.key_; }
   virtual void UnpinSlots(const std::vector<uint64_t>& slots) = 0;
 };
 

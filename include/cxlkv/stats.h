@@ -31,7 +31,8 @@ enum class Counter : uint32_t {
   kBytesStored = 14,     // payload bytes of commits
   kReleasedPins = 15,    // pins of dead participants released by reclaim
   kStoreFenced = 16,     // store failed: this participant had been judged dead
-  kCount = 17,
+  kStoreRefused = 17,    // store refused: namespace not registered, or an observer
+  kCount = 18,
 };
 
 const char* CounterName(Counter c);
@@ -42,7 +43,8 @@ struct Counters {
   uint64_t operator[](Counter c) const { return v[static_cast<uint32_t>(c)]; }
   uint64_t store_failures() const {
     return (*this)[Counter::kStoreFull] + (*this)[Counter::kStoreTooLarge] +
-           (*this)[Counter::kStoreLostRace] + (*this)[Counter::kStoreFenced];
+           (*this)[Counter::kStoreLostRace] + (*this)[Counter::kStoreFenced] +
+           (*this)[Counter::kStoreRefused];
   }
   Counters& operator+=(const Counters& o) {
     for (uint32_t i = 0; i < static_cast<uint32_t>(Counter::kCount); ++i) v[i] += o.v[i];

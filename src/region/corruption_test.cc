@@ -92,12 +92,31 @@ TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
   ScratchRegion sr("ver");
   Populate(sr.path());
   RawRegion raw(sr.path());
-  raw.sb()->layout_version = 2;
+  raw.sb()->layout_version = 3;
   std::unique_ptr<Region> r;
   Status s = Region::Open(sr.path(), Attach(), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  EXPECT_NE(s.message().find("layout version 3"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("layout version 2"), std::string::npos) << s.ToString();
+}
+
+// A version 1 region (slot CRCs over the payload only) is refused, not read.
+TEST(CorruptionTest, Version1RegionIsRefusedNamingBothVersions) {
+  ScratchRegion sr("ver1");
+  Populate(sr.path());
+  {
+    RawRegion raw(sr.path());
+    raw.sb()->layout_version = 1;
+  }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), Attach(), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
   EXPECT_NE(s.message().find("layout version 1"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("this build reads layout version 2"), std::string::npos)
+      << s.ToString();
+  // Allowed to create, it still never formats over the old region.
+  s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
 }
 
 TEST(CorruptionTest, DamagedConfigJsonIsAClearError) {

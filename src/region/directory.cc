@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "failpoint.h"
 #include "region_impl.h"
 
 namespace cxlkv::internal {
@@ -111,7 +112,20 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
     ++count;
     return true;
   }
-  pw.fetch_or(bit, std::memory_order_seq_cst);
+  CXLKV_FAILPOINT_HIT("pin.before_pin");
+  const uint64_t before = pw.fetch_or(bit, std::memory_order_seq_cst);
+  CXLKV_FAILPOINT_HIT("pin.after_pin");
+  // Judged dead before our bit landed? Then our reclaimer's sweep may have
+  // passed this slot already and nobody would clear the bit: take it back
+  // if we set it. (seq_cst with the reclaimer's registry CAS and pin sweep.
+  // If the entry's next owner set the same bit in the instant between our
+  // fetch_or and fetch_and, its pin is lost: its read then fails the
+  // generation check, a miss.)
+  if (!StillRegistered()) {
+    if (!(before & bit)) pw.fetch_and(~bit, std::memory_order_seq_cst);
+    pin_counts_[stripe].erase(slot);
+    return false;
+  }
   // READY with the same generation: pinned. EVICTING: an evictor is between
   // its CAS and its pin check and may not have seen our bit; wait for its
   // verdict (it restores READY, or moves on to WRITING) while it is a live
@@ -176,9 +190,10 @@ bool RegionImpl::SlotPinned(uint64_t slot) const {
 bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
   std::atomic<uint64_t>& st = meta_[slot].state;
   const uint64_t evicting =
-      PackWord(WordGen(word), self_index(), static_cast<uint8_t>(SlotState::kEvicting));
+      PackWord(WordGen(word), OwnerId(), static_cast<uint8_t>(SlotState::kEvicting));
   uint64_t expected = word;
   if (!st.compare_exchange_strong(expected, evicting, std::memory_order_seq_cst)) return false;
+  CXLKV_FAILPOINT_HIT("evict.after_take");
   if (SlotPinned(slot)) {
     // Restore the exact READY word (writer and generation unchanged).
     expected = evicting;
@@ -198,28 +213,50 @@ void RegionImpl::ClearTag(uint64_t slot, uint32_t tag) {
                                                                         std::memory_order_relaxed);
 }
 
+void RegionImpl::RepairTag(uint64_t slot, uint64_t word, uint32_t tag) {
+  // Read the tag, then confirm the slot still holds the block: a new owner
+  // CASes the state before it writes its own tag, so if the state is
+  // unchanged after our read, a tag it writes later differs from `seen`
+  // (tags are never 0) and our CAS fails, or lands first and is overwritten.
+  std::atomic<uint32_t>& t = tags_[slot / geo_.ways].tag[slot % geo_.ways];
+  uint32_t seen = t.load(std::memory_order_acquire);
+  if (seen == tag) return;
+  if (meta_[slot].state.load(std::memory_order_seq_cst) != word) return;
+  t.compare_exchange_strong(seen, tag, std::memory_order_relaxed);
+}
+
 bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
   // Corrupt bytes fail every reader alike, so pins (which protect good
   // blocks from eviction) do not hold a corrupt one. Pinners that copy it
-  // concurrently see the state change and miss; their pin bits only delay
-  // the next eviction of the reused slot until they unpin.
-  // The tag is cleared only after we freed the slot, and only if it is
-  // still the dropped block's: a new owner's tag must survive.
-  const uint32_t tag = SlotTag(slot);
-  uint64_t expected = word;
-  if (!meta_[slot].state.compare_exchange_strong(
-          expected, PackWord(WordGen(word), 0, static_cast<uint8_t>(SlotState::kFree)),
-          std::memory_order_acq_rel)) {
-    return false;
-  }
-  ClearTag(slot, tag);
-  return true;
+  // concurrently see the generation change and miss; their pin bits only
+  // delay the next eviction of the reused slot until they unpin.
+  return TakeAndFreeSlot(slot, word);
 }
 
-void RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
-  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(0, std::memory_order_relaxed);
+bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {
+  // Tags are cleared only by an owner, so first own the slot: a writer that
+  // re-stores the key meanwhile claims the slot after we freed it, and its
+  // tag can never be cleared by us.
+  const uint64_t mine =
+      PackWord(WordGen(word) + 1, OwnerId(), static_cast<uint8_t>(SlotState::kWriting));
+  uint64_t expected = word;
+  if (!meta_[slot].state.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
+    return false;
+  }
+  return ReleaseOwnedSlot(slot, mine);
+}
+
+bool RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
+  // Check ownership before touching the tag: a writer that was reclaimed
+  // while paused must not clear the tag of the slot's next owner. (Paused
+  // between this check and the clear, it can still clear a tag equal to
+  // the one it read, i.e. the same key's: the next store of that key finds
+  // the untagged READY copy and repairs it.)
+  const uint32_t tag = SlotTag(slot);
+  if (!Owns(slot, owned_word)) return false;
+  ClearTag(slot, tag);
   uint64_t expected = owned_word;
-  meta_[slot].state.compare_exchange_strong(
+  return meta_[slot].state.compare_exchange_strong(
       expected, PackWord(WordGen(owned_word), 0, static_cast<uint8_t>(SlotState::kFree)),
       std::memory_order_acq_rel);
 }

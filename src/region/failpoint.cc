@@ -10,23 +10,37 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace cxlkv::internal {
 namespace {
 
-struct Config {
+struct Point {
   std::string name;
   std::string action = "kill";
 };
+
+using Config = std::vector<Point>;
 
 const Config* Parse() {
   const char* env = std::getenv("CXLKV_FAILPOINT");
   if (env == nullptr || *env == '\0') return nullptr;
   auto* c = new Config();  // lives for the process
   std::string s(env);
-  auto colon = s.find(':');
-  c->name = s.substr(0, colon);
-  if (colon != std::string::npos) c->action = s.substr(colon + 1);
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(start, end - start);
+    if (!item.empty()) {
+      Point p;
+      const size_t colon = item.find(':');
+      p.name = item.substr(0, colon);
+      if (colon != std::string::npos) p.action = item.substr(colon + 1);
+      c->push_back(std::move(p));
+    }
+    start = end + 1;
+  }
   return c;
 }
 
@@ -42,13 +56,16 @@ bool FailpointsEnabled() { return Load() != nullptr; }
 
 void FailpointHit(const char* name) {
   const Config* c = Load();
-  if (c == nullptr || c->name != name) return;
-  if (c->action == "kill") {
-    ::raise(SIGKILL);
-  } else if (c->action == "stop") {
-    ::raise(SIGSTOP);
-  } else if (c->action.rfind("sleep=", 0) == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(c->action.c_str() + 6)));
+  if (c == nullptr) return;
+  for (const Point& p : *c) {
+    if (p.name != name) continue;
+    if (p.action == "kill") {
+      ::raise(SIGKILL);
+    } else if (p.action == "stop") {
+      ::raise(SIGSTOP);
+    } else if (p.action.rfind("sleep=", 0) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(p.action.c_str() + 6)));
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// The on-media ABI of a region (layout version 1). Everything a process
+// The on-media ABI of a region (layout version 2). Everything a process
 // reads from the region is untrusted: attach validates the whole superblock
 // and recomputes the geometry before touching anything else (geometry.cc).
 // Prose description: docs/region_format.md.
@@ -26,7 +26,9 @@
 namespace cxlkv::internal {
 
 inline constexpr uint64_t kMagic = 0x31474552564B4C43ull;  // "CLKVREG1" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+// 2: the slot CRC binds the payload to the slot's identity (SlotCrcTrailer)
+//    and SlotMeta records the writer. Version 1 regions are refused.
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kSuperblockBytes = 4096;
 inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
 inline constexpr uint32_t kMaxWays = 16;
@@ -142,11 +144,31 @@ struct alignas(64) SlotMeta {
   std::atomic<uint64_t> key_lo;
   std::atomic<uint32_t> ns;
   std::atomic<uint32_t> len;
-  std::atomic<uint32_t> crc;
+  std::atomic<uint32_t> crc;         // CRC32C(payload || SlotCrcTrailer), see below
   std::atomic<uint32_t> referenced;  // CLOCK reference bit
-  uint8_t reserved[24];
+  std::atomic<uint32_t> writer;      // participant that wrote the block (informational)
+  uint8_t reserved[20];
 };
 static_assert(sizeof(SlotMeta) == 64);
+static_assert(offsetof(SlotMeta, crc) == 32 && offsetof(SlotMeta, writer) == 40);
+
+// What `SlotMeta::crc` covers besides the payload: the CRC32C of the payload
+// continued over this record, so a CRC verifies only for the slot identity it
+// was written for. A writer builds it from its own lease (the generation of
+// its WRITING word, the key, namespace and length it asked to store), never
+// from slot metadata; a reader from the READY word it observed and the key,
+// namespace and length it asked for and copied. A paused writer's late CRC
+// carries a stale generation, and keys or lengths swapped by damage no
+// longer match, so both fail every reader's check.
+struct SlotCrcTrailer {
+  uint64_t generation;  // WordGen of the slot's WRITING/READY word
+  uint64_t key_hi;
+  uint64_t key_lo;
+  uint32_t ns;
+  uint32_t len;
+};
+static_assert(sizeof(SlotCrcTrailer) == 32);
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trailer is hashed as stored");
 
 // ---- Word encodings ----
 inline constexpr uint64_t kStateMask = 0xF;

@@ -27,10 +27,13 @@ Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
   if (slot < 0) return Status::NotFound("block not in region");
-  if (!TakeReadySlot(static_cast<uint64_t>(slot), w)) {
+  if (!TakeReadySlot(static_cast<uint64_t>(slot), w) ||
+      !ReleaseOwnedSlot(static_cast<uint64_t>(slot),
+                        PackWord(WordGen(w), self_index(), kEvicting))) {
+    // Not ours after all: pinned, changed, or we were reclaimed meanwhile.
+    CXLKV_RETURN_IF_ERROR(CheckWritable());
     return Status::Busy("block is pinned or changed concurrently");
   }
-  ReleaseOwnedSlot(static_cast<uint64_t>(slot), PackWord(WordGen(w), self_index(), kEvicting));
   return Status::OK();
 }
 
@@ -46,10 +49,17 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
       // Impossible word: nobody could ever finish or reclaim it.
     } else if (state == kReady) {
       ++report->ready;
-      const uint32_t len = meta_[s].len.load(std::memory_order_relaxed);
-      const uint32_t crc = meta_[s].crc.load(std::memory_order_relaxed);
+      const SlotMeta& m = meta_[s];
+      const uint32_t len = m.len.load(std::memory_order_relaxed);
+      const uint32_t crc = m.crc.load(std::memory_order_relaxed);
+      const NamespaceId ns = m.ns.load(std::memory_order_relaxed);
+      const BlockKey key{m.key_hi.load(std::memory_order_relaxed),
+                         m.key_lo.load(std::memory_order_relaxed)};
       if (len <= geo_.slot_size) {
-        const uint32_t got = RegionBytesCrc(SlotData(s), len);
+        // The slot's own identity: a key, namespace or length that does not
+        // belong to these bytes (damage) fails like a damaged byte.
+        const uint32_t got =
+            BindSlotCrc(RegionBytesCrc(SlotData(s), len), WordGen(w), ns, key, len);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (!SameReadableBlock(w, st.load(std::memory_order_relaxed))) {
           ++report->skipped_changed;
@@ -66,17 +76,9 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     ++report->crc_failures;
     Count(Counter::kCrcFailures);
     if (!drop_corrupt) continue;
-    if (state == kReady) {
-      if (ForceDropSlot(s, w)) ++report->dropped;
-    } else {
-      uint64_t expected = w;
-      const uint32_t tag = SlotTag(s);
-      if (st.compare_exchange_strong(expected, PackWord(WordGen(w), 0, 0),
-                                     std::memory_order_acq_rel)) {
-        ClearTag(s, tag);
-        ++report->dropped;
-      }
-    }
+    // READY: a corrupt block; otherwise an impossible word nobody could
+    // ever finish or reclaim. Either way take the slot, then free it.
+    if (TakeAndFreeSlot(s, w)) ++report->dropped;
   }
   return Status::OK();
 }
@@ -90,8 +92,8 @@ Status RegionImpl::Wipe(WipeReport* report) {
     if (state == kWriting || state == kEvicting) {
       ++report->writing;
     } else if (state == kReady) {
-      if (TakeReadySlot(s, w)) {
-        ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting));
+      if (TakeReadySlot(s, w) &&
+          ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting))) {
         ++report->dropped;
       } else {
         ++report->pinned;

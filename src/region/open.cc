@@ -219,7 +219,8 @@ Status RegionImpl::Format(uint64_t nonce) {
   if (c.coherence != CoherenceMode::kHardware) {
     sb_->format_lock.store(0, std::memory_order_release);
     return Status::Unsupported(std::string("coherence mode '") + CoherenceModeName(c.coherence) +
-                               "' is not implemented by layout version 1 (see docs/coherence.md)");
+                               "' is not implemented by layout version " +
+                               std::to_string(kLayoutVersion) + " (see docs/coherence.md)");
   }
   Geometry g;
   Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);

@@ -2,9 +2,12 @@
 //
 // Reads. A load is a hit only if, after the copy, the slot still holds the
 // same READY state word (same generation, so not evicted and reused while
-// we copied), the same key, and the copied bytes match the stored CRC32C.
-// The paper checked the key before the copy only (§6: alias on
-// release-and-reacquire); the generation closes that hole.
+// we copied), the same key, and the CRC32C of the copied bytes, bound to
+// the generation we observed and the key, namespace and length we asked
+// for and copied (BindSlotCrc), equals the recorded one. The paper checked
+// the key before the copy only (§6: alias on release-and-reacquire); the
+// generation closes that hole, and binding it into the CRC closes it
+// against writers that were reclaimed while paused and resumed.
 #include <algorithm>
 #include <cstring>
 
@@ -81,7 +84,8 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
     Count(Counter::kMisses);
     return Status::NotFound("block evicted before it could be read");
   }
-  const uint32_t got = CopyWithCrc(dst, SlotData(slot), len, options.verify_crc);
+  const uint32_t copy_crc = CopyWithCrc(dst, SlotData(slot), len, options.verify_crc);
+  const uint32_t got = options.verify_crc ? BindSlotCrc(copy_crc, WordGen(w), ns, key, len) : 0;
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool unchanged =
       SameReadableBlock(w, m.state.load(std::memory_order_relaxed)) && KeyMatches(slot, ns, key);
@@ -141,7 +145,7 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
     }
   }
   InitReadLease(lease, this, SlotData(slot), len, slot, w, m.crc.load(std::memory_order_relaxed),
-                WordOwner(w), pinned);
+                WordOwner(w), pinned, ns, key);
   return Status::OK();
 }
 
@@ -152,17 +156,21 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t*
   const bool pinned = LeasePinned(*lease);
   const size_t len = lease->len();
   const uint32_t crc = lease->crc32c();
+  const NamespaceId ns = LeaseNs(*lease);
+  const BlockKey key = LeaseKey(*lease);
   CloseReadLease(lease);
   std::atomic_thread_fence(std::memory_order_acquire);
-  const bool unchanged = SameReadableBlock(w, meta_[slot].state.load(std::memory_order_relaxed));
+  const bool unchanged = SameReadableBlock(w, meta_[slot].state.load(std::memory_order_relaxed)) &&
+                         KeyMatches(slot, ns, key);
   if (pinned) UnpinSlot(slot);
   if (!unchanged) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
   }
-  if ((copied != nullptr && Crc32c(copied, len) != crc) ||
-      (copied_crc32c != nullptr && *copied_crc32c != crc)) {
+  const uint64_t gen = WordGen(w);
+  if ((copied != nullptr && BindSlotCrc(Crc32c(copied, len), gen, ns, key, len) != crc) ||
+      (copied_crc32c != nullptr && BindSlotCrc(*copied_crc32c, gen, ns, key, len) != crc)) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     if (self_ >= 0) ForceDropSlot(slot, w);

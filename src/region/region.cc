@@ -12,16 +12,19 @@ namespace cxlkv {
 Region::~Region() = default;
 
 void Region::InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
-                            uint64_t word) {
+                            uint64_t word, NamespaceId ns, const BlockKey& key) {
   l->region_ = r;
   l->data_ = data;
   l->len_ = len;
   l->slot_ = slot;
   l->state_word_ = word;
+  l->ns_ = ns;
+  l->key_ = key;
 }
 
 void Region::InitReadLease(ReadLease* l, Region* r, const void* data, size_t len, uint64_t slot,
-                           uint64_t word, uint32_t crc, uint32_t writer, bool pinned) {
+                           uint64_t word, uint32_t crc, uint32_t writer, bool pinned,
+                           NamespaceId ns, const BlockKey& key) {
   l->region_ = r;
   l->data_ = data;
   l->len_ = len;
@@ -30,6 +33,8 @@ void Region::InitReadLease(ReadLease* l, Region* r, const void* data, size_t len
   l->crc_ = crc;
   l->writer_ = writer;
   l->pinned_ = pinned;
+  l->ns_ = ns;
+  l->key_ = key;
 }
 
 void Region::InitPinSet(PinSet* p, Region* r, std::vector<uint64_t> slots) {
@@ -45,6 +50,8 @@ WriteLease& WriteLease::operator=(WriteLease&& o) noexcept {
     len_ = o.len_;
     slot_ = o.slot_;
     state_word_ = o.state_word_;
+    key_ = o.key_;
+    ns_ = o.ns_;
     o.region_ = nullptr;
   }
   return *this;
@@ -65,6 +72,8 @@ ReadLease& ReadLease::operator=(ReadLease&& o) noexcept {
     crc_ = o.crc_;
     writer_ = o.writer_;
     pinned_ = o.pinned_;
+    key_ = o.key_;
+    ns_ = o.ns_;
     o.region_ = nullptr;
   }
   return *this;
@@ -137,6 +146,8 @@ const char* CounterName(Counter c) {
       return "released_pins";
     case Counter::kStoreFenced:
       return "store_failed_fenced";
+    case Counter::kStoreRefused:
+      return "store_refused";
     case Counter::kCount:
       break;
   }

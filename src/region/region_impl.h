@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "crc32c.h"
 #include "cxlkv/region.h"
 #include "geometry.h"
 #include "layout.h"
@@ -47,7 +48,7 @@ class RegionImpl final : public Region {
                StoreOutcome* outcome) override;
   Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
                     StoreOutcome* outcome) override;
-  Status CommitWrite(WriteLease* lease, const uint32_t* crc32c) override;
+  Status CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome) override;
   void AbortWrite(WriteLease* lease) override;
 
   Status Lookup(NamespaceId ns, const BlockKey& key) override;
@@ -100,6 +101,14 @@ class RegionImpl final : public Region {
   void ClearTag(uint64_t slot, uint32_t tag);
   uint32_t SlotTag(uint64_t slot) const;
   bool ParticipantActive(uint32_t index) const;
+  // True if `index` names a registry entry that is ACTIVE or RECLAIMING:
+  // slots it holds WRITING/EVICTING are its own or its reclaimer's to free.
+  bool OwnerAlive(uint32_t index) const;
+  // Bounded orphan sweep, run once per heartbeat: visits the next slots
+  // (a whole pass per liveness timeout) and frees WRITING slots, restores
+  // EVICTING ones and clears pin bits whose owner is not alive, once the
+  // same word has been seen unchanged for the liveness timeout.
+  void SweepOrphans();
   // True while our registry entry is still ours (not reclaimed). Checked
   // right before acting on the region as a participant.
   bool StillRegistered() const;
@@ -126,13 +135,40 @@ class RegionImpl final : public Region {
   bool TakeReadySlot(uint64_t slot, uint64_t word);
   // READY(word) -> FREE regardless of pins: for blocks that failed CRC.
   bool ForceDropSlot(uint64_t slot, uint64_t word);
-  // Frees a slot this process holds as WRITING/EVICTING.
-  void ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word);
+  // Frees a slot this process holds as WRITING/EVICTING: checks that the
+  // slot still holds `owned_word`, clears the tag (while owning it), then
+  // CASes it FREE. False (nothing touched) if the slot is no longer ours.
+  bool ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word);
+  // Takes a slot that is not ours (a dead writer's, a corrupt block) so
+  // that it can be freed: CAS `word` -> WRITING(gen+1, us), then
+  // ReleaseOwnedSlot. The generation bump fails every earlier reader.
+  bool TakeAndFreeSlot(uint64_t slot, uint64_t word);
+  // True while `slot` still holds `owned_word`; checked right before every
+  // metadata store a writer makes.
+  bool Owns(uint64_t slot, uint64_t owned_word) const {
+    return meta_[slot].state.load(std::memory_order_acquire) == owned_word;
+  }
+  // Owner field we write into words we install: our index, or (before we
+  // registered, e.g. a reclaim at open) kOwnerMask, which names nobody.
+  uint32_t OwnerId() const { return self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask); }
   void Touch(uint64_t slot) const;
+  // Sets the tag of a READY slot that lost it (damage, or a paused writer's
+  // late clear), if the slot still holds `word`: a hint only, so a race
+  // with the slot's reuse costs at most a miss until the next store.
+  void RepairTag(uint64_t slot, uint64_t word, uint32_t tag);
 
   // write.cc / read.cc
-  bool ClaimSlot(const KeyPlace& place, uint64_t* slot, uint64_t* word, bool* evicted);
+  // Claims a slot among place's ways: a FREE one, else (CLOCK) an unpinned
+  // READY one. False if none; then, if a READY copy of (ns, key) without its
+  // tag was seen first, *ready_copy is its slot (*word its word), else -1.
+  bool ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* slot,
+                 uint64_t* word, bool* evicted, int64_t* ready_copy);
   Status CheckWritable() const;
+  // The one answer for "this participant was fenced": counts
+  // store_failed_fenced region-wide, sets kFenced, returns kBusy.
+  Status Fenced(StoreOutcome* outcome);
+  // Our slot stopped holding our WRITING word while we wrote it.
+  Status LostSlot(StoreOutcome* outcome);
 
   void Count(Counter c, uint64_t n = 1) const {
     my_counters_.load(std::memory_order_relaxed)
@@ -194,6 +230,15 @@ class RegionImpl final : public Region {
   std::unordered_map<uint64_t, uint32_t> pin_counts_[kPinStripes];
 
   mutable std::atomic<uint32_t> clock_hand_{0};  // where eviction scans start
+
+  // ---- orphan sweep (heartbeat thread only) ----
+  struct OrphanObs {
+    uint64_t word = 0;  // slot word, or the pin word's orphan bits
+    std::chrono::steady_clock::time_point since{};
+  };
+  uint64_t orphan_cursor_ = 0;
+  std::unordered_map<uint64_t, OrphanObs> orphan_slots_;  // slot -> observation
+  std::unordered_map<uint64_t, OrphanObs> orphan_pins_;   // slot*pin_words+k -> observation
 };
 
 // True if a slot that held READY/EVICTING word `before` still holds the same
@@ -202,6 +247,15 @@ inline bool SameReadableBlock(uint64_t before, uint64_t after) {
   const uint8_t s = WordState(after);
   return WordGen(after) == WordGen(before) && (s == static_cast<uint8_t>(SlotState::kReady) ||
                                                s == static_cast<uint8_t>(SlotState::kEvicting));
+}
+
+// The checked CRC of a slot: CRC32C of the payload (`payload_crc`, computed
+// by whoever holds the bytes: the CPU, or the GPU on the DMA path) continued
+// over the slot's identity (layout.h, SlotCrcTrailer).
+inline uint32_t BindSlotCrc(uint32_t payload_crc, uint64_t generation, NamespaceId ns,
+                            const BlockKey& key, uint64_t len) {
+  const SlotCrcTrailer t{generation, key.hi, key.lo, ns, static_cast<uint32_t>(len)};
+  return Crc32cFinish(Crc32cExtend(payload_crc ^ 0xFFFFFFFFu, &t, sizeof t));
 }
 
 // Key/namespace fingerprints (directory.cc).

@@ -222,7 +222,10 @@ TEST(RegionTest, StoreIntoAnUnregisteredNamespaceIsRefused) {
   auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
   std::vector<uint8_t> d(64, 1);
   EXPECT_TRUE(r->Store(999, BlockKey::FromId(1), d.data(), d.size()).IsInvalidArgument());
-  EXPECT_TRUE(r->Store(7, BlockKey::FromId(1), d.data(), d.size()).IsInvalidArgument());
+  StoreOutcome out = StoreOutcome::kStored;
+  EXPECT_TRUE(r->Store(7, BlockKey::FromId(1), d.data(), d.size(), &out).IsInvalidArgument());
+  EXPECT_EQ(out, StoreOutcome::kRefused);
+  EXPECT_EQ(r->RegionCounters()[Counter::kStoreRefused], 2u);
 }
 
 TEST(RegionTest, SoftwareCoherenceIsNotFormatted) {
@@ -438,6 +441,54 @@ TEST(RegionTest, CommitWithCallerCrcIsVerifiedOnLoad) {
   EXPECT_TRUE(r->Load(ns, BlockKey::FromId(1), got.data(), got.size()).IsCorruption());
 }
 
+// The recorded CRC is the CRC32C of payload || trailer, computed by
+// continuing the source CRC (so a CRC from the GPU can be bound).
+TEST(RegionTest, SlotCrcIsThePayloadCrcContinuedOverTheSlotIdentity) {
+  const auto d = Pattern(5, 1000);
+  const BlockKey key{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  std::vector<uint8_t> whole(d);
+  const internal::SlotCrcTrailer t{77, key.hi, key.lo, 3, 1000};
+  const auto* tb = reinterpret_cast<const uint8_t*>(&t);
+  whole.insert(whole.end(), tb, tb + sizeof t);
+  EXPECT_EQ(internal::BindSlotCrc(internal::Crc32c(d.data(), d.size()), 77, 3, key, 1000),
+            internal::Crc32c(whole.data(), whole.size()));
+  // Each identity field changes it.
+  const uint32_t c = internal::Crc32c(d.data(), d.size());
+  const uint32_t base = internal::BindSlotCrc(c, 77, 3, key, 1000);
+  EXPECT_NE(internal::BindSlotCrc(c, 78, 3, key, 1000), base);
+  EXPECT_NE(internal::BindSlotCrc(c, 77, 4, key, 1000), base);
+  EXPECT_NE(internal::BindSlotCrc(c, 77, 3, BlockKey{key.hi, key.lo ^ 1}, 1000), base);
+  EXPECT_NE(internal::BindSlotCrc(c, 77, 3, BlockKey{key.hi ^ 1, key.lo}, 1000), base);
+  EXPECT_NE(internal::BindSlotCrc(c, 77, 3, key, 999), base);
+}
+
+TEST(RegionTest, CommitWithTheSourceCrcVerifiesOnLoadAndEndRead) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const auto d = Pattern(3);
+  WriteLease lease;
+  StoreOutcome out;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(3), kSlot, &lease, &out).ok());
+  std::memcpy(lease.data(), d.data(), kSlot);
+  const uint32_t crc = internal::Crc32c(d.data(), kSlot);  // e.g. computed on the GPU
+  ASSERT_TRUE(r->CommitWrite(&lease, &crc, &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  std::vector<uint8_t> got(kSlot);
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(3), got.data(), got.size()).ok());
+  EXPECT_EQ(got, d);
+  ReadLease rl;
+  ASSERT_TRUE(r->BeginRead(ns, BlockKey::FromId(3), &rl).ok());
+  std::memcpy(got.data(), rl.data(), rl.len());
+  const uint32_t copy_crc = internal::Crc32c(got.data(), got.size());
+  EXPECT_TRUE(r->EndRead(&rl, nullptr, &copy_crc).ok());
+  ASSERT_TRUE(r->BeginRead(ns, BlockKey::FromId(3), &rl).ok());
+  EXPECT_TRUE(r->EndRead(&rl, got.data()).ok());
+  // A closed lease is refused, with an outcome.
+  EXPECT_TRUE(r->CommitWrite(&lease, &crc, &out).IsInvalidArgument());
+  EXPECT_EQ(out, StoreOutcome::kRefused);
+}
+
 TEST(RegionTest, ObserverCannotWrite) {
   ScratchRegion sr;
   auto w = MustOpen(sr.path(), TestOptions(4 << 20, kSlot));
@@ -445,7 +496,10 @@ TEST(RegionTest, ObserverCannotWrite) {
   o.register_participant = false;
   auto r = MustOpen(sr.path(), o);
   auto d = Pattern(1);
-  EXPECT_TRUE(r->Store(0, BlockKey::FromId(1), d.data(), 10).IsInvalidArgument());
+  StoreOutcome out = StoreOutcome::kStored;
+  EXPECT_TRUE(r->Store(0, BlockKey::FromId(1), d.data(), 10, &out).IsInvalidArgument());
+  EXPECT_EQ(out, StoreOutcome::kRefused);
+  EXPECT_EQ(r->ProcessCounters()[Counter::kStoreRefused], 1u);
   EXPECT_EQ(r->info().participant, -1);
   EXPECT_EQ(w->Participants().size(), 1u);
 }

@@ -95,6 +95,12 @@ bool RegionImpl::ParticipantActive(uint32_t index) const {
   return WordState(parts_[index].state.load(std::memory_order_acquire)) == kActive;
 }
 
+bool RegionImpl::OwnerAlive(uint32_t index) const {
+  if (index >= geo_.max_participants) return false;
+  const uint8_t st = WordState(parts_[index].state.load(std::memory_order_acquire));
+  return st == kActive || st == kReclaiming;
+}
+
 void RegionImpl::HeartbeatLoop() {
   std::unique_lock<std::mutex> l(hb_mu_);
   while (!stop_) {
@@ -103,6 +109,7 @@ void RegionImpl::HeartbeatLoop() {
     if (!StillRegistered()) Fence();
     l.unlock();
     ReapDeadParticipants();
+    if (!fenced_.load(std::memory_order_acquire)) SweepOrphans();
     l.lock();
     hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
                     [this] { return stop_; });
@@ -110,8 +117,10 @@ void RegionImpl::HeartbeatLoop() {
 }
 
 bool RegionImpl::StillRegistered() const {
+  // seq_cst: callers pair this load with a CAS or RMW on a slot (claim, pin)
+  // against the reclaimer's registry CAS followed by its sweep of the slot.
   return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
-         parts_[self_].state.load(std::memory_order_acquire) == self_word_;
+         parts_[self_].state.load(std::memory_order_seq_cst) == self_word_;
 }
 
 void RegionImpl::Fence() {
@@ -168,7 +177,7 @@ bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
   // Before we registered ourselves the reclaimer field names nobody.
   const uint32_t me = self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask);
   const uint64_t mine = PackWord(WordGen(observed), me, kReclaiming);
-  if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_acq_rel)) return false;
+  if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_seq_cst)) return false;
   SweepParticipant(index);
   uint64_t expected = mine;
   r.state.compare_exchange_strong(expected, PackWord(WordGen(mine), 0, kFreeP),
@@ -183,26 +192,25 @@ void RegionImpl::SweepParticipant(uint32_t index) {
   const uint32_t word_ix = index / 64;
   for (uint64_t s = 0; s < geo_.num_slots; ++s) {
     std::atomic<uint64_t>& st = meta_[s].state;
-    uint64_t w = st.load(std::memory_order_acquire);
+    uint64_t w = st.load(std::memory_order_seq_cst);
     const uint8_t state = WordState(w);
     if (state == static_cast<uint8_t>(SlotState::kWriting) && WordOwner(w) == index) {
       // Half-written slots were never READY, so no reader accepted them;
-      // free them. The generation was bumped when writing began, so any
-      // earlier reader's recheck fails.
-      const uint64_t free_word = PackWord(WordGen(w), 0, static_cast<uint8_t>(SlotState::kFree));
-      const uint32_t tag = SlotTag(s);
-      if (st.compare_exchange_strong(w, free_word, std::memory_order_acq_rel)) {
-        ClearTag(s, tag);
-        CountReclaim(Counter::kReclaimedSlots);
-      }
+      // take them (generation bump: any earlier reader's recheck fails),
+      // clear the tag while owning, free.
+      if (TakeAndFreeSlot(s, w)) CountReclaim(Counter::kReclaimedSlots);
     } else if (state == static_cast<uint8_t>(SlotState::kEvicting) && WordOwner(w) == index) {
       // Died mid-eviction, before writing anything: the block is intact
-      // (and may be pinned), so it goes back to READY with its generation.
-      const uint64_t ready = PackWord(WordGen(w), index, static_cast<uint8_t>(SlotState::kReady));
+      // (and may be pinned), so it goes back to READY with its generation
+      // and the writer the slot recorded (the EVICTING word names the
+      // evictor, not the writer).
+      uint32_t writer = meta_[s].writer.load(std::memory_order_relaxed);
+      if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
+      const uint64_t ready = PackWord(WordGen(w), writer, static_cast<uint8_t>(SlotState::kReady));
       st.compare_exchange_strong(w, ready, std::memory_order_acq_rel);
     }
     std::atomic<uint64_t>& pw = PinWords(s)[word_ix];
-    if (pw.load(std::memory_order_relaxed) & bit) {
+    if (pw.load(std::memory_order_seq_cst) & bit) {
       if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) CountReclaim(Counter::kReleasedPins);
     }
     if (s == geo_.num_slots / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
@@ -220,6 +228,86 @@ void RegionImpl::SweepParticipant(uint32_t index) {
   for (uint32_t k = 0; k < kCounterCount; ++k) {
     const uint64_t v = c.v[k].exchange(0, std::memory_order_acq_rel);
     if (v) retired_->v[k].fetch_add(v, std::memory_order_relaxed);
+  }
+}
+
+void RegionImpl::SweepOrphans() {
+  // A WRITING or EVICTING slot, or a pin bit, whose owner index is not a
+  // live entry (FREE, damaged, or >= max_participants) is never cleaned up
+  // by a reclaim sweep: its owner was reclaimed before it acted (a paused
+  // claim or pin that landed after the sweep), or the word was damaged.
+  // Visit a slice of the slots per heartbeat (a whole pass per liveness
+  // timeout, so the work per beat stays bounded on huge regions) and act on
+  // a word only when a later visit, at least a liveness timeout after the
+  // first, finds it unchanged and its owner still not alive.
+  const auto now = Clock::now();
+  const auto stall = std::chrono::nanoseconds(opts_.liveness_timeout_ns);
+  const uint64_t n = geo_.num_slots;
+  const uint64_t per_pass = std::max<uint64_t>(
+      1, opts_.liveness_timeout_ns / std::max<uint64_t>(1, opts_.heartbeat_interval_ns));
+  const uint64_t chunk =
+      std::min<uint64_t>(n, std::max<uint64_t>(64, (n + per_pass - 1) / per_pass));
+  constexpr size_t kMaxTracked = 4096;  // bounded memory on a badly damaged region
+  constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
+  constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
+  auto stale = [&](std::unordered_map<uint64_t, OrphanObs>& m, uint64_t id, uint64_t v) {
+    auto it = m.find(id);
+    if (it == m.end() || it->second.word != v) {
+      if (it != m.end()) {
+        it->second = OrphanObs{v, now};
+      } else if (m.size() < kMaxTracked) {
+        m.emplace(id, OrphanObs{v, now});
+      }
+      return false;
+    }
+    if (now - it->second.since < stall) return false;
+    m.erase(it);
+    return true;
+  };
+  for (uint64_t i = 0; i < chunk; ++i) {
+    const uint64_t s = orphan_cursor_;
+    orphan_cursor_ = (orphan_cursor_ + 1) % n;
+    std::atomic<uint64_t>& st = meta_[s].state;
+    uint64_t w = st.load(std::memory_order_seq_cst);
+    const uint8_t state = WordState(w);
+    const bool orphan = state > kEvicting ||
+                        ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w)));
+    if (!orphan) {
+      orphan_slots_.erase(s);
+    } else if (stale(orphan_slots_, s, w)) {
+      if (state == kEvicting) {
+        // The block is intact: back to READY (as a reclaim sweep does).
+        uint32_t writer = meta_[s].writer.load(std::memory_order_relaxed);
+        if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
+        st.compare_exchange_strong(
+            w, PackWord(WordGen(w), writer, static_cast<uint8_t>(SlotState::kReady)),
+            std::memory_order_acq_rel);
+      } else if (TakeAndFreeSlot(s, w)) {
+        Count(Counter::kReclaimedSlots);
+      }
+    }
+    for (uint32_t k = 0; k < geo_.pin_words; ++k) {
+      std::atomic<uint64_t>& pw = PinWords(s)[k];
+      const uint64_t bits = pw.load(std::memory_order_relaxed);
+      uint64_t dead = 0;
+      for (uint64_t b = bits; b != 0; b &= b - 1) {
+        const uint32_t p = k * 64 + static_cast<uint32_t>(__builtin_ctzll(b));
+        if (static_cast<int32_t>(p) != self_ && !OwnerAlive(p)) dead |= 1ull << (p % 64);
+      }
+      const uint64_t id = s * geo_.pin_words + k;
+      if (dead == 0) {
+        orphan_pins_.erase(id);
+        continue;
+      }
+      if (!stale(orphan_pins_, id, dead)) continue;
+      // Re-check right before clearing: an entry registered since may pin.
+      for (uint64_t b = dead; b != 0; b &= b - 1) {
+        const uint32_t p = k * 64 + static_cast<uint32_t>(__builtin_ctzll(b));
+        if (OwnerAlive(p)) dead &= ~(1ull << (p % 64));
+      }
+      const uint64_t cleared = pw.fetch_and(~dead, std::memory_order_acq_rel) & dead;
+      if (cleared) Count(Counter::kReleasedPins, __builtin_popcountll(cleared));
+    }
   }
 }
 

@@ -2,12 +2,15 @@
 #include "testutil.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace cxlkv::test {
 
@@ -75,6 +78,30 @@ int Reap(pid_t pid) {
   if (WIFEXITED(st)) return WEXITSTATUS(st);
   if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
   return -1;
+}
+
+bool WaitStopped(pid_t pid) {
+  int st = 0;
+  for (;;) {
+    if (::waitpid(pid, &st, WUNTRACED) != pid) return false;
+    if (WIFSTOPPED(st)) return true;
+    if (WIFEXITED(st) || WIFSIGNALED(st)) return false;
+  }
+}
+
+void* SharedAnonBytes(size_t n) {
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  return p;
+}
+
+bool WaitFor(const std::function<bool()>& cond, int limit_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() >= end) return cond();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 }  // namespace cxlkv::test

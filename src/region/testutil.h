@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "cxlkv/region.h"
@@ -41,6 +42,21 @@ void FillPattern(uint64_t id, void* dst, size_t n);
 pid_t Spawn(const std::function<int()>& fn);
 // Waits for pid; returns its exit status (or 128+signal).
 int Reap(pid_t pid);
+// Waits until pid has stopped (SIGSTOP, e.g. a failpoint's `stop`); false
+// if it exited instead.
+bool WaitStopped(pid_t pid);
+// A T in an anonymous shared mapping, visible to forked children (for
+// parent/child coordination; never freed).
+template <typename T>
+T* SharedAnon();
+// Polls cond every 2 ms for at most limit_ms; returns its last value.
+bool WaitFor(const std::function<bool()>& cond, int limit_ms = 5000);
+
+void* SharedAnonBytes(size_t n);
+template <typename T>
+T* SharedAnon() {
+  return new (SharedAnonBytes(sizeof(T))) T();
+}
 
 }  // namespace cxlkv::test
 

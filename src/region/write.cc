@@ -18,8 +18,10 @@ constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
 
 }  // namespace
 
-bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* word_out,
-                           bool* evicted) {
+bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
+                           uint64_t* slot_out, uint64_t* word_out, bool* evicted,
+                           int64_t* ready_copy) {
+  *ready_copy = -1;
   const uint32_t ways = geo_.ways;
   const int nsets = place.set[0] == place.set[1] ? 1 : 2;
   // Fill the emptier set first (two choices).
@@ -46,6 +48,22 @@ bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* 
         *evicted = false;
         return true;
       }
+    }
+  }
+  // Before evicting anything: a READY copy of the key whose tag was lost
+  // (damage, or a reclaimed writer's late tag clear) is invisible to Find;
+  // look for it ignoring tags, so that no other block is evicted for a
+  // store that is a duplicate.
+  for (int k = 0; k < nsets; ++k) {
+    for (uint32_t way = 0; way < ways; ++way) {
+      const uint64_t slot = order[k] * ways + way;
+      const uint64_t w = meta_[slot].state.load(std::memory_order_acquire);
+      if (WordState(w) != kReady || !KeyMatches(slot, ns, key)) continue;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (meta_[slot].state.load(std::memory_order_relaxed) != w) continue;
+      *ready_copy = static_cast<int64_t>(slot);
+      *word_out = w;
+      return false;
     }
   }
   // Pass 2: CLOCK over the candidate ways. A READY way whose reference bit
@@ -79,17 +97,47 @@ bool RegionImpl::ClaimSlot(const KeyPlace& place, uint64_t* slot_out, uint64_t* 
   return false;
 }
 
+Status RegionImpl::Fenced(StoreOutcome* outcome) {
+  Fence();
+  // Count region-wide in the retired block: our own block in the registry
+  // was retired by our reclaimer and may belong to the entry's next owner by
+  // now. The process view is the local block Fence() switched to.
+  const auto k = static_cast<uint32_t>(Counter::kStoreFenced);
+  retired_->v[k].fetch_add(1, std::memory_order_relaxed);
+  observer_counters_.v[k].fetch_add(1, std::memory_order_relaxed);
+  *outcome = StoreOutcome::kFenced;
+  return Status::Busy("region " + info_.path +
+                      ": this participant was judged dead and reclaimed (paused longer than "
+                      "the liveness timeout?); reopen the region");
+}
+
+Status RegionImpl::LostSlot(StoreOutcome* outcome) {
+  // Only a reclaimer takes a WRITING slot from its writer, so losing it
+  // means we were judged dead, unless the slot's word was damaged.
+  if (!StillRegistered()) return Fenced(outcome);
+  Count(Counter::kStoreLostRace);
+  *outcome = StoreOutcome::kLostRace;
+  return Status::Busy("region " + info_.path +
+                      ": the slot was taken while this participant was writing it (damaged "
+                      "state word?)");
+}
+
 Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
                               StoreOutcome* outcome) {
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) AbortWrite(lease);
-  if (Status s = CheckWritable(); !s.ok()) {
-    if (s.IsBusy()) Count(Counter::kStoreFenced);
-    return s;
+  if (self_ < 0) {
+    Count(Counter::kStoreRefused);
+    *outcome = StoreOutcome::kRefused;
+    return Status::InvalidArgument("region " + info_.path +
+                                   " was opened as an observer (register_participant=false)");
   }
+  if (!StillRegistered()) return Fenced(outcome);
   if (ns >= kNamespaceEntries || WordState(nss_[ns].state.load(std::memory_order_acquire)) !=
                                      static_cast<uint8_t>(NamespaceState::kReady)) {
+    Count(Counter::kStoreRefused);
+    *outcome = StoreOutcome::kRefused;
     return Status::InvalidArgument("namespace id " + std::to_string(ns) +
                                    " is not registered in region " + info_.path);
   }
@@ -115,7 +163,15 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   }
   uint64_t slot, writing;
   bool evicted;
-  if (!ClaimSlot(place, &slot, &writing, &evicted)) {
+  CXLKV_FAILPOINT_HIT("write.before_claim");
+  int64_t untagged;
+  if (!ClaimSlot(ns, key, place, &slot, &writing, &evicted, &untagged)) {
+    if (untagged >= 0) {
+      RepairTag(static_cast<uint64_t>(untagged), writing, place.tag);
+      Count(Counter::kStoreDuplicate);
+      *outcome = StoreOutcome::kDuplicate;
+      return Status::OK();
+    }
     Count(Counter::kStoreFull);
     *outcome = StoreOutcome::kFull;
     return Status::NoSpace(
@@ -127,16 +183,36 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   std::atomic_thread_fence(std::memory_order_release);
   if (evicted) Count(Counter::kEvictions);
   CXLKV_FAILPOINT_HIT("write.after_claim");
+  // A participant paused before its claim CAS may have been reclaimed
+  // meanwhile; the reclaimer's sweep then missed this slot, so give it back
+  // ourselves. (seq_cst, with the claim CAS and the reclaimer's registry
+  // CAS and sweep: one of us sees the other.)
+  if (!StillRegistered()) {
+    ReleaseOwnedSlot(slot, writing);
+    return Fenced(outcome);
+  }
+  // No metadata store without ownership: each one is preceded by a check
+  // that the slot still holds our WRITING word. A pause between a check and
+  // its store can still land a stale field in a reused slot; every reader
+  // binds its CRC check to the generation it saw, so that field makes the
+  // new owner's block a miss, never wrong bytes.
   SlotMeta& m = meta_[slot];
-  m.key_hi.store(key.hi, std::memory_order_relaxed);
-  m.key_lo.store(key.lo, std::memory_order_relaxed);
-  m.ns.store(ns, std::memory_order_relaxed);
-  m.len.store(static_cast<uint32_t>(len), std::memory_order_relaxed);
-  m.referenced.store(0, std::memory_order_relaxed);
-  tags_[slot / geo_.ways].tag[slot % geo_.ways].store(place.tag, std::memory_order_relaxed);
+  SetTags& tags = tags_[slot / geo_.ways];
+  auto put = [&](auto& field, auto value) {
+    if (!Owns(slot, writing)) return false;
+    field.store(value, std::memory_order_relaxed);
+    return true;
+  };
+  if (!(put(m.key_hi, key.hi) && put(m.key_lo, key.lo) && put(m.ns, ns) &&
+        put(m.len, static_cast<uint32_t>(len)) && put(m.writer, self_index()) &&
+        put(m.referenced, 0u) && put(tags.tag[slot % geo_.ways], place.tag))) {
+    return LostSlot(outcome);
+  }
   // Two writers of the same key may claim different slots at once. After
   // publishing our key, look again (seq_cst, so of two racers at least one
-  // sees the other): the lower slot index wins, a READY copy always wins.
+  // sees the other), ignoring tags: a READY copy always wins (and if its tag
+  // was lost, we repair it: the key is then found again), else the lower
+  // slot index wins.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int k = 0; k < 2; ++k) {
     const uint64_t set = place.set[k];
@@ -147,7 +223,14 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
       const uint8_t os = WordState(ow);
       if (os != kReady && os != kWriting) continue;
       if (!KeyMatches(other, ns, key)) continue;
-      if (os == kReady || other < slot) {
+      if (os == kReady) {
+        ReleaseOwnedSlot(slot, writing);
+        RepairTag(other, ow, place.tag);
+        Count(Counter::kStoreDuplicate);
+        *outcome = StoreOutcome::kDuplicate;
+        return Status::OK();
+      }
+      if (other < slot) {
         ReleaseOwnedSlot(slot, writing);
         Count(Counter::kStoreLostRace);
         *outcome = StoreOutcome::kLostRace;
@@ -155,30 +238,40 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
       }
     }
   }
-  InitWriteLease(lease, this, SlotData(slot), len, slot, writing);
+  InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
   *outcome = StoreOutcome::kStored;
   return Status::OK();
 }
 
-Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c) {
-  if (!lease->open()) return Status::InvalidArgument("CommitWrite on a closed lease");
+Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
+  if (!lease->open()) {
+    *outcome = StoreOutcome::kRefused;
+    return Status::InvalidArgument("CommitWrite on a closed lease");
+  }
   const uint64_t slot = LeaseSlot(*lease);
   const uint64_t writing = LeaseWord(*lease);
+  const size_t len = lease->len();
+  const NamespaceId ns = LeaseNs(*lease);
+  const BlockKey key = LeaseKey(*lease);
   CloseWriteLease(lease);
   SlotMeta& m = meta_[slot];
-  const uint32_t len = m.len.load(std::memory_order_relaxed);
-  const uint32_t crc = crc32c ? *crc32c : Crc32c(SlotData(slot), len);
+  const uint32_t payload_crc = crc32c ? *crc32c : Crc32c(SlotData(slot), len);
+  // Identity from our own lease, never from the slot's metadata.
+  const uint32_t crc = BindSlotCrc(payload_crc, WordGen(writing), ns, key, len);
+  if (!Owns(slot, writing)) return LostSlot(outcome);
   m.crc.store(crc, std::memory_order_relaxed);
   CXLKV_FAILPOINT_HIT("write.before_commit");
   uint64_t expected = writing;
   const uint64_t ready = PackWord(WordGen(writing), self_index(), kReady);
+  // Release: key, length, CRC and payload before READY.
   if (!m.state.compare_exchange_strong(expected, ready, std::memory_order_acq_rel)) {
-    Fence();
-    Count(Counter::kStoreFenced);
-    return Status::NotFound("slot was reclaimed before commit: this participant was judged dead");
+    return LostSlot(outcome);
   }
   Count(Counter::kStores);
   Count(Counter::kBytesStored, len);
+  *outcome = StoreOutcome::kStored;
   return Status::OK();
 }
 
@@ -187,11 +280,15 @@ void RegionImpl::AbortWrite(WriteLease* lease) {
   const uint64_t slot = LeaseSlot(*lease);
   const uint64_t writing = LeaseWord(*lease);
   CloseWriteLease(lease);
+  // A no-op once the slot is no longer ours (we were reclaimed and it was
+  // reused): the tag and state belong to the new owner.
   ReleaseOwnedSlot(slot, writing);
 }
 
 Status RegionImpl::Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
                          StoreOutcome* outcome) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
   WriteLease lease;
   CXLKV_RETURN_IF_ERROR(BeginWrite(ns, key, len, &lease, outcome));
   if (!lease.open()) return Status::OK();  // duplicate
@@ -208,7 +305,7 @@ Status RegionImpl::Store(NamespaceId ns, const BlockKey& key, const void* data, 
   } else {
     std::memcpy(dst, src, len);
   }
-  return CommitWrite(&lease, &crc);
+  return CommitWrite(&lease, &crc, outcome);
 }
 
 }  // namespace cxlkv::internal

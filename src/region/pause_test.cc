@@ -1,0 +1,314 @@
+// Copyright cxlkv authors.
+//
+// A participant paused past the liveness timeout (failpoint `stop`, i.e.
+// SIGSTOP at an exact step) is judged dead and reclaimed while paused; its
+// slot is reused; then it is resumed (SIGCONT). Whatever it does next, a
+// reader that verifies CRCs gets the current owner's bytes or a miss, the
+// key stays storable, and the zombie is told it was fenced. Real processes,
+// one /dev/shm region, real signals.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "crc32c.h"
+#include "cxlkv/region.h"
+#include "failpoint.h"
+#include "region_impl.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using test::MustOpen;
+using test::Reap;
+using test::ScratchRegion;
+using test::SharedAnon;
+using test::Spawn;
+using test::TestOptions;
+using test::WaitFor;
+using test::WaitStopped;
+
+constexpr uint64_t kSlot = 4096;
+// One directory set of four ways: a freed slot is the next claim's first
+// free way, so the zombie's slot is the one the parent reuses.
+constexpr uint64_t kTiny = 108 << 10;
+const NamespaceDesc kNs{"model", "bfloat16", "NHD", 0, 0};
+
+NamespaceId Ns(Region* r) {
+  NamespaceId id = 0;
+  if (!r->RegisterNamespace(kNs, &id).ok()) std::abort();
+  return id;
+}
+
+// The zombie's and the owner's blocks share their first half, so a zombie
+// that finishes a half-done copy over the owner's block makes exactly its
+// own block: only the CRC's binding can tell them apart.
+std::vector<uint8_t> Block(uint8_t second_half) {
+  std::vector<uint8_t> v(kSlot, 0x11);
+  std::memset(v.data() + kSlot / 2, second_half, kSlot / 2);
+  return v;
+}
+
+// How the zombie writes.
+enum class Path {
+  kStore,      // Region::Store, paused at `failpoint`
+  kLease,      // BeginWrite; paused where the DMA would run (no failpoint); fill; CommitWrite
+  kLeaseStop,  // BeginWrite, fill, CommitWrite paused at `failpoint`
+};
+
+struct Case {
+  const char* name;
+  Path path;
+  const char* failpoint;  // action `stop`
+  bool same_key;
+};
+
+struct Shared {
+  std::atomic<int> index{-1};
+  std::atomic<int> code{-1};     // Status::Code of the zombie's last call
+  std::atomic<int> outcome{-1};  // its StoreOutcome
+};
+
+std::string CaseName(const testing::TestParamInfo<Case>& i) { return i.param.name; }
+
+class PausedWriterTest : public testing::TestWithParam<Case> {};
+
+TEST_P(PausedWriterTest, ReaderGetsTheOwnersBytesOrAMissAndTheKeyStaysStorable) {
+  const Case& c = GetParam();
+  ScratchRegion sr("pause");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  ASSERT_EQ(r->info().num_sets, 1u);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey zkey = BlockKey::FromId(1);
+  const BlockKey okey = c.same_key ? zkey : BlockKey::FromId(2);
+  const std::vector<uint8_t> zombie_bytes = Block(0xAA), owner_bytes = Block(0xBB);
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    if (c.failpoint != nullptr) {
+      ::setenv("CXLKV_FAILPOINT", (std::string(c.failpoint) + ":stop").c_str(), 1);
+      internal::ReloadFailpoints();
+    }
+    auto w = MustOpen(sr.path(), opts);
+    sh->index = w->info().participant;
+    StoreOutcome out = StoreOutcome::kStored;
+    Status s;
+    if (c.path == Path::kStore) {
+      s = w->Store(ns, zkey, zombie_bytes.data(), kSlot, &out);
+    } else {
+      WriteLease lease;
+      s = w->BeginWrite(ns, zkey, kSlot, &lease, &out);
+      if (s.ok() && lease.open()) {
+        if (c.path == Path::kLease) ::raise(SIGSTOP);  // a stalled DMA
+        std::memcpy(lease.data(), zombie_bytes.data(), kSlot);
+        const uint32_t crc = internal::Crc32c(zombie_bytes.data(), kSlot);
+        s = w->CommitWrite(&lease, &crc, &out);
+      }
+    }
+    sh->code = static_cast<int>(s.code());
+    sh->outcome = static_cast<int>(out);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  // Our heartbeat thread judges the paused process dead and reclaims it.
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  // The owner stores into the slot the zombie held (the first free way).
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, okey, owner_bytes.data(), kSlot, &out).ok());
+  ASSERT_EQ(out, StoreOutcome::kStored);
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  ASSERT_EQ(impl->FindReadySlot(ns, okey), 0);
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  // The zombie was told, with the one code for it, and it was counted
+  // region-wide (seen from another participant).
+  EXPECT_EQ(sh->code.load(), static_cast<int>(Status::Code::kBusy));
+  EXPECT_EQ(sh->outcome.load(), static_cast<int>(StoreOutcome::kFenced));
+  EXPECT_GE(r->RegionCounters()[Counter::kStoreFenced], 1u);
+  // A hit is the owner's bytes; anything else is a clean miss.
+  std::vector<uint8_t> buf(kSlot);
+  Status s = r->Load(ns, okey, buf.data(), buf.size());
+  if (s.ok()) {
+    EXPECT_EQ(buf, owner_bytes) << "served bytes the current owner did not store";
+  } else {
+    EXPECT_TRUE(s.IsCorruption() || s.IsNotFound()) << s.ToString();
+  }
+  if (!c.same_key) {
+    // The zombie's key was never committed by a live participant.
+    EXPECT_FALSE(r->Load(ns, zkey, buf.data(), buf.size()).ok());
+  }
+  // The owner's key can be stored (again) and then loads exactly.
+  ASSERT_TRUE(r->Store(ns, okey, owner_bytes.data(), kSlot, &out).ok()) << int(out);
+  EXPECT_TRUE(out == StoreOutcome::kStored || out == StoreOutcome::kDuplicate);
+  ASSERT_TRUE(r->Load(ns, okey, buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, owner_bytes);
+  // Nothing is left WRITING by the zombie.
+  Region::ScrubReport rep;
+  ASSERT_TRUE(r->Verify(false, &rep).ok());
+  EXPECT_EQ(rep.crc_failures, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Steps, PausedWriterTest,
+    testing::Values(Case{"StoreBeforeClaimSameKey", Path::kStore, "write.before_claim", true},
+                    Case{"StoreBeforeClaimOtherKey", Path::kStore, "write.before_claim", false},
+                    Case{"StoreAfterClaimSameKey", Path::kStore, "write.after_claim", true},
+                    Case{"StoreAfterClaimOtherKey", Path::kStore, "write.after_claim", false},
+                    Case{"StoreMidCopySameKey", Path::kStore, "write.mid_copy", true},
+                    Case{"StoreMidCopyOtherKey", Path::kStore, "write.mid_copy", false},
+                    Case{"StoreBeforeCommitSameKey", Path::kStore, "write.before_commit", true},
+                    Case{"StoreBeforeCommitOtherKey", Path::kStore, "write.before_commit", false},
+                    Case{"LeaseStalledDmaSameKey", Path::kLease, nullptr, true},
+                    Case{"LeaseStalledDmaOtherKey", Path::kLease, nullptr, false},
+                    Case{"LeaseBeforeCommitSameKey", Path::kLeaseStop, "write.before_commit", true},
+                    Case{"LeaseBeforeCommitOtherKey", Path::kLeaseStop, "write.before_commit",
+                         false}),
+    CaseName);
+
+// A writer holding a lease is reclaimed while paused and its slot reused for
+// the same key; when it resumes and drops the lease (AbortWrite), it must not
+// clear the new owner's tag (the key would then miss and answer "lost race"
+// forever).
+TEST(PauseTest, ResumedZombieAbortLeavesTheNewOwnersBlockFindable) {
+  ScratchRegion sr("pabort");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(7);
+  const std::vector<uint8_t> bytes = Block(0xCC);
+  pid_t z = Spawn([&] {
+    auto w = MustOpen(sr.path(), opts);
+    WriteLease lease;
+    if (!w->BeginWrite(ns, key, kSlot, &lease).ok() || !lease.open()) return 1;
+    ::raise(SIGSTOP);
+    w->AbortWrite(&lease);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  ASSERT_EQ(impl->FindReadySlot(ns, key), 0);
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  std::vector<uint8_t> buf(kSlot);
+  ASSERT_TRUE(r->Load(ns, key, buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, bytes);
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kDuplicate);
+}
+
+// A pinner paused right before setting its pin bit is reclaimed (the sweep
+// finds no bit); when it resumes, the bit it sets must not outlive it.
+TEST(PauseTest, PinLandingAfterReclaimIsNotLeaked) {
+  ScratchRegion sr("ppin");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(9);
+  const std::vector<uint8_t> bytes = Block(0xDD);
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "pin.before_pin:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    PinSet pins;
+    Status s = w->PinPrefix(ns, &key, 1, &pins);
+    sh->code = static_cast<int>(s.code());
+    sh->outcome = static_cast<int>(pins.size());
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  EXPECT_EQ(sh->outcome.load(), 0) << "a fenced process holds a pin";
+  // No pin bit is left behind: the block can be dropped.
+  EXPECT_TRUE(WaitFor([&] { return r->Drop(ns, key).ok(); }, 3000));
+}
+
+// An evictor paused between taking a block (EVICTING) and checking its pins
+// is reclaimed: the block goes back to READY with its writer, and when the
+// evictor resumes it neither frees the block nor clears its tag.
+TEST(PauseTest, EvictorPausedAfterTakeLeavesTheBlockWithItsWriter) {
+  ScratchRegion sr("pevict");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(11);
+  const std::vector<uint8_t> bytes = Block(0xEE);
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    sh->index = w->info().participant;
+    Status s = w->Drop(ns, key);
+    sh->code = static_cast<int>(s.code());
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  std::vector<uint8_t> buf(kSlot);
+  LoadInfo info;
+  ASSERT_TRUE(r->Load(ns, key, buf.data(), buf.size(), {}, &info).ok());
+  EXPECT_EQ(info.writer_participant, static_cast<uint32_t>(r->info().participant));
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  EXPECT_EQ(sh->code.load(), static_cast<int>(Status::Code::kBusy));
+  ASSERT_TRUE(r->Load(ns, key, buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, bytes);
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kDuplicate);
+}
+
+// A process paused before its claim CAS is reclaimed (nothing to sweep yet),
+// resumes, claims a slot under its stale index, and is killed right after:
+// the slot names an owner that is not alive, which no reclaim sweep visits.
+// The orphan sweep frees it, so the key becomes storable.
+TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
+  ScratchRegion sr("porphan");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(13);
+  const std::vector<uint8_t> bytes = Block(0x5A);
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "write.before_claim:stop,write.after_claim:kill", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    (void)w->Store(ns, key, bytes.data(), kSlot);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 128 + SIGKILL);
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  ASSERT_EQ(internal::WordState(impl->Meta(0).state.load()),
+            static_cast<uint8_t>(internal::SlotState::kWriting));
+  // Freed within a few liveness timeouts (150 ms each here).
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return internal::WordState(impl->Meta(0).state.load()) ==
+               static_cast<uint8_t>(internal::SlotState::kFree);
+      },
+      3000));
+  EXPECT_GE(r->RegionCounters()[Counter::kReclaimedSlots], 1u);
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
+  EXPECT_EQ(out, StoreOutcome::kStored);
+  EXPECT_EQ(impl->FindReadySlot(ns, key), 0);
+}
+
+}  // namespace
+}  // namespace cxlkv
