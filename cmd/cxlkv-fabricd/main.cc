@@ -2,13 +2,13 @@
 //
 // cxlkv-fabricd: a CFM cfm-service compatible fabric-manager emulator.
 //   cxlkv-fabricd --config FILE --listen ADDR:PORT
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <thread>
 
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/fabricd/config.h"
 #include "cxlkv/fabricd/server.h"
 
@@ -24,32 +24,22 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
-  auto colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    try {
-      port = std::stoi(listen.substr(colon + 1));
-    } catch (...) {
-    }
-  }
-  if (colon == std::string::npos || port < 0 || port > 65535) {
-    std::fprintf(stderr, "cxlkv-fabricd: --listen %s: expected ADDR:PORT\n", listen.c_str());
-    return 2;
-  }
-  std::string host = listen.substr(0, colon);
-
-  cxlkv::fabric::FabricConfig config;
-  cxlkv::Status s = cxlkv::fabric::LoadFabricConfig(config_path, &config);
+  std::string host;
+  int port = 0;
+  cxlkv::Status s = cxlkv::base::ParseListenAddress(listen, &host, &port);
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
     return 2;
   }
-  // Block the stop signals before any thread starts; one thread waits on them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  cxlkv::fabric::FabricConfig config;
+  s = cxlkv::fabric::LoadFabricConfig(config_path, &config);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
+    return 2;
+  }
+  // Before any thread starts: one thread alone waits for the stop signals.
+  cxlkv::base::StopSignals signals;
 
   std::unique_ptr<cxlkv::fabric::FabricServer> server;
   s = cxlkv::fabric::FabricServer::Open(config, &server);
@@ -68,16 +58,12 @@ int main(int argc, char** argv) {
   // The bound port on stdout, for scripts that asked for port 0.
   std::printf("listening %s:%d\n", host.c_str(), bound);
   std::fflush(stdout);
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
+  signals.Watch([&](int sig) {
     spdlog::info("signal {}: stopping", sig);
     server->Stop();
   });
   s = server->Serve();
-  // Serve returned: wake the waiter if it is still waiting.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  signals.Join();
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
     return 1;

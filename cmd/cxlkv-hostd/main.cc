@@ -3,7 +3,6 @@
 // cxlkv-hostd: materializes composed regions on this host and writes their
 // CDI specs.
 //   cxlkv-hostd --host-id node-a --listen 127.0.0.1:8091 --fabric http://127.0.0.1:8080
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +11,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/hostd/agent.h"
 #include "cxlkv/hostd/agent_server.h"
 #include "cxlkv/hostd/devdax.h"
@@ -62,16 +62,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
-  auto colon = listen.rfind(':');
-  int port = -1;
-  if (colon != std::string::npos) {
-    try {
-      port = std::stoi(listen.substr(colon + 1));
-    } catch (...) {
-    }
-  }
-  if (colon == std::string::npos || port < 0 || port > 65535) {
-    std::fprintf(stderr, "cxlkv-hostd: --listen %s: expected ADDR:PORT\n", listen.c_str());
+  std::string host;
+  int port = 0;
+  if (cxlkv::Status ls = cxlkv::base::ParseListenAddress(listen, &host, &port); !ls.ok()) {
+    std::fprintf(stderr, "cxlkv-hostd: %s\n", ls.message().c_str());
     return 2;
   }
   std::unique_ptr<cxlkv::hostd::Materializer> m;
@@ -90,11 +84,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cxlkv-hostd: --backend %s: expected file or devdax\n", backend.c_str());
     return 2;
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // Before any thread starts: one thread alone waits for the stop signals.
+  cxlkv::base::StopSignals signals;
 
   std::unique_ptr<cxlkv::hostd::HostAgent> agent;
   cxlkv::Status s = cxlkv::hostd::HostAgent::Open(opt, std::move(m), &agent);
@@ -111,12 +102,12 @@ int main(int argc, char** argv) {
   }
   auto server = cxlkv::hostd::AgentServer::Create(agent.get());
   int bound = 0;
-  s = server->Bind(listen.substr(0, colon), port, &bound);
+  s = server->Bind(host, port, &bound);
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
     return 1;
   }
-  std::printf("listening %s:%d\n", listen.substr(0, colon).c_str(), bound);
+  std::printf("listening %s:%d\n", host.c_str(), bound);
   std::fflush(stdout);
 
   std::mutex mu;
@@ -135,11 +126,7 @@ int main(int argc, char** argv) {
       l.lock();
     }
   });
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    server->Stop();
-  });
+  signals.Watch([&](int) { server->Stop(); });
   s = server->Serve();
   {
     std::lock_guard<std::mutex> l(mu);
@@ -147,7 +134,6 @@ int main(int argc, char** argv) {
   }
   cv.notify_all();
   resync.join();
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
+  signals.Join();
   return s.ok() ? 0 : 1;
 }

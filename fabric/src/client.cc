@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cxlkv/base/json.h"
 #include "http_client.h"
 #include "json_codec.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 std::string ErrorDetails(const std::string& body, long status) {
   json j;
-  if (internal::ParseJson(body, &j).ok() && j.is_object() && j.contains("details") &&
+  if (base::ParseJson(body, &j).ok() && j.is_object() && j.contains("details") &&
       j["details"].is_string()) {
     return j["details"].get<std::string>();
   }
@@ -28,7 +29,7 @@ std::string LastSegment(const std::string& uri) {
 
 Status Members(const std::string& body, std::vector<std::string>* uris) {
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j));
   if (!j.is_object() || !j.contains("members") || !j["members"].is_array()) {
     return Status::IOError("collection without members");
   }
@@ -105,7 +106,7 @@ Status FabricClient::ListPools(std::vector<Pool>* pools) {
       p.blade_id = LastSegment(buri);
       CXLKV_RETURN_IF_ERROR(Json("read blade " + buri, "GET", buri, "", &body));
       json bj;
-      CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &bj).WithContext("read blade " + buri));
+      CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &bj).WithContext("read blade " + buri));
       int64_t avail = bj.value("totalMemoryAvailableMiB", int64_t{0});
       p.allocated_mib = bj.value("totalMemoryAllocatedMiB", int64_t{0});
       p.total_mib = avail + p.allocated_mib;
@@ -116,7 +117,7 @@ Status FabricClient::ListPools(std::vector<Pool>* pools) {
       if (!res.empty()) {
         CXLKV_RETURN_IF_ERROR(Json("read resource " + res[0], "GET", res[0], "", &body));
         json rj;
-        if (internal::ParseJson(body, &rj).ok() && rj.is_object()) {
+        if (base::ParseJson(body, &rj).ok() && rj.is_object()) {
           p.block_mib = rj.value("capacityMiB", int64_t{0});
         }
       }
@@ -126,7 +127,7 @@ Status FabricClient::ListPools(std::vector<Pool>* pools) {
       for (const auto& puri : ports) {
         CXLKV_RETURN_IF_ERROR(Json("read port " + puri, "GET", puri, "", &body));
         json pj;
-        if (!internal::ParseJson(body, &pj).ok() || !pj.is_object()) continue;
+        if (!base::ParseJson(body, &pj).ok() || !pj.is_object()) continue;
         std::string linked = pj.value("linkedPortUri", "");
         // linkedPortUri = /cfm/v1/hosts/{hostId}/ports/{portId}
         const std::string prefix = "/cfm/v1/hosts/";
@@ -153,7 +154,7 @@ Status FabricClient::Compose(const std::string& aid, const std::string& bid,
   CXLKV_RETURN_IF_ERROR(Json(verb, "POST", MemPath(aid, bid),
                              internal::ComposeRequestToJson(req).dump(), &body, &status));
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
   CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(j, &result->region).WithContext(verb));
   if (result->region.appliance_id.empty()) result->region.appliance_id = aid;
   if (result->region.blade_id.empty()) result->region.blade_id = bid;
@@ -172,7 +173,7 @@ Status FabricClient::Get(const std::string& aid, const std::string& bid, const s
   const std::string verb = "read memory " + mid;
   CXLKV_RETURN_IF_ERROR(Json(verb, "GET", MemPath(aid, bid) + "/" + mid, "", &body));
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
   CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(j, region).WithContext(verb));
   if (region->appliance_id.empty()) region->appliance_id = aid;
   if (region->blade_id.empty()) region->blade_id = bid;
@@ -204,7 +205,7 @@ Status FabricClient::Assign(const std::string& aid, const std::string& bid, cons
   json req = {{"Port", port}, {"Operation", assign ? "assign" : "unassign"}};
   CXLKV_RETURN_IF_ERROR(Json(verb, "PATCH", MemPath(aid, bid) + "/" + mid, req.dump(), &body));
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
   return internal::RegionFromJson(j, region).WithContext(verb);
 }
 
@@ -218,13 +219,13 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryR
     json j;
     // A plain cfm-service answers 404 without the CFM error body.
     if (s.IsNotFound() &&
-        (!internal::ParseJson(body, &j).ok() || !j.is_object() || !j.contains("details"))) {
+        (!base::ParseJson(body, &j).ok() || !j.is_object() || !j.contains("details"))) {
       return Status::Unsupported(verb + ": the fabric manager lacks the cxlkv extension");
     }
     return s;
   }
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
   if (!j.is_object() || !j.contains("regions") || !j["regions"].is_array()) {
     return Status::IOError(verb + ": answer has no regions array");
   }
@@ -257,7 +258,7 @@ Status FabricClient::PowerCycle(const std::string& aid, const std::string& bid, 
       "power-cycle " + (aid.empty() ? std::string("all blades") : aid + "/" + bid);
   CXLKV_RETURN_IF_ERROR(Json(verb, "POST", "/cxlkv/v1/power-cycle", req.dump(), &body));
   json j;
-  CXLKV_RETURN_IF_ERROR(internal::ParseJson(body, &j).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
   *forgotten = j.value("forgottenRegions", 0);
   return Status::OK();
 }

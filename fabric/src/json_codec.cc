@@ -1,49 +1,15 @@
 // Copyright cxlkv authors.
 #include "json_codec.h"
 
+#include "cxlkv/base/json.h"
+
 namespace cxlkv::fabric::internal {
 
 using nlohmann::json;
 
-namespace {
-
-Status OptString(const json& j, const char* key, std::string* out) {
-  if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_string()) return Status::InvalidArgument(std::string(key) + ": must be a string");
-  *out = j[key].get<std::string>();
-  return Status::OK();
-}
-
-Status OptInt(const json& j, const char* key, int64_t* out) {
-  if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_number_integer()) {
-    return Status::InvalidArgument(std::string(key) + ": must be an integer");
-  }
-  *out = j[key].get<int64_t>();
-  return Status::OK();
-}
-
-Status OptStrings(const json& j, const char* key, std::vector<std::string>* out) {
-  if (!j.contains(key) || j[key].is_null()) return Status::OK();
-  if (!j[key].is_array()) return Status::InvalidArgument(std::string(key) + ": must be an array");
-  for (const auto& v : j[key]) {
-    if (!v.is_string())
-      return Status::InvalidArgument(std::string(key) + ": items must be strings");
-    out->push_back(v.get<std::string>());
-  }
-  return Status::OK();
-}
-
-}  // namespace
-
-Status ParseJson(const std::string& text, json* out) {
-  try {
-    *out = json::parse(text);
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string("malformed JSON: ") + e.what());
-  }
-  return Status::OK();
-}
+using base::OptInt;
+using base::OptString;
+using base::OptStrings;
 
 json RegionToJson(const MemoryRegion& r) {
   json j = {{"id", r.id}, {"type", "MemoryTypeRegion"}, {"sizeMiB", r.size_mib}};

@@ -26,9 +26,6 @@ Status ComposeRequestFromJson(const nlohmann::json& j, ComposeRequest* req);
 nlohmann::json RegionToStateJson(const MemoryRegion& r);
 Status RegionFromStateJson(const nlohmann::json& j, MemoryRegion* r);
 
-// Parses text; InvalidArgument "malformed JSON: <cause>" on syntax errors.
-Status ParseJson(const std::string& text, nlohmann::json* out);
-
 }  // namespace cxlkv::fabric::internal
 
 #endif  // CXLKV_FABRIC_JSON_CODEC_H_

@@ -12,13 +12,17 @@
 #include <random>
 #include <set>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 
 namespace cxlkv::fabric {
 
 using nlohmann::json;
 namespace in = internal;
+
+// local-composer-state.json: {"version": 1, "pool", "regions": [memoryRegion + carverHandle]}.
+constexpr int kStateVersion = 1;
 
 namespace {
 
@@ -38,14 +42,14 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   if (opt.name.empty()) return Status::InvalidArgument("local pool: name is required");
   std::unique_ptr<LocalComposer> c(new LocalComposer(opt));
   c->carver_ = std::move(carver);
-  CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.state_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.state_dir));
   if (c->carver_) {
     if (opt.capacity_mib <= 0 || opt.block_mib <= 0) {
       return Status::InvalidArgument("devdax pool " + opt.name +
                                      ": capacity and block size are required");
     }
   } else {
-    CXLKV_RETURN_IF_ERROR(in::MakeDirs(opt.dir));
+    CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.dir));
     struct statfs fs;
     if (::statfs(opt.dir.c_str(), &fs) != 0) {
       return Status::IOError("statfs " + opt.dir + ": " + std::strerror(errno));
@@ -61,11 +65,11 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
   }
   c->state_path_ = opt.state_dir + "/local-composer-state.json";
   std::string text;
-  Status s = in::ReadFile(c->state_path_, &text);
+  Status s = base::ReadFile(c->state_path_, &text);
   if (s.ok()) {
     json j;
-    if (!in::ParseJson(text, &j).ok() || !j.is_object() || j.value("version", 0) != 1 ||
-        !j.contains("regions") || !j["regions"].is_array()) {
+    if (!base::ParseState(text, kStateVersion, &j).ok() || !j.contains("regions") ||
+        !j["regions"].is_array()) {
       return Status::Corruption("load state " + c->state_path_ +
                                 ": not a local composer state file");
     }
@@ -95,7 +99,7 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
       }
     }
     ::closedir(d);
-    for (const auto& p : orphans) CXLKV_RETURN_IF_ERROR(in::RemoveFile(p));
+    for (const auto& p : orphans) CXLKV_RETURN_IF_ERROR(base::RemoveFile(p));
   }
   *out = std::move(c);
   return Status::OK();
@@ -109,8 +113,8 @@ Status LocalComposer::Save(const std::map<std::string, MemoryRegion>& regions,
     if (auto it = handles.find(id); it != handles.end()) rj["carverHandle"] = it->second;
     arr.push_back(std::move(rj));
   }
-  json j = {{"version", 1}, {"pool", opt_.name}, {"regions", arr}};
-  return in::WriteFileAtomic(state_path_, j.dump(2)).WithContext("write state");
+  return base::SaveStateFile(state_path_, kStateVersion, {{"pool", opt_.name}, {"regions", arr}})
+      .WithContext("write state");
 }
 
 Status LocalComposer::CheckPool(const std::string& aid, const std::string& bid) {
@@ -239,7 +243,7 @@ Status LocalComposer::Free(const std::string& aid, const std::string& bid, const
   regions_ = std::move(next);
   handles_ = std::move(next_handles);
   allocated_mib_ -= r.size_mib;
-  return carver_ ? Status::OK() : in::RemoveFile(r.backing_path);
+  return carver_ ? Status::OK() : base::RemoveFile(r.backing_path);
 }
 
 Status LocalComposer::Get(const std::string& aid, const std::string& bid, const std::string& mid,

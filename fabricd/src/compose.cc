@@ -12,7 +12,8 @@
 #include <random>
 #include <set>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
+#include "cxlkv/base/json.h"
 #include "fabric_manager.h"
 #include "json_codec.h"
 
@@ -37,11 +38,11 @@ std::string NewUuid() {
 
 Status CreateBacking(const std::string& path, int64_t size_mib) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) return Status::IOError("create backing file " + path + ": " + ErrnoText());
+  if (fd < 0) return Status::IOError("create backing file " + path + ": " + base::ErrnoText());
   // Sparse: bytes are allocated on first touch, like an appliance's DRAM
   // that is only "used" once written; contents start as zeros.
   if (::ftruncate(fd, size_mib << 20) != 0) {
-    std::string err = ErrnoText();
+    std::string err = base::ErrnoText();
     ::close(fd);
     ::unlink(path.c_str());
     return Status::IOError("size backing file " + path + ": " + err);
@@ -103,7 +104,7 @@ void FabricManager::Materialize(const MemoryRegion& r, Mapping* m) {
     m->materialization = Materialization::kFailed;
     nlohmann::json ej;
     std::string why = "HTTP " + std::to_string(resp.status);
-    if (ParseJson(resp.body, &ej).ok() && ej.is_object() && ej.contains("error") &&
+    if (base::ParseJson(resp.body, &ej).ok() && ej.is_object() && ej.contains("error") &&
         ej["error"].is_string()) {
       why = ej["error"].get<std::string>();
     }
@@ -111,7 +112,7 @@ void FabricManager::Materialize(const MemoryRegion& r, Mapping* m) {
   } else {
     m->materialization = Materialization::kMaterialized;
     nlohmann::json dj;
-    if (ParseJson(resp.body, &dj).ok() && dj.is_object() && dj.contains("device") &&
+    if (base::ParseJson(resp.body, &dj).ok() && dj.is_object() && dj.contains("device") &&
         dj["device"].is_string()) {
       m->device = dj["device"].get<std::string>();
     }
@@ -269,7 +270,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
 
   auto rollback = [&](Status why) {
     for (const Mapping& m : r.mappings) Unmaterialize(r, m);
-    Status rs = RemoveFile(r.backing_path);
+    Status rs = base::RemoveFile(r.backing_path);
     if (!rs.ok()) spdlog::error("{}", rs.ToString());
     FabricState back = state_;
     back.regions.erase(r.id);
@@ -415,7 +416,7 @@ Status FabricManager::Free(const std::string& aid, const std::string& bid, const
   CXLKV_RETURN_IF_ERROR(Save(next));
   state_ = std::move(next);
   for (const Mapping& m : r.mappings) Unmaterialize(r, m);
-  Status s = RemoveFile(r.backing_path);
+  Status s = base::RemoveFile(r.backing_path);
   if (!s.ok()) spdlog::error("free region {}: {}", mid, s.ToString());
   spdlog::info("freed region {} ({} MiB) on {}/{}", mid, r.size_mib, aid, bid);
   *out = r;
@@ -494,7 +495,7 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
   CXLKV_RETURN_IF_ERROR(Save(next));
   state_ = std::move(next);
   for (const MemoryRegion& r : lost) {
-    Status s = RemoveFile(r.backing_path);  // DRAM contents do not survive power loss
+    Status s = base::RemoveFile(r.backing_path);  // DRAM contents do not survive power loss
     if (!s.ok()) spdlog::error("power cycle: {}", s.ToString());
   }
   spdlog::warn("power cycle: forgot {} composed regions", lost.size());

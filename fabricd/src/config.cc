@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
 
 namespace cxlkv::fabric {
 namespace {
@@ -146,7 +146,7 @@ Status ParseFabricConfig(const std::string& yaml_text, FabricConfig* config) {
 
 Status LoadFabricConfig(const std::string& path, FabricConfig* config) {
   std::string text;
-  CXLKV_RETURN_IF_ERROR(internal::ReadFile(path, &text));
+  CXLKV_RETURN_IF_ERROR(base::ReadFile(path, &text));
   return ParseFabricConfig(text, config).WithContext("load config " + path);
 }
 

@@ -9,7 +9,7 @@
 
 #include <set>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
 
 namespace cxlkv::fabric::internal {
 
@@ -25,11 +25,11 @@ Status ValidateId(const std::string& id) {
 
 Status FabricManager::Open(const FabricConfig& config, std::unique_ptr<FabricManager>* out) {
   std::unique_ptr<FabricManager> m(new FabricManager(config));
-  CXLKV_RETURN_IF_ERROR(MakeDirs(config.state_dir));
-  CXLKV_RETURN_IF_ERROR(MakeDirs(config.backing_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(config.state_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(config.backing_dir));
   m->state_path_ = config.state_dir + "/fabric-state.json";
   std::string persisted;
-  Status rs = ReadFile(m->state_path_, &persisted);
+  Status rs = base::ReadFile(m->state_path_, &persisted);
   if (!rs.ok() && !rs.IsNotFound()) return rs;
   CXLKV_RETURN_IF_ERROR(
       BuildState(config, persisted, &m->state_).WithContext("load state " + m->state_path_));
@@ -71,7 +71,7 @@ Status FabricManager::Recover() {
       std::string path = config_.backing_dir + "/" + name;
       if (!owned.count(path)) {
         spdlog::warn("recover: removing orphan backing file {}", path);
-        Status s = RemoveFile(path);
+        Status s = base::RemoveFile(path);
         if (!s.ok()) spdlog::error("{}", s.ToString());
       }
     }
@@ -81,7 +81,7 @@ Status FabricManager::Recover() {
 }
 
 Status FabricManager::Save(const FabricState& s) {
-  return WriteFileAtomic(state_path_, SerializeState(s)).WithContext("write state");
+  return base::WriteFileAtomic(state_path_, SerializeState(s)).WithContext("write state");
 }
 
 std::string FabricManager::BackingPath(const std::string& mid) const {

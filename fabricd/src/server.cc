@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 #include "server_internal.h"
 
@@ -91,7 +92,7 @@ void ReplyStatus(const httplib::Request& req, httplib::Response& res, const Stat
 }
 
 bool ParseBody(const httplib::Request& req, httplib::Response& res, json* out) {
-  Status s = ParseJson(req.body.empty() ? "{}" : req.body, out);
+  Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, out);
   if (!s.ok()) {
     ReplyError(req, res, 400, s.message());
     return false;

@@ -3,11 +3,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cxlkv/base/file.h"
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 
 namespace cxlkv::fabric::internal {
 
 using nlohmann::json;
+
+// fabric-state.json: {"version": 1, "appliances", "hosts", "regions"}.
+constexpr int kStateVersion = 1;
 
 int64_t BladeState::AllocatedMiB() const {
   int64_t n = 0;
@@ -100,11 +105,7 @@ Status BuildState(const FabricConfig& config, const std::string& persisted, Fabr
   }
   if (!persisted.empty()) {
     json j;
-    Status ps = ParseJson(persisted, &j);
-    if (!ps.ok()) return Status::Corruption(ps.message());
-    if (!j.is_object() || j.value("version", 0) != 1) {
-      return Status::Corruption("state: unknown version");
-    }
+    CXLKV_RETURN_IF_ERROR(base::ParseState(persisted, kStateVersion, &j));
     try {
       for (const auto& aj : j.at("appliances")) {
         for (auto& a : s.appliances) {
@@ -143,7 +144,7 @@ Status BuildState(const FabricConfig& config, const std::string& persisted, Fabr
 }
 
 std::string SerializeState(const FabricState& s) {
-  json j = {{"version", 1}};
+  json j = {{"version", kStateVersion}};
   json apps = json::array();
   for (const auto& a : s.appliances) {
     json blades = json::array();

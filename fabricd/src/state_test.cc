@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 
 namespace cxlkv::fabric::internal {
@@ -67,9 +68,9 @@ TEST(StateTest, CorruptStateIsRefused) {
 TEST(JsonCodecTest, ComposeRequestValidatesLikeTheSchema) {
   nlohmann::json j;
   ComposeRequest r;
-  ASSERT_TRUE(ParseJson(R"({"memorySizeMiB": 10, "QoS": 4, "shareCount": 2,
+  ASSERT_TRUE(base::ParseJson(R"({"memorySizeMiB": 10, "QoS": 4, "shareCount": 2,
                             "candidateHosts": ["h"], "claimUid": "c"})",
-                        &j)
+                              &j)
                   .ok());
   ASSERT_TRUE(ComposeRequestFromJson(j, &r).ok());
   EXPECT_EQ(r.share_count, 2);
@@ -79,16 +80,16 @@ TEST(JsonCodecTest, ComposeRequestValidatesLikeTheSchema) {
         R"({"memorySizeMiB": 0, "QoS": 1})", R"({"memorySizeMiB": "1", "QoS": 1})",
         R"({"memorySizeMiB": 1, "QoS": 1, "shareCount": 0})",
         R"({"memorySizeMiB": 1, "QoS": 1, "candidateHosts": [1]})", "[]"}) {
-    ASSERT_TRUE(ParseJson(bad, &j).ok());
+    ASSERT_TRUE(base::ParseJson(bad, &j).ok());
     EXPECT_TRUE(ComposeRequestFromJson(j, &r).IsInvalidArgument()) << bad;
   }
 }
 
 TEST(JsonCodecTest, RegionFromPlainCfmHasOneMapping) {
   nlohmann::json j;
-  ASSERT_TRUE(ParseJson(R"({"id": "m1", "type": "MemoryTypeRegion", "sizeMiB": 8192,
+  ASSERT_TRUE(base::ParseJson(R"({"id": "m1", "type": "MemoryTypeRegion", "sizeMiB": 8192,
       "memoryAppliancePort": "P1", "mappedHostId": "h", "mappedHostPort": "port0"})",
-                        &j)
+                              &j)
                   .ok());
   MemoryRegion r;
   ASSERT_TRUE(RegionFromJson(j, &r).ok());

@@ -7,13 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 
 namespace cxlkv::hostd {
 
 using nlohmann::json;
-namespace fi = cxlkv::fabric::internal;
+
+// hostd-state.json: {"version": 1, "hostId", "devices"}.
+constexpr int kStateVersion = 1;
 
 namespace {
 
@@ -50,16 +53,15 @@ Status HostAgent::Open(const AgentOptions& opt, std::unique_ptr<Materializer> ma
                        std::unique_ptr<HostAgent>* out) {
   if (opt.host_id.empty()) return Status::InvalidArgument("host id is required");
   std::unique_ptr<HostAgent> a(new HostAgent(opt, std::move(materializer)));
-  CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.state_dir));
-  CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.cdi.cdi_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.state_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.cdi.cdi_dir));
   a->state_path_ = opt.state_dir + "/hostd-state.json";
   std::string text;
-  Status s = fi::ReadFile(a->state_path_, &text);
+  Status s = base::ReadFile(a->state_path_, &text);
   if (s.ok()) {
     json j;
-    Status ps = fi::ParseJson(text, &j);
-    if (!ps.ok() || !j.is_object() || j.value("version", 0) != 1 || !j.contains("devices") ||
-        !j["devices"].is_array()) {
+    Status ps = base::ParseState(text, kStateVersion, &j);
+    if (!ps.ok() || !j.contains("devices") || !j["devices"].is_array()) {
       return Status::Corruption("load state " + a->state_path_ + ": not a hostd state file");
     }
     for (const auto& dj : j["devices"]) {
@@ -78,8 +80,8 @@ Status HostAgent::Open(const AgentOptions& opt, std::unique_ptr<Materializer> ma
       if (name.size() < 6 || name.substr(name.size() - 5) != ".json") continue;
       std::string spec;
       json sj;
-      if (!fi::ReadFile(opt.cdi.cdi_dir + "/" + name, &spec).ok() ||
-          !fi::ParseJson(spec, &sj).ok() || !sj.is_object() || sj.value("kind", "") != kCdiKind) {
+      if (!base::ReadFile(opt.cdi.cdi_dir + "/" + name, &spec).ok() ||
+          !base::ParseJson(spec, &sj).ok() || !sj.is_object() || sj.value("kind", "") != kCdiKind) {
         continue;
       }
       std::string id = name.substr(0, name.size() - 5);
@@ -99,8 +101,9 @@ Status HostAgent::Open(const AgentOptions& opt, std::unique_ptr<Materializer> ma
 Status HostAgent::Save() {
   json devs = json::array();
   for (const auto& [id, d] : devices_) devs.push_back(DeviceToJson(d));
-  json j = {{"version", 1}, {"hostId", opt_.host_id}, {"devices", devs}};
-  return fi::WriteFileAtomic(state_path_, j.dump(2)).WithContext("write state");
+  return base::SaveStateFile(state_path_, kStateVersion,
+                             {{"hostId", opt_.host_id}, {"devices", devs}})
+      .WithContext("write state");
 }
 
 Status HostAgent::Materialize(const RegionRequest& req, Device* dev) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "cxlkv/base/json.h"
 #include "json_codec.h"
 
 namespace cxlkv::hostd {
@@ -43,7 +44,7 @@ class HttpAgentServer : public AgentServer {
     http_.Put(R"(/cxlkv/v1/regions/([^/]+))",
               [this](const httplib::Request& req, httplib::Response& res) {
                 json body;
-                Status s = fabric::internal::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+                Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
                 if (!s.ok()) return ReplyStatus(res, s);
                 RegionRequest r;
                 r.allocation_id = req.matches[1];

@@ -3,12 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "atomic_file.h"
+#include "cxlkv/base/cxl_dax_env.h"
+#include "cxlkv/base/file.h"
 
 namespace cxlkv::hostd {
 
 using nlohmann::json;
-namespace fi = cxlkv::fabric::internal;
 
 std::string CdiDeviceName(const std::string& allocation_id) {
   return std::string(kCdiKind) + "=" + allocation_id;
@@ -20,8 +20,9 @@ std::string CdiSpecJson(const Device& dev, const CdiOptions& opt) {
     ctr_path = opt.container_dir + "/" + dev.allocation_id;
   }
   json edits = {{"env",
-                 {"CXL_DAX_DEVICE=" + ctr_path, "CXL_DAX_SIZE=" + std::to_string(dev.size_bytes),
-                  "CXL_DAX_OFFSET=" + std::to_string(dev.offset_bytes)}}};
+                 {std::string(base::kCxlDaxDeviceEnv) + "=" + ctr_path,
+                  std::string(base::kCxlDaxSizeEnv) + "=" + std::to_string(dev.size_bytes),
+                  std::string(base::kCxlDaxOffsetEnv) + "=" + std::to_string(dev.offset_bytes)}}};
   if (dev.kind == "devdax") {
     json node = {{"path", dev.path}, {"hostPath", dev.path}, {"type", "c"}, {"permissions", "rw"}};
     // Numbers from sysfs let a runtime create the node without stat-ing it.
@@ -44,16 +45,16 @@ std::string CdiSpecJson(const Device& dev, const CdiOptions& opt) {
 }
 
 Status WriteCdiSpec(const Device& dev, const CdiOptions& opt, std::string* path) {
-  CXLKV_RETURN_IF_ERROR(fi::MakeDirs(opt.cdi_dir));
+  CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.cdi_dir));
   std::string p = opt.cdi_dir + "/" + dev.allocation_id + ".json";
   CXLKV_RETURN_IF_ERROR(
-      fi::WriteFileAtomic(p, CdiSpecJson(dev, opt)).WithContext("write CDI spec"));
+      base::WriteFileAtomic(p, CdiSpecJson(dev, opt)).WithContext("write CDI spec"));
   *path = p;
   return Status::OK();
 }
 
 Status RemoveCdiSpec(const std::string& allocation_id, const CdiOptions& opt) {
-  return fi::RemoveFile(opt.cdi_dir + "/" + allocation_id + ".json");
+  return base::RemoveFile(opt.cdi_dir + "/" + allocation_id + ".json");
 }
 
 }  // namespace cxlkv::hostd

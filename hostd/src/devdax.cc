@@ -9,10 +9,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
 
 namespace cxlkv::hostd {
-namespace fi = cxlkv::fabric::internal;
 
 Status DevdaxMaterializer::Materialize(const RegionRequest& req, Device* dev) {
   CXLKV_RETURN_IF_ERROR(ValidateAllocationId(req.allocation_id));
@@ -148,7 +147,7 @@ class SysfsDaxBus : public DaxBus {
     return Status::OK();
   }
   Status ReadText(const std::string& path, std::string* out) {
-    CXLKV_RETURN_IF_ERROR(fi::ReadFile(path, out));
+    CXLKV_RETURN_IF_ERROR(base::ReadFile(path, out));
     while (!out->empty() && (out->back() == '\n' || out->back() == ' ')) out->pop_back();
     return Status::OK();
   }

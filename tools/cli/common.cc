@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cxlkv/base/cxl_dax_env.h"
 #include "geometry.h"
 #include "layout.h"
 #include "mapping.h"
@@ -22,9 +23,9 @@
 namespace cxlkv::cli {
 
 void RegionFlags::Add(CLI::App* cmd, bool geometry) {
-  if (const char* e = std::getenv("CXL_DAX_DEVICE"); e && *e) region = e;
-  if (const char* e = std::getenv("CXL_DAX_SIZE"); e && *e) size_text = e;
-  if (const char* e = std::getenv("CXL_DAX_OFFSET"); e && *e) offset_text = e;
+  if (const char* e = std::getenv(base::kCxlDaxDeviceEnv); e && *e) region = e;
+  if (const char* e = std::getenv(base::kCxlDaxSizeEnv); e && *e) size_text = e;
+  if (const char* e = std::getenv(base::kCxlDaxOffsetEnv); e && *e) offset_text = e;
   cmd->add_option("--region", region,
                   "region path: a file (e.g. /dev/shm/cxlkv/r0) or a devdax "
                   "device (default: $CXL_DAX_DEVICE)");

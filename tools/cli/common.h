@@ -24,7 +24,7 @@ inline constexpr int kExitUsage = 2;
 
 // --region / --region-size / --offset / geometry flags. Defaults come from
 // CXL_DAX_DEVICE, CXL_DAX_SIZE and CXL_DAX_OFFSET (the CDI-injected
-// environment, BRIEF §6) when set.
+// environment, cxlkv/base/cxl_dax_env.h) when set.
 struct RegionFlags {
   std::string region;
   std::string size_text;    // "" = whole file/device

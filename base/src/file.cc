@@ -1,5 +1,5 @@
 // Copyright cxlkv authors.
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
-namespace cxlkv::fabric::internal {
+#include "cxlkv/base/json.h"
+
+namespace cxlkv::base {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
@@ -108,4 +110,20 @@ Status RemoveFile(const std::string& path) {
   return Status::OK();
 }
 
-}  // namespace cxlkv::fabric::internal
+Status SaveStateFile(const std::string& path, int version, nlohmann::json fields) {
+  fields["version"] = version;
+  return WriteFileAtomic(path, fields.dump(2));
+}
+
+Status ParseState(const std::string& text, int version, nlohmann::json* out) {
+  nlohmann::json j;
+  Status s = ParseJson(text, &j);
+  if (!s.ok()) return Status::Corruption(s.message());
+  if (!j.is_object() || j.value("version", 0) != version) {
+    return Status::Corruption("state: unknown version");
+  }
+  *out = std::move(j);
+  return Status::OK();
+}
+
+}  // namespace cxlkv::base
