@@ -396,8 +396,7 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
   }
   FabricState next = state_;
   next.regions[mid] = r;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   *out = r;
   return Status::OK();
 }
@@ -413,8 +412,7 @@ Status FabricManager::Free(const std::string& aid, const std::string& bid, const
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
   // Persist first: a crash after this point leaves an orphan backing file,
   // which Recover() removes, and stale host devices, which host resync removes.
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   for (const Mapping& m : r.mappings) Unmaterialize(r, m);
   Status s = base::RemoveFile(r.backing_path);
   if (!s.ok()) spdlog::error("free region {}: {}", mid, s.ToString());
@@ -492,8 +490,7 @@ Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid,
     }
   }
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   for (const MemoryRegion& r : lost) {
     Status s = base::RemoveFile(r.backing_path);  // DRAM contents do not survive power loss
     if (!s.ok()) spdlog::error("power cycle: {}", s.ToString());
@@ -530,8 +527,7 @@ Status FabricManager::ReportMaterialization(const std::string& hid, const std::s
   if (!found) return Status::NotFound("memory region " + mid + " is not mapped to host " + hid);
   FabricState next = state_;
   next.regions[mid] = r;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   *out = r;
   return Status::OK();
 }

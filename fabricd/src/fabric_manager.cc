@@ -57,8 +57,7 @@ Status FabricManager::Recover() {
     }
   }
   CXLKV_RETURN_IF_ERROR(next.RebuildUsage());
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   for (const MemoryRegion& r : rolled_back) {
     for (const Mapping& m : r.mappings) Unmaterialize(r, m);
   }
@@ -82,6 +81,12 @@ Status FabricManager::Recover() {
 
 Status FabricManager::Save(const FabricState& s) {
   return base::WriteFileAtomic(state_path_, SerializeState(s)).WithContext("write state");
+}
+
+Status FabricManager::Install(FabricState next) {
+  CXLKV_RETURN_IF_ERROR(Save(next));
+  state_ = std::move(next);
+  return Status::OK();
 }
 
 std::string FabricManager::BackingPath(const std::string& mid) const {
@@ -148,9 +153,9 @@ Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id
   FabricState next = state_;
   ApplianceState* pick = nullptr;
   CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.appliances, "appliance", custom_id, &pick));
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  *id = pick->id;
-  state_ = std::move(next);
+  std::string picked = pick->id;
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
+  *id = picked;
   return Status::OK();
 }
 
@@ -165,8 +170,7 @@ Status FabricManager::DeleteAppliance(const std::string& aid) {
     }
   }
   a->managed = false;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 
@@ -184,8 +188,7 @@ Status FabricManager::RenameAppliance(const std::string& aid, const std::string&
   for (auto& [id, r] : next.regions) {
     if (r.appliance_id == aid) r.appliance_id = new_id;
   }
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 
@@ -211,9 +214,9 @@ Status FabricManager::AddBlade(const std::string& aid, const std::string& custom
   }
   pick->managed = true;
   if (!custom_id.empty()) pick->id = custom_id;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  *id = pick->id;
-  state_ = std::move(next);
+  std::string picked = pick->id;
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
+  *id = picked;
   return Status::OK();
 }
 
@@ -229,8 +232,7 @@ Status FabricManager::DeleteBlade(const std::string& aid, const std::string& bid
     }
   }
   b->managed = false;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 
@@ -250,8 +252,7 @@ Status FabricManager::RenameBlade(const std::string& aid, const std::string& bid
   for (auto& [id, r] : next.regions) {
     if (r.appliance_id == aid && r.blade_id == bid) r.blade_id = new_id;
   }
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 
@@ -260,9 +261,9 @@ Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
   FabricState next = state_;
   HostState* pick = nullptr;
   CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.hosts, "host", custom_id, &pick));
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  *id = pick->id;
-  state_ = std::move(next);
+  std::string picked = pick->id;
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
+  *id = picked;
   return Status::OK();
 }
 
@@ -277,8 +278,7 @@ Status FabricManager::DeleteHost(const std::string& hid) {
     }
   }
   h->managed = false;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 
@@ -299,8 +299,7 @@ Status FabricManager::RenameHost(const std::string& hid, const std::string& new_
     }
   }
   h->id = new_id;
-  CXLKV_RETURN_IF_ERROR(Save(next));
-  state_ = std::move(next);
+  CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   return Status::OK();
 }
 

@@ -84,6 +84,10 @@ class FabricManager {
   explicit FabricManager(const FabricConfig& config) : config_(config) {}
   Status Recover();
   Status Save(const FabricState& s);
+  // Makes `next` the current state once it is on disk, so a failed write
+  // leaves the file and the state as they were: every change is a copy of
+  // the state, edited, then installed. REQUIRES: mu_ held.
+  Status Install(FabricState next);
   Status ComposeLocked(ApplianceState* app, BladeState* blade, const Allocation& alloc,
                        const std::vector<std::string>& ports, const ComposeRequest& req,
                        ComposeResult* result);
