@@ -328,6 +328,7 @@ PYBIND11_MODULE(_cxlkv, m) {
              d["dropped"] = rep.dropped;
              d["pinned"] = rep.pinned;
              d["writing"] = rep.writing;
+             d["orphaned"] = rep.orphaned;
              return d;
            })
       .def("process_counters", [](Region& r) { return CountersDict(r.ProcessCounters()); })

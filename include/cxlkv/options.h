@@ -58,7 +58,8 @@ struct RegionConfig {
 
   // Maximum simultaneously attached participants (processes). A multiple of
   // 64 in [64, 1024]. Costs 8 bytes of pin bitmap per slot per 64. Used when
-  // formatting; 0 = accept on attach.
+  // formatting (0 is refused there). On attach, 0 and the default 64 accept
+  // the region's value; any other value must equal it.
   uint32_t max_participants = 64;
 
   // Free-form JSON object recorded at format time (e.g. the formatter's
@@ -98,8 +99,11 @@ struct RegionOptions {
   // A participant whose heartbeat has not advanced for this long, measured
   // on this process's own monotonic clock, is judged dead and reclaimed.
   // Shorter reclaims crashed writers sooner; too short declares a paused
-  // (SIGSTOP, swapped) process dead. Default 5 s. Must exceed 4 x any
-  // participant's heartbeat interval.
+  // (SIGSTOP, swapped) process dead; such a process is fenced when it
+  // resumes (its stores fail with StoreOutcome::kFenced). Also how long an
+  // orphaned slot or pin bit (owner not alive) must stay unchanged before
+  // the orphan sweep releases it. Default 5 s; 100 ms works (the pause
+  // tests use 150 ms). Must be at least 4 x the heartbeat interval.
   uint64_t liveness_timeout_ns = 5'000'000'000;
 
   // How long Open waits for another process's in-progress format before it

@@ -282,10 +282,14 @@ class Region {
   virtual Status Verify(bool drop_corrupt, ScrubReport* report) = 0;
 
   struct WipeReport {
-    uint64_t dropped = 0, pinned = 0, writing = 0;
+    // writing: slots being written or evicted by a live participant;
+    // orphaned: slots held WRITING/EVICTING by an owner that is not alive
+    // (or an impossible state word), freed.
+    uint64_t dropped = 0, pinned = 0, writing = 0, orphaned = 0;
   };
-  // Drops every READY, unpinned slot. Safe while others are attached:
-  // writes in flight and pinned slots are left alone and counted.
+  // Drops every READY, unpinned slot and frees orphaned ones. Safe while
+  // others are attached: live writes in flight and pinned slots are left
+  // alone and counted.
   virtual Status Wipe(WipeReport* report) = 0;
 
   // Counters of this participant (zero for observers), and of the whole

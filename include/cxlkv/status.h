@@ -23,7 +23,8 @@ class [[nodiscard]] Status {
   enum class Code : unsigned char {
     kOk = 0,
     kNotFound = 1,         // key absent, or changed while being read (a miss)
-    kBusy = 2,             // contention: another participant holds what we need
+    kBusy = 2,             // contention: another participant holds what we need (or, for
+                           // writes, holds what we held: we were judged dead, "fenced")
     kNoSpace = 3,          // region full / nothing evictable / table exhausted
     kCorruption = 4,       // region bytes failed validation (header, CRC, ...)
     kInvalidArgument = 5,  // caller passed something that can never succeed

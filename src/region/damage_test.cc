@@ -335,6 +335,35 @@ INSTANTIATE_TEST_SUITE_P(
                     Orphan{"ImpossibleState", 9, 4095}),
     [](const testing::TestParamInfo<Orphan>& i) { return std::string(i.param.name); });
 
+// An operator's wipe frees orphaned slots at once and counts them apart from
+// writes of live participants; a dead evictor's block is restored, then
+// dropped like any unpinned block.
+TEST(DamageTest, WipeFreesOrphansAndCountsLiveWritesApart) {
+  ScratchRegion sr("wipe");
+  const Stored st = Populate(sr.path());
+  {
+    Raw raw(sr.path());
+    std::atomic<uint64_t>& w1 = raw.meta(st.slot[1]).state;
+    w1.store(PackWord(WordGen(w1.load()), 17, static_cast<uint8_t>(SlotState::kWriting)));
+    std::atomic<uint64_t>& w2 = raw.meta(st.slot[2]).state;
+    w2.store(PackWord(WordGen(w2.load()), 4000, static_cast<uint8_t>(SlotState::kEvicting)));
+  }
+  auto r = MustOpen(sr.path(), AttachOpts());
+  WriteLease lease;  // a live write in flight: left alone
+  const auto d = Bytes(50, st.ns[0]);
+  ASSERT_TRUE(r->Drop(st.ns[0], BlockKey::FromId(st.id[0])).ok());
+  ASSERT_TRUE(r->BeginWrite(st.ns[0], BlockKey::FromId(50), kSlot, &lease).ok());
+  ASSERT_TRUE(lease.open());
+  Region::WipeReport rep;
+  ASSERT_TRUE(r->Wipe(&rep).ok());
+  EXPECT_EQ(rep.orphaned, 1u);
+  EXPECT_EQ(rep.writing, 1u);
+  EXPECT_EQ(rep.dropped, 2u);  // the restored block and block 3
+  std::memcpy(lease.data(), d.data(), kSlot);
+  ASSERT_TRUE(r->CommitWrite(&lease).ok());
+  ExpectAllStorable(r.get(), st);
+}
+
 // A pin bit of an entry that is FREE holds the block against eviction and
 // drop until the orphan sweep clears it.
 TEST(DamageTest, PinBitOfAFreeEntryIsCleared) {

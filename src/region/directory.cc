@@ -225,6 +225,17 @@ void RegionImpl::RepairTag(uint64_t slot, uint64_t word, uint32_t tag) {
   t.compare_exchange_strong(seen, tag, std::memory_order_relaxed);
 }
 
+bool RegionImpl::RestoreEvictedBlock(uint64_t slot, uint64_t evicting) {
+  // READY with its generation and the writer the slot recorded: the
+  // EVICTING word names the evictor, not the writer.
+  uint32_t writer = meta_[slot].writer.load(std::memory_order_relaxed);
+  if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
+  uint64_t expected = evicting;
+  return meta_[slot].state.compare_exchange_strong(
+      expected, PackWord(WordGen(evicting), writer, static_cast<uint8_t>(SlotState::kReady)),
+      std::memory_order_acq_rel);
+}
+
 bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
   // Corrupt bytes fail every reader alike, so pins (which protect good
   // blocks from eviction) do not hold a corrupt one. Pinners that copy it

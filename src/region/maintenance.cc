@@ -87,9 +87,20 @@ Status RegionImpl::Wipe(WipeReport* report) {
   *report = WipeReport{};
   CXLKV_RETURN_IF_ERROR(CheckWritable());
   for (uint64_t s = 0; s < geo_.num_slots; ++s) {
-    const uint64_t w = meta_[s].state.load(std::memory_order_acquire);
-    const uint8_t state = WordState(w);
-    if (state == kWriting || state == kEvicting) {
+    uint64_t w = meta_[s].state.load(std::memory_order_acquire);
+    uint8_t state = WordState(w);
+    if (state == kEvicting && !OwnerAlive(WordOwner(w)) && RestoreEvictedBlock(s, w)) {
+      // A dead evictor's block is intact: back to READY, then as any other.
+      w = meta_[s].state.load(std::memory_order_acquire);
+      state = WordState(w);
+    }
+    if (state > kEvicting ||
+        ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w)))) {
+      // Nobody alive will finish or free it (the orphan sweep would, after
+      // its stall timeout; an operator's wipe need not wait). A resumed
+      // owner's ownership checks fail on the bumped generation.
+      if (TakeAndFreeSlot(s, w)) ++report->orphaned;
+    } else if (state == kWriting || state == kEvicting) {
       ++report->writing;
     } else if (state == kReady) {
       if (TakeReadySlot(s, w) &&

@@ -446,17 +446,23 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   // Without pauses nothing ever writes into a slot it does not own, so no
   // CRC can fail. A resumed zombie's late bytes or fields fail the bound
   // CRC instead of being served: misses.
-  if (!pauses) EXPECT_EQ(sh->crc.load(), 0u);
+  if (!pauses) {
+    EXPECT_EQ(sh->crc.load(), 0u);
+  }
   EXPECT_GT(sh->hits.load(), 1000u);
   EXPECT_GT(kills, pauses ? 3 : 10);
-  if (pauses) EXPECT_GT(long_pauses, 3);
+  if (pauses) {
+    EXPECT_GT(long_pauses, 3);
+  }
   // Every killed participant is eventually reclaimed; nothing stays WRITING.
   auto r = MustOpen(sr.path(), opts);
   WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
   EXPECT_EQ(r->Participants().size(), 1u);
   Region::ScrubReport rep;
   ASSERT_TRUE(r->Verify(true, &rep).ok());
-  if (!pauses) EXPECT_EQ(rep.crc_failures, 0u);
+  if (!pauses) {
+    EXPECT_EQ(rep.crc_failures, 0u);
+  }
   // After the scrub dropped what zombies left, every key is storable and
   // loads exactly.
   const NamespaceId ns = Ns(r.get());

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "crc32c.h"
@@ -308,6 +310,76 @@ TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
   ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
   EXPECT_EQ(out, StoreOutcome::kStored);
   EXPECT_EQ(impl->FindReadySlot(ns, key), 0);
+}
+
+// A reclaimer paused mid-sweep past the liveness timeout is itself reclaimed,
+// its sweep taken over, and the dead entry's index reused by a newcomer that
+// pins a block the paused sweep had not reached yet. When the old reclaimer
+// resumes, it must not go on sweeping the newcomer's pin bit (or slots, or
+// counters), which carry the same index.
+TEST(PauseTest, ResumedReclaimerDoesNotSweepTheIndexsNextOwner) {
+  ScratchRegion sr("preclaim");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  NamespaceId ns;
+  {
+    auto setup = MustOpen(sr.path(), opts);
+    ns = Ns(setup.get());
+  }
+  struct Sh {
+    std::atomic<int> b_index{-1}, n_index{-1};
+    std::atomic<bool> n_pinned{false}, done{false};
+  };
+  auto* sh = SharedAnon<Sh>();
+  const BlockKey late = BlockKey::FromId(21);  // will live in slot 3, past the sweep's pause
+  // B: dies (later) holding a lease, so that someone reclaims it.
+  pid_t b = Spawn([&] {
+    auto w = MustOpen(sr.path(), opts);
+    sh->b_index = w->info().participant;
+    WriteLease lease;
+    if (!w->BeginWrite(ns, BlockKey::FromId(20), kSlot, &lease).ok()) return 1;
+    ::raise(SIGSTOP);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(b));
+  // A: reclaims B and stops halfway through the sweep.
+  pid_t a = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "reclaim.mid_sweep:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    while (!sh->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(a));
+  ::kill(b, SIGKILL);
+  EXPECT_EQ(Reap(b), 128 + SIGKILL);
+  // We reclaim A (stalled) and take over B's reclaim (stalled RECLAIMING).
+  auto r = MustOpen(sr.path(), opts);
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  const auto bytes = Block(0x42);
+  for (uint64_t id : {30, 31, 32})
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(id), bytes.data(), kSlot).ok());
+  ASSERT_TRUE(r->Store(ns, late, bytes.data(), kSlot).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  ASSERT_EQ(impl->FindReadySlot(ns, late), 3);
+  // N takes B's old index and pins the block in slot 3.
+  pid_t n = Spawn([&] {
+    auto w = MustOpen(sr.path(), opts);
+    sh->n_index = w->info().participant;
+    PinSet pins;
+    if (!w->PinPrefix(ns, &late, 1, &pins).ok() || pins.size() != 1) return 1;
+    sh->n_pinned = true;
+    while (!sh->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return 0;
+  });
+  ASSERT_TRUE(WaitFor([&] { return sh->n_pinned.load(); }));
+  ASSERT_EQ(sh->n_index.load(), sh->b_index.load());
+  ::kill(a, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // A finishes its stale sweep
+  EXPECT_TRUE(r->Drop(ns, late).IsBusy()) << "the newcomer's pin was swept";
+  sh->done = true;
+  EXPECT_EQ(Reap(n), 0);
+  EXPECT_EQ(Reap(a), 0);
+  EXPECT_TRUE(WaitFor([&] { return r->Drop(ns, late).ok(); }));
 }
 
 }  // namespace

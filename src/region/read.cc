@@ -18,8 +18,6 @@
 namespace cxlkv::internal {
 namespace {
 
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-
 // The payload copy races, by design, with a writer that reuses the slot;
 // the generation recheck afterwards discards such a copy. Keep the
 // sanitizer out of this one intentional race.

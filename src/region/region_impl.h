@@ -93,8 +93,9 @@ class RegionImpl final : public Region {
   void HeartbeatLoop();
   // Frees everything participant `index` held (slots it was writing or
   // evicting, its pins, its namespace claims) and retires its counters.
-  // REQUIRES: caller has moved the record to RECLAIMING (or owns it).
-  void SweepParticipant(uint32_t index);
+  // REQUIRES: caller has moved the record to `reclaiming` (RECLAIMING by
+  // us); stops as soon as the record no longer holds that word.
+  void SweepParticipant(uint32_t index, uint64_t reclaiming);
   bool TryReclaim(uint32_t index, uint64_t observed_word);
   // Clears way `slot`'s tag if it still holds `tag` (a slot's new owner may
   // already have written its own).
@@ -133,6 +134,8 @@ class RegionImpl final : public Region {
   // READY(word) -> EVICTING -> (pins clear) caller owns the slot: returns
   // true and leaves it EVICTING; false (restored) if pinned or changed.
   bool TakeReadySlot(uint64_t slot, uint64_t word);
+  // EVICTING(g, evictor) of an evictor that died -> READY(g, recorded writer).
+  bool RestoreEvictedBlock(uint64_t slot, uint64_t evicting);
   // READY(word) -> FREE regardless of pins: for blocks that failed CRC.
   bool ForceDropSlot(uint64_t slot, uint64_t word);
   // Frees a slot this process holds as WRITING/EVICTING: checks that the

@@ -83,7 +83,7 @@ void RegionImpl::Deregister() {
   // Leave like a dead participant would be reclaimed, but by ourselves.
   const uint64_t reclaiming = PackWord(WordGen(w), self_index(), kReclaiming);
   if (r.state.compare_exchange_strong(w, reclaiming, std::memory_order_acq_rel)) {
-    SweepParticipant(self_index());
+    SweepParticipant(self_index(), reclaiming);
     r.state.store(PackWord(WordGen(w), 0, kFreeP), std::memory_order_release);
   }
   my_counters_.store(&observer_counters_, std::memory_order_relaxed);
@@ -178,7 +178,7 @@ bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
   const uint32_t me = self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask);
   const uint64_t mine = PackWord(WordGen(observed), me, kReclaiming);
   if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_seq_cst)) return false;
-  SweepParticipant(index);
+  SweepParticipant(index, mine);
   uint64_t expected = mine;
   r.state.compare_exchange_strong(expected, PackWord(WordGen(mine), 0, kFreeP),
                                   std::memory_order_acq_rel);
@@ -187,10 +187,14 @@ bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
   return true;
 }
 
-void RegionImpl::SweepParticipant(uint32_t index) {
+void RegionImpl::SweepParticipant(uint32_t index, uint64_t reclaiming) {
   const uint64_t bit = 1ull << (index % 64);
   const uint32_t word_ix = index / 64;
   for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+    // Still our reclaim? A reclaimer paused past the liveness timeout is
+    // itself reclaimed and its sweep taken over; the entry may since belong
+    // to a new participant, whose slots and pin bits carry the same index.
+    if (parts_[index].state.load(std::memory_order_seq_cst) != reclaiming) return;
     std::atomic<uint64_t>& st = meta_[s].state;
     uint64_t w = st.load(std::memory_order_seq_cst);
     const uint8_t state = WordState(w);
@@ -201,13 +205,8 @@ void RegionImpl::SweepParticipant(uint32_t index) {
       if (TakeAndFreeSlot(s, w)) CountReclaim(Counter::kReclaimedSlots);
     } else if (state == static_cast<uint8_t>(SlotState::kEvicting) && WordOwner(w) == index) {
       // Died mid-eviction, before writing anything: the block is intact
-      // (and may be pinned), so it goes back to READY with its generation
-      // and the writer the slot recorded (the EVICTING word names the
-      // evictor, not the writer).
-      uint32_t writer = meta_[s].writer.load(std::memory_order_relaxed);
-      if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
-      const uint64_t ready = PackWord(WordGen(w), writer, static_cast<uint8_t>(SlotState::kReady));
-      st.compare_exchange_strong(w, ready, std::memory_order_acq_rel);
+      // (and may be pinned).
+      RestoreEvictedBlock(s, w);
     }
     std::atomic<uint64_t>& pw = PinWords(s)[word_ix];
     if (pw.load(std::memory_order_seq_cst) & bit) {
@@ -215,6 +214,7 @@ void RegionImpl::SweepParticipant(uint32_t index) {
     }
     if (s == geo_.num_slots / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
   }
+  if (parts_[index].state.load(std::memory_order_seq_cst) != reclaiming) return;
   for (uint32_t n = 0; n < kNamespaceEntries; ++n) {
     uint64_t w = nss_[n].state.load(std::memory_order_acquire);
     if (WordState(w) == static_cast<uint8_t>(NamespaceState::kWriting) && WordOwner(w) == index) {
@@ -276,12 +276,7 @@ void RegionImpl::SweepOrphans() {
       orphan_slots_.erase(s);
     } else if (stale(orphan_slots_, s, w)) {
       if (state == kEvicting) {
-        // The block is intact: back to READY (as a reclaim sweep does).
-        uint32_t writer = meta_[s].writer.load(std::memory_order_relaxed);
-        if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
-        st.compare_exchange_strong(
-            w, PackWord(WordGen(w), writer, static_cast<uint8_t>(SlotState::kReady)),
-            std::memory_order_acq_rel);
+        RestoreEvictedBlock(s, w);  // the block is intact, as in a reclaim sweep
       } else if (TakeAndFreeSlot(s, w)) {
         Count(Counter::kReclaimedSlots);
       }
