@@ -2,11 +2,18 @@
 //
 // libFuzzer target: attach to and inspect a region whose bytes are
 // arbitrary. The input either overwrites the start of a valid formatted
-// region image or, in patch mode (first byte 'P'), patches it anywhere (so
-// mutations reach the header, registry, namespaces, directory and data); then we attach as an
-// observer or a participant and exercise inspection, lookups, loads and the scrub. Property: no
-// crash, no sanitizer report, no hang; every load either misses or returns bytes that match their
-// CRC.
+// region image, or, in patch mode (first byte 'P'), patches it anywhere (so
+// mutations reach the header, registry, namespaces, directory and data), or,
+// in damage mode (first byte 'D'), applies coordinated multi-word faults to
+// the directory (two slots' keys, tags, CRCs, namespaces, lengths, state
+// words or bytes swapped; tags, state words and pin bits set) that random
+// bit flips would almost never produce together. Then we attach as an
+// observer or a participant and exercise inspection, lookups, loads, stores
+// (again, of the damaged keys), leases and the scrub. Property: no crash, no
+// sanitizer report, no hang; every load either misses or returns bytes that
+// match their CRC.
+//
+// fuzz/seeds/ holds a few inputs of each mode (scripts/fuzz.sh passes it).
 //
 //   scripts/fuzz.sh 600     # build with clang + ASan/UBSan, run 600 s
 #include <fcntl.h>
@@ -19,6 +26,7 @@
 
 #include "crc32c.h"
 #include "cxlkv/region.h"
+#include "layout.h"
 
 namespace {
 
@@ -74,6 +82,92 @@ const std::vector<uint8_t>& BaseImage() {
   return image;
 }
 
+// Damage mode: records of [u8 kind][u8 a][u8 b][u32 value] (7 bytes); a
+// and b pick slots, value is what a field is set to. The geometry comes
+// from the image's own (valid) superblock.
+void ApplyDamage(std::vector<uint8_t>& img, const uint8_t* data, size_t size) {
+  using cxlkv::internal::SlotMeta;
+  using cxlkv::internal::Superblock;
+  Superblock sb;
+  std::memcpy(static_cast<void*>(&sb), img.data(), sizeof sb);
+  if (sb.num_slots == 0 || sb.ways == 0 ||
+      sb.meta_off + sb.num_slots * sizeof(SlotMeta) > kRegion ||
+      sb.data_off + sb.num_slots * sb.slot_stride > kRegion ||
+      sb.tags_off + sb.num_sets * 64 > kRegion ||
+      sb.pins_off + sb.num_slots * sb.pin_words * 8 > kRegion || sb.pin_words == 0)
+    return;
+  auto meta = [&](uint64_t s) { return img.data() + sb.meta_off + s * sizeof(SlotMeta); };
+  auto tag = [&](uint64_t s) {
+    return img.data() + sb.tags_off + (s / sb.ways) * sizeof(cxlkv::internal::SetTags) +
+           (s % sb.ways) * 4;
+  };
+  auto swap = [&](uint8_t* x, uint8_t* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) std::swap(x[i], y[i]);
+  };
+  for (size_t i = 1; i + 7 <= size; i += 7) {
+    const uint8_t kind = data[i];
+    const uint64_t a = data[i + 1] % sb.num_slots, b = data[i + 2] % sb.num_slots;
+    uint32_t v;
+    std::memcpy(&v, data + i + 3, 4);
+    uint8_t* ma = meta(a);
+    uint8_t* mb = meta(b);
+    switch (kind % 12) {
+      case 0:  // keys
+        swap(ma + offsetof(SlotMeta, key_hi), mb + offsetof(SlotMeta, key_hi), 16);
+        break;
+      case 1:  // keys and tags
+        swap(ma + offsetof(SlotMeta, key_hi), mb + offsetof(SlotMeta, key_hi), 16);
+        swap(tag(a), tag(b), 4);
+        break;
+      case 2:  // keys, tags and CRCs
+        swap(ma + offsetof(SlotMeta, key_hi), mb + offsetof(SlotMeta, key_hi), 16);
+        swap(tag(a), tag(b), 4);
+        swap(ma + offsetof(SlotMeta, crc), mb + offsetof(SlotMeta, crc), 4);
+        break;
+      case 3:  // namespaces and tags
+        swap(ma + offsetof(SlotMeta, ns), mb + offsetof(SlotMeta, ns), 4);
+        swap(tag(a), tag(b), 4);
+        break;
+      case 4:  // lengths
+        swap(ma + offsetof(SlotMeta, len), mb + offsetof(SlotMeta, len), 4);
+        break;
+      case 5:  // state words (generations, owners)
+        swap(ma, mb, 8);
+        break;
+      case 6:  // whole metadata lines and bytes
+        swap(ma, mb, sizeof(SlotMeta));
+        swap(tag(a), tag(b), 4);
+        swap(img.data() + sb.data_off + a * sb.slot_stride,
+             img.data() + sb.data_off + b * sb.slot_stride, sb.slot_stride);
+        break;
+      case 7:  // a tag set to a value (0 = lost)
+        std::memcpy(tag(a), &v, 4);
+        break;
+      case 8: {  // a state word: [generation][owner][state] from v
+        const uint64_t w = cxlkv::internal::PackWord(v >> 16, (v >> 4) & 0xFFF, v & 0xF);
+        std::memcpy(ma, &w, 8);
+        break;
+      }
+      case 9: {  // pin bits of slot a
+        const uint64_t bits = uint64_t(v) << (b % 33);
+        std::memcpy(img.data() + sb.pins_off + a * sb.pin_words * 8, &bits, 8);
+        break;
+      }
+      case 10:  // a length set
+        std::memcpy(ma + offsetof(SlotMeta, len), &v, 4);
+        break;
+      case 11:  // the generation of a state word moved by v
+      {
+        uint64_t w;
+        std::memcpy(&w, ma, 8);
+        w += uint64_t(v) << 16;
+        std::memcpy(ma, &w, 8);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -90,6 +184,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::memcpy(img.data() + off, data + i + 5, std::min<size_t>(len, kRegion - off));
       i += 5 + len;
     }
+  } else if (size > 0 && data[0] == 'D') {
+    ApplyDamage(img, data, size);
   } else {
     // Raw mode: the input is the region's first bytes.
     std::memcpy(img.data(), data, std::min<size_t>(size, img.size()));
@@ -126,6 +222,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)r->PinPrefix(ns, keys.data(), 4, &pins);
     std::vector<uint8_t> d(kSlot, 0x77);
     (void)r->Store(ns, cxlkv::BlockKey::FromId(100), d.data(), d.size());
+    // Store the image's own keys again (damaged ones must stay storable or
+    // be duplicates), then read them back.
+    for (uint64_t i = 0; i < 12; i += 3) {
+      std::memset(d.data(), static_cast<int>(i), d.size());
+      cxlkv::StoreOutcome out;
+      (void)r->Store(ns, keys[i], d.data(), d.size(), &out);
+      (void)r->Load(ns, keys[i], buf.data(), buf.size());
+    }
+    cxlkv::WriteLease lease;
+    if (r->BeginWrite(ns, cxlkv::BlockKey::FromId(101), kSlot / 2, &lease).ok() && lease.open()) {
+      std::memset(lease.data(), 0x55, kSlot / 2);
+      if (size & 2) {
+        const uint32_t crc = cxlkv::internal::Crc32c(lease.data(), kSlot / 2);
+        (void)r->CommitWrite(&lease, &crc);
+      } else {
+        r->AbortWrite(&lease);
+      }
+    }
+    (void)r->Drop(ns, keys[1]);
     (void)r->ReapDeadParticipants();
   }
   cxlkv::Region::ScrubReport rep;
