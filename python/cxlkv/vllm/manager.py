@@ -1,0 +1,287 @@
+"""The scheduler side (vLLM's EngineCore process): CxlkvManager.
+
+Answers lookups from the region's directory, pins what it promised, reserves
+slots for stores and commits them once every worker reported (see
+cxlkv/delegate.h for the reserve -> fill part by part -> commit protocol).
+
+All methods run on vLLM's scheduler thread; nothing here blocks or makes a
+syscall on the lookup path (the directory and pins are memory of the
+mapped region).
+"""
+
+import collections
+import contextlib
+import logging
+import time
+
+from vllm.v1.kv_offload.base import (
+    LoadStoreSpec,
+    LookupResult,
+    OffloadingManager,
+    PrepareStoreOutput,
+    RequestOffloadingContext,
+)
+
+from .. import _cxlkv
+from ..errors import BusyError, CorruptionError, NotFoundError
+from . import compat, metrics
+from .keys import block_key, group_of
+
+logger = logging.getLogger(__name__)
+
+_OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
+
+
+class _Pin:
+    __slots__ = ("pins", "deadline", "loading")
+
+    def __init__(self, pins, deadline):
+        self.pins = pins          # cxlkv.PinSet holding one slot
+        self.deadline = deadline  # monotonic seconds; None while a load holds it
+        self.loading = False
+
+
+class CxlkvManager(OffloadingManager):
+    """Built by CxlkvOffloadingSpec.get_manager."""
+
+    def __init__(self, region, namespaces, layout, settings, region_label):
+        self.region = region
+        self.namespaces = namespaces          # KV group index -> NamespaceId
+        self.parts, self.part_len = layout    # one part per worker rank
+        self.payload_len = _cxlkv.parted_payload_len(self.parts, self.part_len)
+        self.ttl = settings.pin_ttl_s
+        self.region_label = region_label
+        self._pins = {}                       # req_id -> {OffloadKey: _Pin}
+        self._leases = {}                     # OffloadKey -> cxlkv WriteLease
+        self._own = collections.OrderedDict()  # OffloadKey -> None, keys we committed
+        self._counts = collections.Counter()  # (metric, label) -> increment since get_stats
+        self.totals = collections.Counter()   # (metric, label) -> since start (tests, tools)
+        self._region_base = self._region_counters()
+        self._num_slots = region.info().num_slots
+
+    # ---- helpers ----
+    def _ns(self, key):
+        return self.namespaces[group_of(key)]
+
+    def _count(self, name, n=1, label=None):
+        self._counts[(name, label)] += n
+        self.totals[(name, label)] += n
+
+    def _region_counters(self):
+        c = self.region.region_counters()
+        return {k: c.get(k, 0) for k in ("stores", "evictions", "crc_failures")}
+
+    def _release(self, req_id, keys=None):
+        held = self._pins.get(req_id)
+        if not held:
+            return
+        for key in list(held) if keys is None else keys:
+            p = held.pop(key, None)
+            if p is not None:
+                p.pins.release()
+        if not held:
+            self._pins.pop(req_id, None)
+
+    # ---- OffloadingManager ----
+    @property
+    def lock(self):  # 0.33: every call already runs on the scheduler thread
+        return contextlib.nullcontext()
+
+    def on_new_request(self, req_context):
+        return RequestOffloadingContext()
+
+    def lookup(self, key, req_context):
+        held = self._pins.setdefault(req_context.req_id, {})
+        p = held.get(key)
+        if p is not None:
+            if not p.loading:
+                p.deadline = time.monotonic() + self.ttl
+            return LookupResult.HIT
+        pins = self.region.pin_prefix(self._ns(key), [block_key(key)])
+        if len(pins) == 0:
+            if not held:
+                self._pins.pop(req_context.req_id, None)
+            return LookupResult.MISS
+        held[key] = _Pin(pins, time.monotonic() + self.ttl)
+        self._count(metrics.LOOKUP_HITS)
+        if key not in self._own:
+            self._count(metrics.CROSS_REPLICA_HITS)
+        return LookupResult.HIT
+
+    def prepare_load(self, keys, req_context):
+        held = self._pins.setdefault(req_context.req_id, {})
+        keys = list(keys)
+        wanted = set(keys)
+        # Lookups beyond what is loaded need no pin any more.
+        self._release(req_context.req_id, [k for k in list(held) if k not in wanted])
+        held = self._pins.setdefault(req_context.req_id, {})
+        entries = []
+        for key in keys:
+            p = held.get(key)
+            if p is None:  # not looked up by this request (should not happen): pin now
+                pins = self.region.pin_prefix(self._ns(key), [block_key(key)])
+                p = held[key] = _Pin(pins, None)
+                if len(pins) == 0:
+                    # Gone already; the worker's load reports it and it is recomputed.
+                    logger.warning("cxlkv: request %s: chunk gone before prepare_load",
+                                   req_context.req_id)
+            p.loading = True
+            p.deadline = None
+            k = block_key(key)
+            entries.append((self._ns(key), k.hi, k.lo))
+        self._count(metrics.LOADS, len(entries))
+        return CxlkvLoadSpec(entries)
+
+    def complete_load(self, keys, req_context):
+        self._release(req_context.req_id, list(keys))
+
+    def touch(self, keys, req_context):
+        return  # recency comes from lookups (the region's CLOCK bit)
+
+    def prepare_store(self, keys, req_context):
+        to_store, tokens, ids, full = [], [], [], False
+        for key in keys:
+            if key in self._leases:
+                continue  # this replica is already storing it
+            try:
+                w = _cxlkv.begin_write(self.region, self._ns(key), block_key(key),
+                                       self.payload_len)
+            except BusyError as e:
+                # This replica was judged dead (paused past the liveness
+                # timeout) and reclaimed: it may not write until it reattaches.
+                self._count(metrics.STORE_FAILURES, label="fenced")
+                logger.warning("cxlkv: not storing: %s", e)
+                full = True
+                break
+            if w.open:
+                self._leases[key] = w
+                to_store.append(key)
+                tokens.append(_cxlkv.export_write_token(self.region, w))
+                k = block_key(key)
+                ids.append((self._ns(key), k.hi, k.lo))
+                continue
+            outcome = w.outcome
+            if outcome == _cxlkv.StoreOutcome.FULL:
+                self._count(metrics.STORE_FAILURES, label="full")
+                full = True
+                break
+            if outcome == _cxlkv.StoreOutcome.LOST_RACE:
+                self._count(metrics.STORE_FAILURES, label="lost_race")
+            # DUPLICATE: already in the region (stored by anyone): nothing to do.
+        if not to_store and full:
+            return None
+        return PrepareStoreOutput(keys_to_store=to_store,
+                                  store_spec=CxlkvStoreSpec(tokens, self.parts, self.part_len,
+                                                            ids),
+                                  evicted_keys=[])
+
+    def complete_store(self, keys, req_context, success=True):
+        for key in keys:
+            w = self._leases.pop(key, None)
+            if w is None:
+                continue
+            if not success:
+                _cxlkv.abort_write(self.region, w)
+                self._count(metrics.STORE_FAILURES, label="failed")
+                continue
+            try:
+                _cxlkv.commit_parted_write(self.region, w, self.parts, self.part_len)
+            except CorruptionError as e:
+                self._count(metrics.STORE_FAILURES, label="incomplete")
+                logger.warning("cxlkv: chunk not stored: %s", e)
+                continue
+            except (BusyError, NotFoundError) as e:  # this replica was judged dead meanwhile
+                self._count(metrics.STORE_FAILURES, label="fenced")
+                logger.warning("cxlkv: chunk not stored: %s", e)
+                continue
+            self._count(metrics.STORES)
+            self._own[key] = None
+            if len(self._own) > _OWN_KEYS_CAP:
+                self._own.popitem(last=False)
+
+    def on_request_finished(self, req_context):
+        held = self._pins.get(req_context.req_id)
+        if held:
+            # Loading pins stay until complete_load (the job may still run).
+            self._release(req_context.req_id, [k for k, p in held.items() if not p.loading])
+
+    def on_schedule_end(self, context=None):
+        now = time.monotonic()
+        for req_id, held in list(self._pins.items()):
+            stale = [k for k, p in held.items() if p.deadline is not None and p.deadline < now]
+            if stale:
+                self._count(metrics.PIN_EXPIRIES, len(stale))
+                self._release(req_id, stale)
+
+    def has_pending_work(self):
+        return False
+
+    def take_events(self):
+        return ()
+
+    def reset_cache(self):
+        # The region is shared with other replicas: a local reset drops only
+        # what this replica holds (pins, reservations), never others' blocks.
+        for req_id in list(self._pins):
+            self._release(req_id)
+
+    def on_reset_flushed(self):  # 0.33
+        return
+
+    def get_stats(self):
+        st = compat.stats()
+        for (name, label), n in self._counts.items():
+            st.increase_counter(name, n, () if label is None else (label,))
+        self._counts.clear()
+        now = self._region_counters()
+        st.increase_counter(metrics.EVICTIONS, now["evictions"] - self._region_base["evictions"])
+        st.increase_counter(metrics.CRC_FAILURES,
+                            now["crc_failures"] - self._region_base["crc_failures"])
+        self._region_base = now
+        held = now["stores"] - now["evictions"] - now["crc_failures"]
+        st.set_gauge(metrics.REGION_FILL, max(0.0, min(1.0, held / max(1, self._num_slots))))
+        st.set_gauge(metrics.REGION_SLOTS, self._num_slots)
+        return st
+
+    def config_info(self):  # 0.33
+        i = self.region.info()
+        return [{"region": self.region_label, "slot_size": int(i.slot_size),
+                 "num_slots": int(i.num_slots), "parts": int(self.parts)}]
+
+    def shutdown(self):
+        for w in self._leases.values():
+            _cxlkv.abort_write(self.region, w)
+        self._leases.clear()
+        for req_id in list(self._pins):
+            self._release(req_id)
+
+    # For tests and tools.
+    def pinned(self):
+        return sum(len(h) for h in self._pins.values())
+
+
+class CxlkvLoadSpec(LoadStoreSpec):
+    """Where a load job's chunks are: (namespace id, key hi, key lo) each, in
+    the order of the GPU blocks (by group, then chunk). Picklable."""
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def __repr__(self):
+        return f"CxlkvLoadSpec({len(self.entries)} chunks)"
+
+
+class CxlkvStoreSpec(LoadStoreSpec):
+    """Reservations of a store job: one write token per chunk, in the order of
+    the GPU blocks, the parted layout the workers fill, and (for logs and
+    tests) each chunk's (namespace id, key hi, key lo). Picklable."""
+
+    def __init__(self, tokens, parts, part_len, keys=()):
+        self.tokens = tokens
+        self.parts = parts
+        self.part_len = part_len
+        self.keys = list(keys)
+
+    def __repr__(self):
+        return f"CxlkvStoreSpec({len(self.tokens)} chunks)"
+

@@ -1,0 +1,105 @@
+"""CxlkvOffloadingSpec: the region as a backend of vLLM's OffloadingConnector.
+
+vLLM constructs the spec in every process (API server: only the metric
+classmethods; EngineCore: get_manager; each worker: get_worker), so the
+constructor only checks settings; the region is opened by get_manager and
+get_worker.
+"""
+
+import logging
+import os
+
+from vllm.v1.kv_offload.base import OffloadingSpec
+
+from .. import NamespaceDesc, open_region
+from ..errors import InvalidArgumentError
+from . import compat, keys, metrics
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_ALIGN = 64  # part length granularity (cache line)
+
+
+class CxlkvOffloadingSpec(OffloadingSpec):
+    """Select with kv_connector_extra_config={"spec_name": "CxlkvOffloadingSpec",
+    "spec_module_path": "cxlkv.vllm", ...}; keys in cxlkv/vllm/settings.py."""
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config):
+        return metrics.definitions()
+
+    @classmethod
+    def config_info_keys(cls, extra_config):  # 0.33
+        return ("region", "slot_size", "num_slots", "parts")
+
+    def __init__(self, config):
+        self.vllm_version = compat.check_supported()
+        super().__init__(config)
+        self.settings = Settings.from_extra_config(config.extra_config)
+        p = config.parallel
+        self.parts = int(p.world_size)
+        part = int(config.worker_kv_bytes_per_block) * int(config.cache.blocks_per_chunk)
+        self.part_len = (part + _ALIGN - 1) // _ALIGN * _ALIGN
+        from .. import _cxlkv
+
+        self.slot_size = int(_cxlkv.parted_payload_len(self.parts, self.part_len))
+        # Every process that opens the region (EngineCore and workers: any may
+        # format it) records the same hashing identity. vLLM builds the spec
+        # while its config is current, in every process.
+        vcfg = compat.current_vllm_config()
+        algo = getattr(getattr(vcfg, "cache_config", None), "prefix_caching_hash_algo",
+                       None) or "sha256"
+        self.hash_algorithm, self.hash_seed_fingerprint = keys.hash_identity(algo)
+        self._region = None
+
+    # ---- region ----
+    def _open(self, *, manager):
+        s = self.settings
+        if s.region_size and s.region_size < 4 * self.slot_size:
+            raise ValueError(
+                f"cxlkv: region_size={s.region_size} bytes is too small: one chunk of this engine "
+                f"needs a {self.slot_size}-byte slot ({self.parts} rank(s) x {self.part_len} B); "
+                "give the region room for many chunks")
+        if s.region_path.startswith("/dev/shm/"):
+            os.makedirs(os.path.dirname(s.region_path), exist_ok=True)
+        kw = dict(size=s.region_size, offset=s.region_offset, slot_size=self.slot_size,
+                  prefault=s.prefault if manager else "none",
+                  max_participants=s.max_participants, hash_algorithm=self.hash_algorithm,
+                  hash_seed_fingerprint=self.hash_seed_fingerprint)
+        try:
+            return open_region(s.region_path, **kw)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(
+                f"cxlkv: this engine cannot use region {s.region_path}: {e} (this engine: slot "
+                f"{self.slot_size} B = {self.parts} rank(s) x {self.part_len} B, hash "
+                f"{self.hash_algorithm} with NONE_HASH seed fingerprint "
+                f"{self.hash_seed_fingerprint:#x})") from e
+
+    def _namespaces(self, region, fingerprint):
+        fmt = keys.page_format()
+        model, dtype, layout = keys.namespace_fields(self.config, fingerprint, fmt)
+        out = {}
+        for g in range(len(self.config.groups)):
+            out[g] = region.register_namespace(NamespaceDesc(model, dtype, layout, 0, g))
+        return out, f"{model} {dtype} {layout}"
+
+    def get_manager(self):
+        from .manager import CxlkvManager
+
+        region = self._open(manager=True)
+        fp = keys.model_fingerprint(self.config.model.name, self.settings.model_fingerprint)
+        namespaces, label = self._namespaces(region, fp)
+        logger.info("cxlkv: region %s (%d slots of %d B), namespace %s", self.settings.region_path,
+                    region.info().num_slots, self.slot_size, label)
+        self._region = region
+        return CxlkvManager(region, namespaces, (self.parts, self.part_len), self.settings,
+                            self.settings.region_path)
+
+    def get_worker(self, kv_caches):
+        from .worker import CxlkvWorker
+
+        region = self._open(manager=False)
+        self._region = region
+        return CxlkvWorker(region, kv_caches, self.config.parallel.rank,
+                           (self.parts, self.part_len), self.config.cache.blocks_per_chunk)

