@@ -19,6 +19,11 @@ from .settings import Settings
 logger = logging.getLogger(__name__)
 
 _ALIGN = 64  # part length granularity (cache line)
+# Room for the part table of up to this many ranks in every slot, so that
+# engines of one model at different TP sizes (parts x part_len equal) format
+# and share one region geometry (in separate namespaces).
+_MAX_PARTS = 64
+_PART_ENTRY = 16
 
 
 class CxlkvOffloadingSpec(OffloadingSpec):
@@ -43,7 +48,10 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         self.part_len = (part + _ALIGN - 1) // _ALIGN * _ALIGN
         from .. import _cxlkv
 
-        self.slot_size = int(_cxlkv.parted_payload_len(self.parts, self.part_len))
+        if self.parts > _MAX_PARTS:
+            raise ValueError(f"cxlkv: {self.parts} workers; at most {_MAX_PARTS} share one slot")
+        self.payload_len = int(_cxlkv.parted_payload_len(self.parts, self.part_len))
+        self.slot_size = self.parts * self.part_len + _MAX_PARTS * _PART_ENTRY
         # Every process that opens the region (EngineCore and workers: any may
         # format it) records the same hashing identity. vLLM builds the spec
         # while its config is current, in every process.
@@ -59,7 +67,8 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         if s.region_size and s.region_size < 4 * self.slot_size:
             raise ValueError(
                 f"cxlkv: region_size={s.region_size} bytes is too small: one chunk of this engine "
-                f"needs a {self.slot_size}-byte slot ({self.parts} rank(s) x {self.part_len} B); "
+                f"needs a {self.slot_size}-byte slot ({self.parts} rank(s) x {self.part_len} B "
+                f"+ {_MAX_PARTS * _PART_ENTRY} B part table); "
                 "give the region room for many chunks")
         if s.region_path.startswith("/dev/shm/"):
             os.makedirs(os.path.dirname(s.region_path), exist_ok=True)
@@ -72,7 +81,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         except InvalidArgumentError as e:
             raise InvalidArgumentError(
                 f"cxlkv: this engine cannot use region {s.region_path}: {e} (this engine: slot "
-                f"{self.slot_size} B = {self.parts} rank(s) x {self.part_len} B, hash "
+                f"{self.slot_size} B = {self.parts} rank(s) x {self.part_len} B + part table, hash "
                 f"{self.hash_algorithm} with NONE_HASH seed fingerprint "
                 f"{self.hash_seed_fingerprint:#x})") from e
 
