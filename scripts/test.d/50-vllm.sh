@@ -9,8 +9,10 @@
 # `pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
-# and compiles the binding (about 3 min). Warm: about 6 min on 2 cores
-# (8 engine starts of 30-45 s each).
+# and compiles the binding (about 3 min). Warm: about 700 s on 2 cores shared
+# with other work (11 engine starts of 40-70 s each, two at a time where they
+# only read; measured 616 s and 757 s). The 30 s two-engine soak runs only
+# under scripts/test.sh --full (CXLKV_FULL=1).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
