@@ -226,9 +226,12 @@ class Region {
                             StoreOutcome* outcome = nullptr) = 0;
   // Publishes the slot. `crc32c` is the CRC32C of the source bytes, computed
   // wherever they are (e.g. on the GPU, or by another process that filled
-  // the slot); null = compute it from the slot. Prefer passing it: a CRC of
-  // the source also catches bytes that a reclaimed (paused, judged dead)
-  // process scribbled into the slot after reuse. The engine binds it to the
+  // the slot); null = compute it from the slot. Pass it wherever integrity
+  // matters: with null, bytes that a reclaimed (paused, judged dead) process
+  // copied or DMAed into this slot after its reuse and before this commit are
+  // checksummed as this lease's and then verify for every reader (the Spin
+  // model's counterexample, docs/model.md). Store, RegionGpu with gpu_crc and
+  // the delegated writes always pass the source's CRC. The engine binds it to the
   // lease's slot identity. OK (kStored); kBusy (kFenced) if this participant
   // was judged dead and reclaimed meanwhile; kBusy (kLostRace) if the slot
   // was taken from a live writer (damaged region); kInvalidArgument for a
