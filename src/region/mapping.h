@@ -3,6 +3,13 @@
 // Mapping: the bytes of a region, from a file or a devdax character device,
 // mapped MAP_SHARED. Owns the mapping and the descriptor; unmaps on
 // destruction. Knows nothing of the layout.
+//
+// Every mapping is registered with a process-wide SIGBUS guard: a fault
+// inside it (the file was truncated under us, or its memory failed) does
+// not kill the process. The guard replaces the whole mapping with
+// anonymous zero pages, so the faulting access and every later one read
+// zeros (an unformatted region: every block a miss, our registration gone)
+// and marks the mapping lost(); callers report that as kIOError.
 #ifndef CXLKV_SRC_REGION_MAPPING_H_
 #define CXLKV_SRC_REGION_MAPPING_H_
 
@@ -26,14 +33,37 @@ struct DevdaxFacts {
 Status ReadDevdaxFacts(const std::string& sysfs_root, unsigned major, unsigned minor,
                        DevdaxFacts* out);
 
+struct MappingOptions {
+  uint64_t offset = 0;  // bytes into the file/device
+  uint64_t size = 0;    // bytes to map; 0 = the rest of the file/device
+  // Create a missing file (O_EXCL, so exactly one opener "created" it) and
+  // extend a short one to offset+size.
+  bool create = false;
+  // Reserve the file's blocks over [offset, offset+size) when any of them
+  // is unallocated (fallocate), so a full filesystem is an error here and
+  // never SIGBUS on a later store. Off only for inspection that must not
+  // allocate (lifecycle probes); such a mapping relies on the SIGBUS guard.
+  bool reserve = true;
+  // Take the shared flock that marks a file in use on this host. Off only
+  // for lifecycle code that holds or takes the exclusive lock itself.
+  bool shared_lock = true;
+  std::string sysfs_root = "/sys";
+};
+
 class Mapping {
  public:
   // Opens `path` and maps [offset, offset+size). For a file: created when
   // missing and `create`; extended to offset+size when shorter and `create`
-  // (a region is only ever grown while unformatted); size 0 = rest of file.
-  // For a devdax device: offset and size must be multiples of its alignment;
-  // size 0 = rest of device. Takes a shared flock on files so `cxlkv gc` can
-  // tell a region in use from an abandoned one on this host.
+  // (a region is only ever grown while unformatted); reserved (see
+  // MappingOptions::reserve). For a devdax device: offset and size must be
+  // multiples of its alignment. Takes a shared flock on files so lifecycle
+  // tools can tell a region in use from an abandoned one on this host.
+  // kIOError (names path and errno; ENOSPC included: a file this call
+  // created is removed again), kInvalidArgument (bad offset/size/kind),
+  // kNotFound (missing and !create), kUnsupported (a sparse file on a
+  // filesystem that cannot reserve space), kBusy (exclusively locked).
+  static Status Open(const std::string& path, const MappingOptions& options,
+                     std::unique_ptr<Mapping>* out);
   static Status Open(const std::string& path, uint64_t offset, uint64_t size, bool create,
                      const std::string& sysfs_root, std::unique_ptr<Mapping>* out);
   ~Mapping();
@@ -42,15 +72,27 @@ class Mapping {
   uint64_t size() const { return size_; }
   uint64_t offset() const { return offset_; }
   bool is_devdax() const { return devdax_; }
+  bool created() const { return created_; }
   const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+  // True once a SIGBUS inside the mapping was caught (see the file comment);
+  // the bytes are zeros from then on. Thread-safe.
+  bool lost() const;
+  // kIOError describing the fault when lost(), else OK.
+  Status LostStatus() const;
 
   // Removes the file again if this Open created it and no other process
-  // holds it (a region that failed to format leaves nothing behind).
+  // holds it. REQUIRES: the caller checked that no format of the region was
+  // ever claimed (a region someone else formatted is never removed).
   void RemoveIfCreatedAndUnused();
 
-  // Populates page tables for [0, size) without changing any byte
-  // (MADV_POPULATE_WRITE, else one atomic no-op add per page).
-  void Prefault(uint64_t begin, uint64_t end) const;
+  // Populates page tables for [begin, end) without changing any byte
+  // (MADV_POPULATE_WRITE). Never touches pages itself on a file: kIOError
+  // when the kernel cannot populate (a truncated file, no memory); OK and
+  // nothing done on a kernel without MADV_POPULATE_WRITE (pages fault
+  // lazily; the file is reserved, so that cannot SIGBUS for lack of space).
+  Status Prefault(uint64_t begin, uint64_t end) const;
 
  private:
   Mapping() = default;
@@ -61,6 +103,7 @@ class Mapping {
   uint64_t offset_ = 0;
   bool devdax_ = false;
   bool created_ = false;
+  int guard_ = -1;  // index of this mapping's SIGBUS guard entry, -1: none
 };
 
 }  // namespace cxlkv::internal

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "crc32c.h"
+#include "cxlkv/lifecycle.h"
 #include "failpoint.h"
 #include "region_impl.h"
 
@@ -37,9 +38,21 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
     return Status::InvalidArgument(
         "liveness_timeout_ns must be at least 4 x heartbeat_interval_ns");
   }
+  // Lifecycle tools watch heartbeats for 4 x the longest interval accepted
+  // here (lifecycle.h): a longer one would make a live user look dead.
+  if (options.register_participant && options.heartbeat_interval_ns > kMaxHeartbeatIntervalNs) {
+    return Status::InvalidArgument("heartbeat_interval_ns " +
+                                   std::to_string(options.heartbeat_interval_ns) +
+                                   " is longer than the longest accepted, " +
+                                   std::to_string(kMaxHeartbeatIntervalNs) + " (60 s)");
+  }
   std::unique_ptr<internal::Mapping> map;
-  CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(
-      path, options.offset, options.size, options.create_if_missing, options.sysfs_root, &map));
+  internal::MappingOptions mo;
+  mo.offset = options.offset;
+  mo.size = options.size;
+  mo.create = options.create_if_missing;
+  mo.sysfs_root = options.sysfs_root;
+  CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(path, mo, &map));
   if (map->size() < internal::kSuperblockBytes) {
     return Status::InvalidArgument("region " + path + " is " + std::to_string(map->size()) +
                                    " bytes, smaller than its 4096-byte header");
@@ -47,7 +60,14 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
   internal::Mapping* raw = map.get();
   auto impl = std::make_unique<internal::RegionImpl>(std::move(map), options);
   if (Status s = impl->Init(); !s.ok()) {
-    raw->RemoveIfCreatedAndUnused();
+    // Remove a file we created only while no format of it was ever
+    // claimed: if another process won the format race, the region it
+    // formatted stays even though it does not match our options.
+    const auto* sb = reinterpret_cast<const internal::Superblock*>(raw->base());
+    if (!raw->lost() && sb->magic.load(std::memory_order_acquire) == 0 &&
+        sb->format_lock.load(std::memory_order_acquire) == 0) {
+      raw->RemoveIfCreatedAndUnused();
+    }
     return s;
   }
   *out = std::move(impl);
@@ -118,8 +138,7 @@ Status RegionImpl::InitOrThrow() {
     CXLKV_RETURN_IF_ERROR(RegisterSelf());
     heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   }
-  StartPrefault();
-  return Status::OK();
+  return StartPrefault();
 }
 
 Status RegionImpl::FormatOrWait() {
@@ -135,8 +154,9 @@ Status RegionImpl::FormatOrWait() {
   };
   const Status not_ours = Status::InvalidArgument(
       "region " + path +
-      " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB "
-      "are not zero); refusing to format over them: `cxlkv format --force` overwrites it");
+      " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB are not zero); "
+      "refusing to format over them (`cxlkv format --force` does not either: remove or zero "
+      "the file yourself if it is not needed)");
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
     const uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
@@ -196,6 +216,11 @@ Status RegionImpl::FormatOrWait() {
         return Status::InvalidArgument("region " + path +
                                        " is not formatted and no slot_size was given to format it");
       }
+      // A fresh claim formats over the whole metadata area, not only the
+      // header: all of it must be blank (a file with zeros at its start
+      // and data after, like an ISO image's system area, is not blank).
+      // A file this process just created is blank by construction.
+      if (lock == 0 && !map_->created()) CXLKV_RETURN_IF_ERROR(CheckMetadataAreaBlank());
       const uint64_t nonce = RandomNonZero();
       uint64_t expected = lock;
       if (sb_->format_lock.compare_exchange_strong(expected, nonce, std::memory_order_acq_rel)) {
@@ -212,6 +237,24 @@ Status RegionImpl::FormatOrWait() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+Status RegionImpl::CheckMetadataAreaBlank() const {
+  Geometry g;
+  Status s =
+      ComputeGeometry(map_->size(), opts_.config.slot_size, opts_.config.max_participants, &g);
+  if (!s.ok()) return s.WithContext("format region " + map_->path());
+  const auto* words = reinterpret_cast<const volatile uint64_t*>(base_);
+  for (uint64_t i = 0; i < g.data_off / 8; ++i) {
+    if (words[i] == 0) continue;
+    return Status::InvalidArgument(
+        "region " + map_->path() +
+        " holds bytes that are neither a cxlkv region nor blank (non-zero bytes at offset " +
+        std::to_string(i * 8) + ", inside the first " + std::to_string(g.data_off) +
+        " bytes that formatting would overwrite); refusing to format over them (`cxlkv format "
+        "--force` does not either: remove or zero the file yourself if it is not needed)");
+  }
+  return Status::OK();
 }
 
 Status RegionImpl::Format(uint64_t nonce) {
@@ -442,24 +485,28 @@ Status RegionImpl::Validate() {
   return Status::OK();
 }
 
-void RegionImpl::StartPrefault() {
-  if (opts_.prefault == Prefault::kNone) return;
-  // Populate the metadata first (every lookup touches it), then the data.
-  auto work = [this] { map_->Prefault(0, geo_.region_size); };
+Status RegionImpl::StartPrefault() {
+  if (opts_.prefault == Prefault::kNone) return Status::OK();
+  // In the background nobody can be told of a failure; the pages then
+  // fault on first use (guarded: mapping.h).
+  auto work = [this] { (void)map_->Prefault(0, geo_.region_size); };
   if (opts_.prefault == Prefault::kAtAttach) {
     // Split across a few threads: populate is bound by page-table work,
     // which scales with cores.
     const unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
     const uint64_t per = (geo_.region_size / n + 4095) / 4096 * 4096;
     std::vector<std::thread> ts;
+    std::vector<Status> results(n);
     for (unsigned i = 0; i < n; ++i) {
       const uint64_t b = i * per, e = std::min(geo_.region_size, b + per);
-      if (b < e) ts.emplace_back([this, b, e] { map_->Prefault(b, e); });
+      if (b < e) ts.emplace_back([this, b, e, &results, i] { results[i] = map_->Prefault(b, e); });
     }
     for (auto& t : ts) t.join();
+    for (auto& s : results) CXLKV_RETURN_IF_ERROR(s);
   } else {
     prefault_ = std::thread(work);
   }
+  return Status::OK();
 }
 
 }  // namespace internal

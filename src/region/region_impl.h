@@ -74,6 +74,8 @@ class RegionImpl final : public Region {
   SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
+  // The mapping (lifecycle.cc: scans, the SIGBUS guard's state).
+  const Mapping& mapping() const { return *map_; }
 
  protected:
   void UnpinSlots(const std::vector<uint64_t>& slots) override;
@@ -84,7 +86,9 @@ class RegionImpl final : public Region {
   Status FormatOrWait();
   Status Format(uint64_t nonce);
   Status Validate();
-  void StartPrefault();
+  // kInvalidArgument unless the bytes a format would overwrite are zero.
+  Status CheckMetadataAreaBlank() const;
+  Status StartPrefault();
 
   // registry.cc
   Status RegisterSelf();

@@ -1,0 +1,371 @@
+// Copyright cxlkv authors.
+//
+// Region lifecycle through real files, real processes and real mounts:
+// reservation on full filesystems, a file truncated under an attached
+// process, foreign bytes past the first 4 KiB, the format race, "is anyone
+// attached", destroy/unformat, scans.
+#include "cxlkv/lifecycle.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "failpoint.h"
+#include "layout.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using test::MustOpen;
+using test::Reap;
+using test::ScratchRegion;
+using test::Spawn;
+using test::TestOptions;
+
+const NamespaceDesc kNs{"m", "bfloat16", "NHD", 0, 0};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : ~0ull;
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// Stand-in for "attached from another host": this process drops the
+// region file's flock that Region::Open took, so only its heartbeats show
+// it (as they do for a participant on another host of a shared device).
+void DropFlockOf(const std::string& path) {
+  DIR* d = ::opendir("/proc/self/fd");
+  while (dirent* e = ::readdir(d)) {
+    char target[4096];
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = 0;
+    if (path == target) ::flock(std::atoi(e->d_name), LOCK_UN);
+  }
+  ::closedir(d);
+}
+
+LifecycleOptions Quick() {
+  LifecycleOptions o;
+  o.liveness_timeout_ns = 300'000'000;
+  return o;
+}
+
+// Runs `fn` in a child inside a private mount namespace with a 8 MiB tmpfs
+// at `dir`; returns the child's exit status, or 77 if namespaces are not
+// available (the caller skips).
+int InSmallTmpfs(const std::string& dir, const std::function<int()>& fn) {
+  return Reap(Spawn([&] {
+    if (::unshare(CLONE_NEWNS) != 0) return 77;
+    if (::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 77;
+    ::mkdir(dir.c_str(), 0700);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=8m") != 0) return 77;
+    return fn();
+  }));
+}
+
+TEST(LifecycleTest, SparseFileOnAFullFilesystemIsAnErrorNotSIGBUS) {
+  const std::string dir = "/tmp/cxlkv-lifecycle-tmpfs-" + std::to_string(::getpid());
+  const int rc = InSmallTmpfs(dir, [&] {
+    // A pre-created sparse file (as fabric/src/compose.cc makes them) larger
+    // than the filesystem: every way in reports an error, nothing faults.
+    const std::string sparse = dir + "/sparse";
+    int fd = ::open(sparse.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ::ftruncate(fd, 64 << 20) != 0) return 10;
+    ::close(fd);
+    RegionOptions o = TestOptions(0, 4096);
+    o.prefault = Prefault::kAtAttach;
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(sparse, o, &r);
+    if (!s.IsIOError() || s.message().find("No space left") == std::string::npos) return 11;
+    if (FileSize(sparse) != (64u << 20)) return 12;  // not ours to remove or shrink
+    uint64_t magic = 1;
+    fd = ::open(sparse.c_str(), O_RDONLY);
+    if (::pread(fd, &magic, 8, 0) != 8 || magic != 0) return 13;  // nothing half-formatted
+    ::close(fd);
+    // A create that cannot be reserved leaves no file behind.
+    const std::string fresh = dir + "/fresh";
+    s = Region::Open(fresh, TestOptions(64 << 20, 4096), &r);
+    if (!s.IsIOError() || Exists(fresh)) return 14;
+    // A sparse file that fits is reserved on attach and works, prefault too.
+    const std::string fits = dir + "/fits";
+    fd = ::open(fits.c_str(), O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ::ftruncate(fd, 4 << 20) != 0) return 15;
+    ::close(fd);
+    s = Region::Open(fits, o, &r);
+    if (!s.ok()) return 16;
+    struct stat st {};
+    if (::stat(fits.c_str(), &st) != 0 || uint64_t(st.st_blocks) * 512 < (4u << 20)) return 17;
+    NamespaceId ns;
+    std::string data(4096, 'x'), back(4096, 0);
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 18;
+    if (!r->Store(ns, BlockKey::FromId(1), data.data(), data.size()).ok()) return 19;
+    if (!r->Load(ns, BlockKey::FromId(1), back.data(), back.size()).ok() || back != data) return 20;
+    return 0;
+  });
+  if (rc == 77) GTEST_SKIP() << "no private mount namespace here (needs root for unshare -m)";
+  EXPECT_EQ(rc, 0) << "child failed at check " << rc << " (135 would be SIGBUS)";
+}
+
+TEST(LifecycleTest, TruncatedUnderAnAttachedProcessIsIOErrorNotSIGBUS) {
+  ScratchRegion reg("trunc");
+  { MustOpen(reg.path(), TestOptions(8 << 20, 4096)); }
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = Spawn([&] {
+    RegionOptions o = TestOptions(0, 4096);
+    o.create_if_missing = false;
+    std::unique_ptr<Region> r;
+    if (!Region::Open(reg.path(), o, &r).ok()) return 10;
+    NamespaceId ns;
+    std::string data(4096, 'y'), back(4096, 0);
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    if (!r->Store(ns, BlockKey::FromId(7), data.data(), data.size()).ok()) return 12;
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) return 13;
+    // The file is now 0 bytes: every access to the mapping faults.
+    Status s = r->Load(ns, BlockKey::FromId(7), back.data(), back.size());
+    if (s.ok()) return 14;
+    if (!CheckMapping(*r).IsIOError()) return 15;
+    if (CheckMapping(*r).message().find("truncated") == std::string::npos) return 16;
+    if (r->Store(ns, BlockKey::FromId(8), data.data(), data.size()).ok()) return 17;
+    // The heartbeat thread keeps running over the replaced mapping.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r.reset();
+    return 0;
+  });
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(::truncate(reg.path().c_str(), 0), 0);
+  ASSERT_EQ(::write(go[1], &c, 1), 1);
+  EXPECT_EQ(Reap(child), 0) << "135 = killed by SIGBUS";
+}
+
+TEST(LifecycleTest, ZerosThenDataInTheMetadataAreaAreNeverFormatted) {
+  ScratchRegion reg("iso");
+  std::string bytes(32 << 10, '\0');
+  for (int i = 0; i < (1 << 20); ++i) bytes.push_back(static_cast<char>(i * 7 + 1));
+  bytes.resize(16 << 20, '\0');
+  { std::ofstream(reg.path(), std::ios::binary) << bytes; }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(reg.path(), TestOptions(0, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("offset 32768"), std::string::npos) << s.ToString();
+  EXPECT_EQ(ReadAll(reg.path()), bytes);
+  // Nor destroyed or unformatted through the lifecycle API.
+  EXPECT_TRUE(DestroyRegion(reg.path(), Quick()).IsInvalidArgument());
+  EXPECT_TRUE(UnformatRegion(reg.path(), Quick()).IsInvalidArgument());
+  EXPECT_EQ(ReadAll(reg.path()), bytes);
+  ProbeReport p;
+  ASSERT_TRUE(ProbeRegion(reg.path(), Quick(), &p).ok());
+  EXPECT_EQ(p.kind, RegionKind::kBlank);  // the first 4 KiB are zero
+}
+
+TEST(LifecycleTest, LosingTheFormatRaceNeverRemovesTheWinnersRegion) {
+  ScratchRegion reg("race");
+  // The child creates the file and stops before formatting; meanwhile
+  // another opener formats it with another slot size and leaves.
+  const pid_t child = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "open.after_create:stop", 1);
+    internal::ReloadFailpoints();
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(reg.path(), TestOptions(8 << 20, 8192), &r);
+    return s.IsInvalidArgument() ? 0 : 10;
+  });
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  {
+    RegionOptions o = TestOptions(8 << 20, 4096);
+    o.register_participant = false;
+    MustOpen(reg.path(), o);
+  }
+  ::kill(child, SIGCONT);
+  EXPECT_EQ(Reap(child), 0);
+  ASSERT_TRUE(Exists(reg.path()));
+  RegionOptions o = TestOptions(0, 4096);
+  o.create_if_missing = false;
+  auto r = MustOpen(reg.path(), o);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->info().slot_size, 4096u);
+}
+
+TEST(LifecycleTest, AttachedMeansFlockOrHeartbeatsAndStaleRecordsAreNot) {
+  ScratchRegion reg("attached");
+  { MustOpen(reg.path(), TestOptions(8 << 20, 4096)); }
+  AttachReport rep;
+  ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
+  EXPECT_FALSE(rep.attached) << rep.ToString();
+  {
+    auto holder = MustOpen(reg.path(), TestOptions(0, 4096));  // this process holds the flock
+    ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
+    EXPECT_TRUE(rep.attached && rep.locked_on_this_host) << rep.ToString();
+    EXPECT_TRUE(DestroyRegion(reg.path(), Quick()).IsBusy());
+  }
+  // A participant seen only by its heartbeats (another host).
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!Region::Open(reg.path(), TestOptions(0, 4096), &r).ok()) return 10;
+    DropFlockOf(reg.path());
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) return 11;
+    ::pause();
+    return 0;
+  });
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
+  EXPECT_TRUE(rep.attached) << rep.ToString();
+  EXPECT_FALSE(rep.locked_on_this_host);
+  ASSERT_EQ(rep.live.size(), 1u);
+  EXPECT_EQ(rep.live[0].pid, static_cast<uint32_t>(child));
+  Status s = DestroyRegion(reg.path(), Quick());
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  EXPECT_NE(s.message().find("pid " + std::to_string(child)), std::string::npos) << s.ToString();
+  // Killed, its record stays ACTIVE but stops changing: not attached once
+  // the watch (max(liveness, 4 x 5 ms)) has passed, and destroy succeeds.
+  ::kill(child, SIGKILL);
+  Reap(child);
+  ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
+  EXPECT_FALSE(rep.attached) << rep.ToString();
+  EXPECT_GE(rep.watched_ns, 300'000'000u);
+  EXPECT_TRUE(DestroyRegion(reg.path(), Quick()).ok());
+  EXPECT_FALSE(Exists(reg.path()));
+  EXPECT_TRUE(DestroyRegion(reg.path(), Quick()).ok());  // idempotent
+}
+
+TEST(LifecycleTest, SlowHeartbeatsAreWatchedForFourOfTheirIntervals) {
+  ScratchRegion reg("slow");
+  { MustOpen(reg.path(), TestOptions(8 << 20, 4096)); }
+  // A participant that beats every 400 ms: a 300 ms watch would miss it.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = Spawn([&] {
+    RegionOptions o = TestOptions(0, 4096);
+    o.heartbeat_interval_ns = 400'000'000;
+    o.liveness_timeout_ns = 2'000'000'000;
+    std::unique_ptr<Region> r;
+    if (!Region::Open(reg.path(), o, &r).ok()) return 10;
+    DropFlockOf(reg.path());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past its first beats
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) return 11;
+    ::pause();
+    return 0;
+  });
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  for (int i = 0; i < 3; ++i) {  // whatever the phase of its beat
+    AttachReport rep;
+    ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
+    EXPECT_TRUE(rep.attached) << rep.ToString();
+  }
+  ::kill(child, SIGKILL);
+  Reap(child);
+}
+
+TEST(LifecycleTest, HeartbeatIntervalsBeyondTheLongestWatchedAreRefused) {
+  ScratchRegion reg("hb");
+  RegionOptions o = TestOptions(8 << 20, 4096);
+  o.heartbeat_interval_ns = kMaxHeartbeatIntervalNs + 1;
+  o.liveness_timeout_ns = 4 * o.heartbeat_interval_ns;
+  std::unique_ptr<Region> r;
+  EXPECT_TRUE(Region::Open(reg.path(), o, &r).IsInvalidArgument());
+}
+
+TEST(LifecycleTest, UnformatLetsAnyGeometryFormatAfreshButNeverForeignBytes) {
+  ScratchRegion reg("unformat");
+  {
+    auto r = MustOpen(reg.path(), TestOptions(16 << 20, 4096));
+    NamespaceId ns;
+    ASSERT_TRUE(r->RegisterNamespace(kNs, &ns).ok());
+    std::string d(4096, 'z');
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+  }
+  // Smaller slots: the new metadata area covers old data slots.
+  std::unique_ptr<Region> r;
+  EXPECT_TRUE(Region::Open(reg.path(), TestOptions(16 << 20, 1024), &r).IsInvalidArgument());
+  ASSERT_TRUE(UnformatRegion(reg.path(), Quick()).ok());
+  ProbeReport p;
+  ASSERT_TRUE(ProbeRegion(reg.path(), Quick(), &p).ok());
+  EXPECT_EQ(p.kind, RegionKind::kBlank);
+  r = MustOpen(reg.path(), TestOptions(16 << 20, 1024));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->info().slot_size, 1024u);
+  EXPECT_EQ(ScanOccupancy(*r).ready, 0u);
+  r.reset();
+  // A damaged header is still recognizably ours: unformat takes it.
+  {
+    int fd = ::open(reg.path().c_str(), O_RDWR);
+    const uint64_t junk = 0x1234;
+    ASSERT_EQ(::pwrite(fd, &junk, 8, 0), 8);  // the magic
+    ::close(fd);
+  }
+  ASSERT_TRUE(ProbeRegion(reg.path(), Quick(), &p).ok());
+  EXPECT_EQ(p.kind, RegionKind::kDamaged) << p.detail;
+  EXPECT_TRUE(UnformatRegion(reg.path(), Quick()).ok());
+  // A text file is not.
+  ScratchRegion text("text");
+  { std::ofstream(text.path()) << "precious\n"; }
+  EXPECT_TRUE(UnformatRegion(text.path(), Quick()).IsInvalidArgument());
+  EXPECT_EQ(ReadAll(text.path()), "precious\n");
+}
+
+TEST(LifecycleTest, ScansReportTypedSlotStates) {
+  ScratchRegion reg("scan");
+  auto r = MustOpen(reg.path(), TestOptions(8 << 20, 4096));
+  NamespaceId ns;
+  ASSERT_TRUE(r->RegisterNamespace(kNs, &ns).ok());
+  std::string d(1000, 'q');
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), d.data(), d.size()).ok());
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(2), 500, &lease).ok());
+  const Occupancy o = ScanOccupancy(*r);
+  EXPECT_EQ(o.ready, 1u);
+  EXPECT_EQ(o.writing, 1u);
+  EXPECT_EQ(o.ready_bytes, 1000u);
+  EXPECT_EQ(o.free + o.ready + o.writing, r->info().num_slots);
+  std::vector<SlotView> slots;
+  ASSERT_TRUE(ScanSlots(*r, 0, r->info().num_slots, &slots).ok());
+  int ready = 0;
+  for (const SlotView& v : slots) {
+    if (v.state != SlotState::kReady) continue;
+    ++ready;
+    EXPECT_EQ(v.key, BlockKey::FromId(1));
+    EXPECT_EQ(v.len, 1000u);
+    EXPECT_STREQ(SlotStateName(v.state), "ready");
+  }
+  EXPECT_EQ(ready, 1);
+  EXPECT_TRUE(ScanSlots(*r, r->info().num_slots, 1, &slots).IsInvalidArgument());
+  r->AbortWrite(&lease);
+}
+
+}  // namespace
+}  // namespace cxlkv
