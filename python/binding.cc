@@ -8,11 +8,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "cxlkv/delegate.h"
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 #if defined(CXLKV_WITH_CUDA)
 #include "kv_layout.h"
@@ -227,7 +229,11 @@ PYBIND11_MODULE(_cxlkv, m) {
   py::class_<Region>(m, "Region")
       .def_static(
           "open",
-          [](const std::string& path, const RegionOptions& o) {
+          [](const std::string& path, RegionOptions o,
+             std::optional<uint64_t> heartbeat_interval_ns,
+             std::optional<uint64_t> liveness_timeout_ns) {
+            if (heartbeat_interval_ns) o.heartbeat_interval_ns = *heartbeat_interval_ns;
+            if (liveness_timeout_ns) o.liveness_timeout_ns = *liveness_timeout_ns;
             std::unique_ptr<Region> r;
             Status s;
             {
@@ -237,7 +243,9 @@ PYBIND11_MODULE(_cxlkv, m) {
             Raise(s);
             return r;
           },
-          py::arg("path"), py::arg("options"))
+          py::arg("path"), py::arg("options"), py::kw_only(),
+          py::arg("heartbeat_interval_ns") = py::none(),
+          py::arg("liveness_timeout_ns") = py::none())
       .def("info", &Region::info, py::return_value_policy::reference_internal)
       .def("register_namespace",
            [](Region& r, const NamespaceDesc& d) {
@@ -334,6 +342,55 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def("process_counters", [](Region& r) { return CountersDict(r.ProcessCounters()); })
       .def("region_counters", [](Region& r) { return CountersDict(r.RegionCounters()); })
       .def("reap_dead_participants", &Region::ReapDeadParticipants);
+
+  // Lifecycle (include/cxlkv/lifecycle.h): keyword arguments are the fields
+  // of LifecycleOptions.
+  auto lifecycle = [](uint64_t offset, uint64_t size, uint64_t liveness_timeout_ns) {
+    LifecycleOptions o;
+    o.offset = offset;
+    o.size = size;
+    o.liveness_timeout_ns = liveness_timeout_ns;
+    return o;
+  };
+  m.def(
+      "check_attached",
+      [lifecycle](const std::string& path, uint64_t offset, uint64_t size, uint64_t liveness) {
+        AttachReport rep;
+        Status s;
+        {
+          py::gil_scoped_release nogil;
+          s = CheckAttached(path, lifecycle(offset, size, liveness), &rep);
+        }
+        Raise(s);
+        py::list pids;
+        for (const auto& p : rep.live) pids.append(p.pid);
+        py::dict d;
+        d["attached"] = rep.attached;
+        d["locked_on_this_host"] = rep.locked_on_this_host;
+        d["live_pids"] = pids;
+        d["watched_ns"] = rep.watched_ns;
+        d["reason"] = rep.ToString();
+        return d;
+      },
+      py::arg("path"), py::kw_only(), py::arg("offset") = 0, py::arg("size") = 0,
+      py::arg("liveness_timeout_ns") = LifecycleOptions{}.liveness_timeout_ns);
+  for (const char* name : {"destroy_region", "unformat_region"}) {
+    const bool destroy = std::string(name) == "destroy_region";
+    m.def(
+        name,
+        [lifecycle, destroy](const std::string& path, uint64_t offset, uint64_t size,
+                             uint64_t liveness) {
+          Status s;
+          {
+            py::gil_scoped_release nogil;
+            const LifecycleOptions o = lifecycle(offset, size, liveness);
+            s = destroy ? DestroyRegion(path, o) : UnformatRegion(path, o);
+          }
+          Raise(s);
+        },
+        py::arg("path"), py::kw_only(), py::arg("offset") = 0, py::arg("size") = 0,
+        py::arg("liveness_timeout_ns") = LifecycleOptions{}.liveness_timeout_ns);
+  }
 
 #if defined(CXLKV_WITH_CUDA)
   py::enum_<GpuPath>(m, "GpuPath")

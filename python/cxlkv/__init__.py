@@ -18,6 +18,9 @@ package was built with CUDA (``cxlkv.HAVE_CUDA``). Errors are the classes of
 from . import errors
 from ._cxlkv import (  # noqa: F401
     HAVE_CUDA,
+    check_attached,
+    destroy_region,
+    unformat_region,
     BlockKey,
     CoherenceMode,
     NamespaceDesc,
@@ -63,13 +66,20 @@ def as_keys(keys):
 
 def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_seed_fingerprint=0,
                    create_if_missing=True, register_participant=True, max_participants=64,
-                   prefault="at_attach", metadata_json="", **timing):
+                   prefault="at_attach", metadata_json="", heartbeat_interval_ns=None,
+                   liveness_timeout_ns=None, **timing):
     """RegionOptions from keywords (fields and defaults as in include/cxlkv/options.h).
 
-    ``timing`` may set heartbeat_interval_ns, liveness_timeout_ns, format_wait_ns,
-    format_stall_ns and sysfs_root.
+    heartbeat_interval_ns (default 100 ms, at most 60 s) and liveness_timeout_ns
+    (default 5 s, at least 4 heartbeats) may go down to about 100 ms of liveness for
+    tests that pause processes. ``timing`` may set format_wait_ns, format_stall_ns
+    and sysfs_root.
     """
     o = RegionOptions()
+    if heartbeat_interval_ns is not None:
+        o.heartbeat_interval_ns = heartbeat_interval_ns
+    if liveness_timeout_ns is not None:
+        o.liveness_timeout_ns = liveness_timeout_ns
     o.size = size
     o.offset = offset
     o.create_if_missing = create_if_missing

@@ -94,7 +94,7 @@ TEST(ReplayTest, CorruptedSlotsAreCountedExactlyAndNeverServed) {
   EXPECT_EQ(j["wrong_data"], 0);
   EXPECT_LT(j["hit_rate"].get<double>(), j["hit_rate_bound"].get<double>());
   // Four replicas: every failed verification is a read of a corrupted slot.
-  r = Cxlkv("replay --region " + region +
+  r = Cxlkv("replay --replace --region " + region +
             " --region-size 64MiB --replicas 4 --inject-corruption 0.05" + kSmall);
   ASSERT_EQ(r.rc, 0) << r.out;
   j = Json(r);
@@ -230,7 +230,7 @@ TEST(CliTest, ForceFormatIsRefusedWhileTheRegionIsInUse) {
   // Even with another geometry (which the holder's region does not match).
   Result r = Cxlkv("format --force --region " + region + " --region-size 8MiB --slot-size 8KiB");
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("live participant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in use"), std::string::npos) << r.out;
   holder.reset();
   r = Cxlkv("format --force --region " + region + " --region-size 8MiB --slot-size 8KiB --json");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -260,9 +260,15 @@ TEST(CliTest, ReplayNeverOverwritesForeignFilesOrRegionsInUse) {
   o.prefault = cxlkv::Prefault::kNone;
   std::unique_ptr<cxlkv::Region> holder;
   ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
+  // An existing region is refused without --replace, and in use with it.
   r = Cxlkv("replay --region " + region + " --region-size 64MiB" + kSmall);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("live participant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--replace"), std::string::npos) << r.out;
+  r = Cxlkv("replay --replace --region " + region + " --region-size 64MiB" + kSmall);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("in use"), std::string::npos) << r.out;
+  EXPECT_EQ(holder->info().format_epoch,
+            Json(Cxlkv("inspect --json --region " + region))["region"]["format_epoch"]);
   holder.reset();
   ::unlink(region.c_str());
 }

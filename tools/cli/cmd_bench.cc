@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "cxlkv/lifecycle.h"
 #include "geometry.h"
 #include "region_impl.h"
 
@@ -33,6 +34,24 @@ struct Flags {
 };
 
 const NamespaceDesc kNs{"bench", "bfloat16", "NHD", 0, 0};
+
+// Scratch regions are named after this process, so a bench never opens, let
+// alone removes, a region someone else uses in the same directory; each is
+// destroyed through the lifecycle API (refused if anyone attached to it).
+std::string ScratchPath(const Flags& f, const char* what) {
+  return f.dir + "/bench-" + std::to_string(::getpid()) + "-" + what;
+}
+
+// Destroys the scratch region on scope exit: declare it before the Region,
+// so the Region is closed first.
+struct Scratch {
+  std::string path;
+  ~Scratch() {
+    if (Status s = DestroyRegion(path, LifecycleOptions{}); !s.ok()) {
+      std::fprintf(stderr, "cxlkv bench: %s\n", s.ToString().c_str());
+    }
+  }
+};
 
 RegionOptions BenchOptions(uint64_t size, uint64_t slot, Prefault prefault) {
   RegionOptions o;
@@ -81,8 +100,8 @@ Percentiles Latency(size_t samples, F op) {
 }
 
 json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
-  const std::string path = f.dir + "/bench-copy";
-  ::unlink(path.c_str());
+  const std::string path = ScratchPath(f, "copy");
+  Scratch scratch{path};
   std::unique_ptr<Region> r;
   Status s = Region::Open(path, BenchOptions(region_size, slot, Prefault::kAtAttach), &r);
   if (!s.ok()) return {{"error", s.ToString()}};
@@ -162,7 +181,6 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
   }
   const double memcpy_load = median(mc), load_noverify = median(ln), load_verify = median(lv);
   r.reset();
-  ::unlink(path.c_str());
   return {{"slot_bytes", slot},
           {"slots", n},
           {"slots_filled", filled},
@@ -178,8 +196,8 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
 }
 
 json LookupBench(const Flags& f) {
-  const std::string path = f.dir + "/bench-lookup";
-  ::unlink(path.c_str());
+  const std::string path = ScratchPath(f, "lookup");
+  Scratch scratch{path};
   std::unique_ptr<Region> r;
   Status s = Region::Open(path, BenchOptions(256ull << 20, 4096, Prefault::kAtAttach), &r);
   if (!s.ok()) return {{"error", s.ToString()}};
@@ -210,7 +228,6 @@ json LookupBench(const Flags& f) {
   const double per_block =
       std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / (chain * chains);
   r.reset();
-  ::unlink(path.c_str());
   return {{"entries", n},
           {"hit_p50_ns", hit.p50},
           {"hit_p99_ns", hit.p99},
@@ -224,8 +241,8 @@ json LookupBench(const Flags& f) {
 // and without pre-faulting (the paper measured ~420 ms, §4.8).
 json FirstLoadBench(const Flags& f) {
   const uint64_t slot = 14ull << 20;
-  const std::string path = f.dir + "/bench-first";
-  ::unlink(path.c_str());
+  const std::string path = ScratchPath(f, "first");
+  Scratch scratch{path};
   uint64_t size = 0;
   (void)internal::ParseSize(f.region_size, &size);
   {
@@ -277,7 +294,6 @@ json FirstLoadBench(const Flags& f) {
                     : json{{"error", "child failed"}};
   }
   out["region_bytes"] = size;
-  ::unlink(path.c_str());
   return out;
 }
 

@@ -1,57 +1,16 @@
 // Copyright cxlkv authors.
 //
 // Region administration: format, inspect, stats, verify, wipe, gc.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <thread>
 
 #include "commands.h"
 #include "common.h"
-#include "layout.h"
-#include "mapping.h"
-#include "region_impl.h"
+#include "cxlkv/lifecycle.h"
 
 namespace cxlkv::cli {
 namespace {
 
 using nlohmann::json;
-
-struct Occupancy {
-  uint64_t free = 0, writing = 0, ready = 0, evicting = 0, invalid = 0, ready_bytes = 0;
-};
-
-Occupancy Scan(Region* r) {
-  auto* impl = static_cast<internal::RegionImpl*>(r);
-  Occupancy o;
-  for (uint64_t s = 0; s < r->info().num_slots; ++s) {
-    const uint64_t w = impl->Meta(s).state.load(std::memory_order_acquire);
-    switch (internal::WordState(w)) {
-      case 0:
-        ++o.free;
-        break;
-      case 1:
-        ++o.writing;
-        break;
-      case 2:
-        ++o.ready;
-        o.ready_bytes += impl->Meta(s).len.load(std::memory_order_relaxed);
-        break;
-      case 3:
-        ++o.evicting;
-        break;
-      default:
-        ++o.invalid;
-    }
-  }
-  return o;
-}
 
 json ParticipantsJson(const std::vector<ParticipantInfo>& ps) {
   json arr = json::array();
@@ -68,14 +27,27 @@ json ParticipantsJson(const std::vector<ParticipantInfo>& ps) {
   return arr;
 }
 
-int Format(const RegionFlags& f, bool force, bool as_json) {
+int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_json) {
   RegionOptions o;
   Status s = f.ToOptions(&o);
   if (!s.ok()) return Fail("format", s);
   if (o.config.slot_size == 0)
     return Fail("format", Status::InvalidArgument("--slot-size is required"));
   if (force) {
-    s = Unformat(f, o);
+    // --force overrides what a cxlkv region's header says (damage, another
+    // geometry or layout version, an abandoned format); it never formats
+    // over a region in use or bytes that are not a cxlkv region.
+    LifecycleOptions lo;
+    s = f.ToLifecycle(timing, &lo);
+    ProbeReport probe;
+    if (s.ok()) s = ProbeRegion(f.region, lo, &probe);
+    if (s.ok() && (probe.kind == RegionKind::kRegion || probe.kind == RegionKind::kDamaged)) {
+      s = UnformatRegion(f.region, lo);
+    } else if (s.ok() && probe.kind == RegionKind::kForeign) {
+      s = Status::InvalidArgument("region " + f.region + " is not a cxlkv region (" + probe.detail +
+                                  "); --force never formats over foreign bytes: remove or "
+                                  "zero the file yourself if it is not needed");
+    }
     if (!s.ok()) return Fail("format", s);
   }
   o.register_participant = false;
@@ -98,7 +70,7 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
   std::unique_ptr<Region> r;
   Status s = OpenObserver(f, &r);
   if (!s.ok()) return Fail(with_stats ? "stats" : "inspect", s);
-  const Occupancy occ = Scan(r.get());
+  const Occupancy occ = ScanOccupancy(*r);
   const auto parts = r->Participants();
   const Counters c = r->RegionCounters();
   if (as_json) {
@@ -148,9 +120,9 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
   return kExitOk;
 }
 
-int Verify(const RegionFlags& f, bool drop, bool as_json) {
+int Verify(const RegionFlags& f, const TimingFlags& timing, bool drop, bool as_json) {
   std::unique_ptr<Region> r;
-  Status s = drop ? OpenParticipant(f, &r) : OpenObserver(f, &r);
+  Status s = drop ? OpenParticipant(f, timing, &r) : OpenObserver(f, &r);
   if (!s.ok()) return Fail("verify", s);
   Region::ScrubReport rep;
   s = r->Verify(drop, &rep);
@@ -174,9 +146,9 @@ int Verify(const RegionFlags& f, bool drop, bool as_json) {
   return rep.crc_failures == 0 ? kExitOk : kExitFailed;
 }
 
-int Wipe(const RegionFlags& f, bool as_json) {
+int Wipe(const RegionFlags& f, const TimingFlags& timing, bool as_json) {
   std::unique_ptr<Region> r;
-  Status s = OpenParticipant(f, &r);
+  Status s = OpenParticipant(f, timing, &r);
   if (!s.ok()) return Fail("wipe", s);
   Region::WipeReport rep;
   s = r->Wipe(&rep);
@@ -196,60 +168,25 @@ int Wipe(const RegionFlags& f, bool as_json) {
   return kExitOk;
 }
 
-int Gc(const std::string& dir, bool dry_run, bool as_json) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    return Fail("gc", Status::IOError("open directory " + dir + ": " + std::strerror(errno)));
-  }
+int Gc(const std::string& dir, const TimingFlags& timing, bool dry_run, bool as_json) {
+  LifecycleOptions o;
+  if (timing.liveness_timeout_ms != 0)
+    o.liveness_timeout_ns = timing.liveness_timeout_ms * 1'000'000;
+  o.dry_run = dry_run;
+  GcReport rep;
+  Status s = GcDirectory(dir, o, &rep);
+  if (!s.ok()) return Fail("gc", s);
   json removed = json::array(), kept = json::array();
-  while (dirent* e = ::readdir(d)) {
-    const std::string path = dir + "/" + e->d_name;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    // 1. Is it a cxlkv region at all, and does any participant heartbeat?
-    RegionFlags f;
-    f.region = path;
-    std::unique_ptr<Region> r;
-    if (Status s = OpenObserver(f, &r); !s.ok()) {
-      // Never touched. A file that carries our magic but fails validation
-      // is reported, so a damaged region does not go unnoticed.
-      uint64_t magic = 0;
-      int mfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (mfd >= 0) {
-        if (::pread(mfd, &magic, sizeof magic, 0) != sizeof magic) magic = 0;
-        ::close(mfd);
-      }
-      if (magic == internal::kMagic) {
-        kept.push_back({{"path", path}, {"reason", s.ToString()}});
-        if (!as_json) std::printf("kept %s: %s\n", path.c_str(), s.ToString().c_str());
-      }
-      continue;
-    }
-    std::string why;
-    if (auto live = LiveParticipants(r.get()); !live.empty()) {
-      why = std::to_string(live.size()) + " live participant(s) (another host?)";
-    }
-    r.reset();
-    // 2. On this host attached processes hold a shared flock. Holding the
-    // exclusive lock across the unlink means nobody can attach in between:
-    // an opener waits for the lock, then sees the path is gone.
-    int fd = why.empty() ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC) : -1;
-    if (why.empty() && (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0)) {
-      why = "in use on this host (flock)";
-    }
-    if (why.empty() && !dry_run && ::unlink(path.c_str()) != 0) {
-      why = std::string("unlink: ") + std::strerror(errno);
-    }
-    if (fd >= 0) ::close(fd);
-    if (why.empty()) {
-      removed.push_back(path);
-      if (!as_json) std::printf("%s %s\n", dry_run ? "would remove" : "removed", path.c_str());
-    } else {
-      kept.push_back({{"path", path}, {"reason", why}});
-      if (!as_json) std::printf("kept %s: %s\n", path.c_str(), why.c_str());
-    }
+  for (const GcEntry& e : rep.removed) {
+    removed.push_back(e.path);
+    if (!as_json)
+      std::printf("%s %s (%s)\n", dry_run ? "would remove" : "removed", e.path.c_str(),
+                  e.reason.c_str());
   }
-  ::closedir(d);
+  for (const GcEntry& e : rep.kept) {
+    kept.push_back({{"path", e.path}, {"reason", e.reason}});
+    if (!as_json) std::printf("kept %s: %s\n", e.path.c_str(), e.reason.c_str());
+  }
   if (as_json)
     std::printf("%s\n", json{{"removed", removed}, {"kept", kept}, {"dry_run", dry_run}}
                             .dump(2, ' ', false, json::error_handler_t::replace)
@@ -263,13 +200,17 @@ void AddRegionCommands(CLI::App& app, int* rc) {
   {
     auto* cmd = app.add_subcommand("format", "format a region (or check it is formatted alike)");
     auto* f = new RegionFlags();
+    auto* t = new TimingFlags();
     auto* force = new bool(false);
     auto* js = new bool(false);
     f->Add(cmd, true);
+    t->Add(cmd, false);
     cmd->add_flag("--force", *force,
-                  "reformat even if formatted (refused while participants live)");
+                  "reformat a cxlkv region whatever its header says (damaged, another geometry "
+                  "or layout version, an abandoned format); refused while anyone is attached; "
+                  "never formats over a file that is not a cxlkv region");
     cmd->add_flag("--json", *js, "machine-readable output");
-    cmd->callback([=] { *rc = Format(*f, *force, *js); });
+    cmd->callback([=] { *rc = Format(*f, *t, *force, *js); });
   }
   for (const char* name : {"inspect", "stats"}) {
     const bool stats = std::string(name) == "stats";
@@ -284,12 +225,14 @@ void AddRegionCommands(CLI::App& app, int* rc) {
   {
     auto* cmd = app.add_subcommand("verify", "scrub: check every READY slot's CRC32C");
     auto* f = new RegionFlags();
+    auto* t = new TimingFlags();
     auto* drop = new bool(false);
     auto* js = new bool(false);
     f->Add(cmd, false);
+    t->Add(cmd, true);
     cmd->add_flag("--drop", *drop, "drop corrupt slots (registers as a participant)");
     cmd->add_flag("--json", *js, "machine-readable output");
-    cmd->callback([=] { *rc = Verify(*f, *drop, *js); });
+    cmd->callback([=] { *rc = Verify(*f, *t, *drop, *js); });
   }
   {
     auto* cmd =
@@ -297,21 +240,28 @@ void AddRegionCommands(CLI::App& app, int* rc) {
                            "drop every unpinned block; safe while others are attached (pinned and "
                            "in-flight blocks are left alone and reported)");
     auto* f = new RegionFlags();
+    auto* t = new TimingFlags();
     auto* js = new bool(false);
     f->Add(cmd, false);
+    t->Add(cmd, true);
     cmd->add_flag("--json", *js, "machine-readable output");
-    cmd->callback([=] { *rc = Wipe(*f, *js); });
+    cmd->callback([=] { *rc = Wipe(*f, *t, *js); });
   }
   {
-    auto* cmd =
-        app.add_subcommand("gc", "remove region files under DIR that no live participant uses");
+    auto* cmd = app.add_subcommand(
+        "gc",
+        "remove region files in DIR that nobody is attached to (no process here holds them "
+        "open, no participant heartbeats), and empty files of failed creates; damaged "
+        "regions are kept and reported, other files never touched");
     auto* dir = new std::string("/dev/shm/cxlkv");
+    auto* t = new TimingFlags();
     auto* dry = new bool(false);
     auto* js = new bool(false);
     cmd->add_option("dir", *dir, "directory to clean (default /dev/shm/cxlkv)");
+    t->Add(cmd, false);
     cmd->add_flag("--dry-run", *dry, "only say what would be removed");
     cmd->add_flag("--json", *js, "machine-readable output");
-    cmd->callback([=] { *rc = Gc(*dir, *dry, *js); });
+    cmd->callback([=] { *rc = Gc(*dir, *t, *dry, *js); });
   }
 }
 

@@ -8,6 +8,7 @@
 // derived from the block id, and stores them.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "cxlkv/lifecycle.h"
 #include "geometry.h"
 #include "region_impl.h"
 #include "replay_plan.h"
@@ -54,6 +56,8 @@ struct Flags {
   int replica_index = -1;
   uint32_t replica_count = 0;
   std::string control;
+  bool replace = false;
+  TimingFlags timing;
 };
 
 struct WorkerResult {
@@ -63,14 +67,45 @@ struct WorkerResult {
       cross_hits, errors, done;
 };
 
+// "CXLKVCTL": a replay control file. Its header names the plan it belongs
+// to, so a worker never adopts (or resizes) a file of another plan, a
+// region, or anything else.
+constexpr uint64_t kControlMagic = 0x4C5443564B4C5843ull;
+constexpr uint32_t kControlVersion = 1;
+
 // Shared between the replica processes: completion flags, progress, the
 // set of blocks corrupted behind the engine's back, and results.
 struct Control {
+  std::atomic<uint64_t> magic;  // kControlMagic, written last when the file is made
+  uint32_t version;
+  uint32_t replicas;
+  uint64_t plan_hash;                           // PlanHash() of the plan the workers share
+  uint64_t bytes;                               // ControlBytes() of that plan
+  std::atomic<uint32_t> claimed[kMaxReplicas];  // a worker ran (or runs) as this index
   std::atomic<uint64_t> progress;
   std::atomic<uint32_t> aborted;
   WorkerResult results[kMaxReplicas];
   // followed by: std::atomic<uint8_t> done[requests]; std::atomic<uint8_t> corrupted[blocks]
 };
+
+// Everything the plan depends on: the chains (trace and --limit), their
+// routing, and the flags that shape a run.
+uint64_t PlanHash(const Flags& f, const ReplayPlan& p, uint32_t replicas, uint64_t block_bytes) {
+  uint64_t h = 0x6A09E667F3BCC909ull;
+  auto mix = [&h](uint64_t v) { h = internal::Mix64(h ^ (v + 0x9E3779B97F4A7C15ull)); };
+  mix(kControlVersion);
+  mix(replicas);
+  mix(block_bytes);
+  mix(f.seed);
+  for (char c : f.routing + "/" + f.baseline) mix(static_cast<uint8_t>(c));
+  mix(p.chains.size());
+  for (size_t j = 0; j < p.chains.size(); ++j) {
+    mix(p.replica[j]);
+    mix(p.chains[j].size());
+    for (uint64_t id : p.chains[j]) mix(id);
+  }
+  return h;
+}
 
 size_t ControlBytes(const ReplayPlan& p) {
   return sizeof(Control) + p.chains.size() + p.distinct_blocks + 64;
@@ -113,7 +148,25 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
   o.heartbeat_interval_ns = 50'000'000;
   o.liveness_timeout_ns = 2'000'000'000;
+  f.timing.Apply(&o);
   return Region::Open(RegionPathFor(f, replica), o, out);
+}
+
+// How long a key may keep answering "lost race" before the replay gives up
+// on it. Another participant is writing it: alive, it commits within one
+// copy (milliseconds); dead, any live participant (this replica's heartbeat
+// thread included) reclaims its slot once it has been silent for the
+// liveness timeout, noticed within a heartbeat interval. Three liveness
+// timeouts and a second cover both with room for a loaded machine; longer
+// means the key is stuck, which the old unbounded loop turned into an hour
+// per key.
+std::chrono::nanoseconds StuckKeyBound(const Flags& f) {
+  RegionOptions o;
+  o.heartbeat_interval_ns = 50'000'000;
+  o.liveness_timeout_ns = 2'000'000'000;
+  f.timing.Apply(&o);
+  return std::chrono::nanoseconds(3 * o.liveness_timeout_ns + 4 * o.heartbeat_interval_ns +
+                                  1'000'000'000);
 }
 
 int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index,
@@ -197,23 +250,41 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     // the slot, so a zombie writing into a reused slot is caught on load.
     for (size_t i = hits; i < chain.size(); ++i) {
       FillBlock(chain[i], want.data(), want.size());
+      const auto give_up = Clock::now() + StuckKeyBound(f);
       for (int attempt = 0;; ++attempt) {
-        StoreOutcome out;
+        StoreOutcome out = StoreOutcome::kStored;
         s = r->Store(ns, keys[i], want.data(), block_bytes, &out);
         if (s.ok() && out == StoreOutcome::kDuplicate) {
           res.duplicates++;
           break;
         }
-        if (out == StoreOutcome::kLostRace && attempt < 2000) {
+        if (!s.ok() && out == StoreOutcome::kLostRace) {
+          if (Clock::now() > give_up) {
+            std::fprintf(stderr,
+                         "cxlkv replay: replica %u: block %s (trace id %llu) is still being "
+                         "written by another participant after %.1f s and %d attempts; giving "
+                         "up on it (a stuck key)\n",
+                         index, keys[i].ToHex().c_str(), (unsigned long long)chain[i],
+                         std::chrono::duration<double>(StuckKeyBound(f)).count(), attempt + 1);
+            res.store_failures++;
+            res.errors++;
+            break;
+          }
           // Another replica is storing this block right now. Wait for it,
           // so a request that depends on ours finds the block READY.
-          for (int w = 0; w < 20000 && !r->Lookup(ns, keys[i]).ok(); ++w) {
+          while (Clock::now() < give_up && !r->Lookup(ns, keys[i]).ok()) {
             std::this_thread::sleep_for(std::chrono::microseconds(100));
           }
           continue;
         }
         if (!s.ok()) {
           res.store_failures++;
+          if (Status m = CheckMapping(*r); !m.ok()) {
+            std::fprintf(stderr, "cxlkv replay: replica %u: %s\n", index, m.ToString().c_str());
+            res.errors++;
+            ctl->aborted = 1;
+            return kExitFailed;
+          }
           break;
         }
         res.stores++;
@@ -260,22 +331,118 @@ double MeasureMemcpy(uint64_t block_bytes) {
   return bytes / s / 1e9;
 }
 
-// Makes `path` ready for a fresh run: absent or blank is fine; a cxlkv
-// region that nobody uses is blanked (a file is removed); a region in use,
-// a damaged region or foreign bytes are refused.
+// Makes `path` ready for a fresh run: absent, empty or blank is fine (the
+// replicas format it; formatting refuses non-blank metadata); an existing
+// cxlkv region is destroyed only with --replace, and only while nobody is
+// attached; anything else is refused.
 Status PrepareFresh(const Flags& f, const std::string& path) {
+  LifecycleOptions lo;
+  CXLKV_RETURN_IF_ERROR(f.region.ToLifecycle(f.timing, &lo));
+  lo.size = 0;  // whatever the existing region records
+  if (f.baseline == "private") lo.offset = 0;
+  ProbeReport probe;
+  CXLKV_RETURN_IF_ERROR(ProbeRegion(path, lo, &probe));
+  switch (probe.kind) {
+    case RegionKind::kAbsent:
+    case RegionKind::kEmpty:
+    case RegionKind::kBlank:
+      return Status::OK();
+    case RegionKind::kForeign:
+      return Status::InvalidArgument(path + " is not a cxlkv region (" + probe.detail +
+                                     "); refusing to replay over it");
+    case RegionKind::kRegion:
+    case RegionKind::kDamaged:
+      break;
+  }
+  if (!f.replace) {
+    return Status::InvalidArgument(
+        "region " + path + " already exists (" + RegionKindName(probe.kind) +
+        "); replay starts from a fresh region: pass --replace to destroy it first (refused "
+        "while anyone is attached), or use another --region");
+  }
+  return DestroyRegion(path, lo).WithContext("replay --replace");
+}
+
+// Opens (or makes) the control file that separately started workers share.
+// A new or empty file is sized and stamped with the plan; an existing one
+// must carry this plan's stamp, is never truncated, and each replica index
+// runs against it once.
+Status OpenControl(const Flags& f, uint64_t plan_hash, size_t bytes, uint32_t replicas,
+                   uint32_t index, Control** out) {
+  const std::string& path = f.control;
+  auto refuse = [&path](const std::string& why) {
+    return Status::InvalidArgument("control file " + path + ": " + why + "; it was not modified");
+  };
+  if (path == f.region.region) return refuse("it is the region itself");
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  if (fd < 0) return Status::IOError("open control file " + path + ": " + std::strerror(errno));
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return Status::OK();
-  RegionFlags any;
-  any.region = path;
-  std::unique_ptr<Region> obs;
-  Status s = OpenObserver(any, &obs);
-  obs.reset();
-  if (s.IsNotFound()) return Status::OK();  // blank: the replicas format it
-  if (!s.ok()) return s.WithContext("refusing to replay over it");
-  RegionOptions o;
-  CXLKV_RETURN_IF_ERROR(Unformat(any, o).WithContext("replay needs a fresh region"));
-  if (S_ISREG(st.st_mode)) ::unlink(path.c_str());
+  auto close_with = [fd](Status s) {
+    ::close(fd);
+    return s;
+  };
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return close_with(refuse("not a regular file"));
+  // Before taking any lock: a file that starts with another stamp (a live
+  // region holds a shared flock we would wait on) is refused at once. A zero
+  // stamp may be a worker making the file right now: decided under the lock.
+  uint64_t magic = 0;
+  if (st.st_size > 0 && ::pread(fd, &magic, sizeof magic, 0) == sizeof magic && magic != 0 &&
+      magic != kControlMagic) {
+    return close_with(refuse("not a replay control file (no CXLKVCTL stamp)"));
+  }
+  // Workers starting together: one makes the file, the others wait for it.
+  bool locked = false;
+  for (int i = 0; i < 1000 && !locked; ++i) {
+    locked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (!locked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!locked) return close_with(refuse("locked by another process for 10 s"));
+  if (::fstat(fd, &st) != 0) return close_with(Status::IOError("stat " + path));
+  const bool make = st.st_size == 0;
+  if (make && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    return close_with(Status::IOError("size control file " + path + ": " + std::strerror(errno)));
+  }
+  if (!make && static_cast<uint64_t>(st.st_size) < sizeof(Control)) {
+    return close_with(refuse("too short to be a control file"));
+  }
+  const size_t map_bytes = make ? bytes : static_cast<size_t>(st.st_size);
+  void* mem = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) return close_with(Status::IOError("map control file " + path));
+  auto* ctl = static_cast<Control*>(mem);
+  Status s;
+  if (make) {
+    ctl->version = kControlVersion;
+    ctl->replicas = replicas;
+    ctl->plan_hash = plan_hash;
+    ctl->bytes = bytes;
+    ctl->magic.store(kControlMagic, std::memory_order_release);
+  } else if (ctl->magic.load(std::memory_order_acquire) != kControlMagic ||
+             ctl->version != kControlVersion) {
+    s = refuse("not a replay control file (no CXLKVCTL stamp of version 1)");
+  } else if (ctl->plan_hash != plan_hash || ctl->bytes != bytes || ctl->replicas != replicas) {
+    s = refuse(
+        "it belongs to another plan (a different trace, --limit, --replica-count, --routing, "
+        "--seed, --baseline or block size); remove it to start a new run");
+  } else if (map_bytes < bytes) {
+    s = refuse("shorter than its plan needs");
+  }
+  if (s.ok()) {
+    uint32_t expected = 0;
+    if (!ctl->claimed[index].compare_exchange_strong(expected, 1)) {
+      s = refuse("replica " + std::to_string(index) +
+                 " already ran (or runs) with it; remove it, and the region, before a new run");
+    }
+  }
+  // Unlock explicitly: the mapping keeps the open file (and a flock on it)
+  // alive after close.
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  if (!s.ok()) {
+    ::munmap(mem, map_bytes);
+    return s;
+  }
+  *out = ctl;
   return Status::OK();
 }
 
@@ -312,21 +479,18 @@ int Replay(Flags& f) {
   // The control area: anonymous shared memory inherited by forked replicas,
   // or a file that separately started workers share.
   const size_t ctl_bytes = ControlBytes(plan);
-  void* mem = nullptr;
+  Control* ctl = nullptr;
   if (worker_mode) {
     if (f.control.empty()) f.control = f.region.region + ".ctl";
-    int fd = ::open(f.control.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
-    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(ctl_bytes)) != 0) {
-      return Fail("replay",
-                  Status::IOError("open control file " + f.control + ": " + std::strerror(errno)));
-    }
-    mem = ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
+    s = OpenControl(f, PlanHash(f, plan, n, block_bytes), ctl_bytes, n,
+                    static_cast<uint32_t>(f.replica_index), &ctl);
+    if (!s.ok()) return Fail("replay", s);
   } else {
-    mem = ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* mem =
+        ::mmap(nullptr, ctl_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return Fail("replay", Status::IOError("map control area"));
+    ctl = static_cast<Control*>(mem);
   }
-  if (mem == MAP_FAILED) return Fail("replay", Status::IOError("map control area"));
-  auto* ctl = static_cast<Control*>(mem);
 
   const double memcpy_gbps = MeasureMemcpy(block_bytes);
   const auto t0 = Clock::now();
@@ -489,8 +653,13 @@ void AddReplayCommand(CLI::App& app, int* rc) {
   cmd->add_option("--replica-index", f->replica_index, "run as one worker of --replica-count");
   cmd->add_option("--replica-count", f->replica_count, "workers started separately");
   cmd->add_option("--control", f->control,
-                  "control file shared by separately started workers (default REGION.ctl; "
-                  "remove it, and the region, before a new run)");
+                  "control file shared by separately started workers (default REGION.ctl); "
+                  "stamped with the plan: a file of another plan, or not a control file, is "
+                  "refused and never modified; remove it, and the region, before a new run");
+  cmd->add_flag("--replace", f->replace,
+                "destroy an existing cxlkv region at --region first (refused while anyone is "
+                "attached); without it an existing region is refused, never deleted");
+  f->timing.Add(cmd, true, 50, 2000);
   cmd->add_flag("--no-verify", f->no_verify, "load without CRC32C verification");
   cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
   cmd->add_flag("--json", f->json, "machine-readable output");

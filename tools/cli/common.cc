@@ -1,24 +1,11 @@
 // Copyright cxlkv authors.
 #include "common.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
 
 #include "cxlkv/base/cxl_dax_env.h"
 #include "geometry.h"
-#include "layout.h"
-#include "mapping.h"
 
 namespace cxlkv::cli {
 
@@ -60,6 +47,41 @@ Status RegionFlags::ToOptions(RegionOptions* o) const {
   return Status::OK();
 }
 
+Status RegionFlags::ToLifecycle(const TimingFlags& timing, LifecycleOptions* o) const {
+  if (region.empty()) {
+    return Status::InvalidArgument("no region: pass --region PATH or set CXL_DAX_DEVICE");
+  }
+  if (!size_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(size_text, &o->size));
+  if (!offset_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(offset_text, &o->offset));
+  if (timing.liveness_timeout_ms != 0)
+    o->liveness_timeout_ns = timing.liveness_timeout_ms * 1'000'000;
+  return Status::OK();
+}
+
+void TimingFlags::Add(CLI::App* cmd, bool participant, uint64_t default_heartbeat_ms,
+                      uint64_t default_liveness_ms) {
+  const std::string hb = std::to_string(default_heartbeat_ms);
+  const std::string live = std::to_string(default_liveness_ms);
+  if (participant) {
+    cmd->add_option(
+        "--heartbeat-ms", heartbeat_ms,
+        "heartbeat interval of this participant in ms (default " + hb + "; at most 60000)");
+  }
+  cmd->add_option("--liveness-timeout-ms", liveness_timeout_ms,
+                  participant
+                      ? "judge a participant dead after this many ms without a heartbeat "
+                        "(default " +
+                            live + "; at least 4 x --heartbeat-ms)"
+                      : "watch heartbeats at least this many ms before deciding nobody is "
+                        "attached (default 5000; participants that beat slower are watched for "
+                        "4 of their intervals)");
+}
+
+void TimingFlags::Apply(RegionOptions* o) const {
+  if (heartbeat_ms != 0) o->heartbeat_interval_ns = heartbeat_ms * 1'000'000;
+  if (liveness_timeout_ms != 0) o->liveness_timeout_ns = liveness_timeout_ms * 1'000'000;
+}
+
 Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out) {
   RegionOptions o;
   CXLKV_RETURN_IF_ERROR(f.ToOptions(&o));
@@ -69,9 +91,11 @@ Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out) {
   return Region::Open(f.region, o, out);
 }
 
-Status OpenParticipant(const RegionFlags& f, std::unique_ptr<Region>* out) {
+Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
+                       std::unique_ptr<Region>* out) {
   RegionOptions o;
   CXLKV_RETURN_IF_ERROR(f.ToOptions(&o));
+  timing.Apply(&o);
   o.create_if_missing = false;
   return Region::Open(f.region, o, out);
 }
@@ -119,70 +143,5 @@ nlohmann::json InfoJson(const RegionInfo& i) {
 }
 
 std::string Human(uint64_t bytes) { return internal::FormatBytes(bytes); }
-
-// Participants whose heartbeat advances within a short watch window.
-// Liveness is judged on our own clock, like the engine does (BRIEF §3).
-std::vector<ParticipantInfo> LiveParticipants(Region* r) {
-  auto before = r->Participants();
-  uint64_t longest = 100'000'000;
-  for (auto& p : before)
-    longest = std::max(longest, std::min<uint64_t>(p.heartbeat_interval_ns, 2'000'000'000));
-  std::this_thread::sleep_for(std::chrono::nanoseconds(3 * longest));
-  auto after = r->Participants();
-  std::vector<ParticipantInfo> live;
-  for (auto& a : after) {
-    for (auto& b : before) {
-      if (a.index == b.index && a.incarnation == b.incarnation && a.heartbeat != b.heartbeat &&
-          !a.self) {
-        live.push_back(a);
-      }
-    }
-  }
-  return live;
-}
-
-// Blanks the region's 4 KiB header so the next open formats it afresh,
-// refusing while anyone uses the region: live participants (judged by their
-// heartbeats, whatever the region's configuration) and, for files, any
-// process on this host holding the region's flock.
-Status Unformat(const RegionFlags& f, const RegionOptions& o) {
-  RegionFlags any;  // accept whatever geometry the region records
-  any.region = f.region;
-  any.offset_text = f.offset_text;
-  std::unique_ptr<Region> obs;
-  if (OpenObserver(any, &obs).ok()) {
-    auto live = LiveParticipants(obs.get());
-    if (!live.empty()) {
-      return Status::Busy("region " + f.region + " has " + std::to_string(live.size()) +
-                          " live participant(s) (pid " + std::to_string(live[0].pid) +
-                          "); stop them first");
-    }
-  }
-  obs.reset();
-  struct stat st {};
-  if (::stat(f.region.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
-    std::unique_ptr<internal::Mapping> m;
-    CXLKV_RETURN_IF_ERROR(
-        internal::Mapping::Open(f.region, o.offset, o.size, false, o.sysfs_root, &m));
-    std::memset(m->base(), 0, std::min<uint64_t>(m->size(), internal::kSuperblockBytes));
-    return Status::OK();
-  }
-  int fd = ::open(f.region.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0)
-    return errno == ENOENT ? Status::OK()
-                           : Status::IOError("open " + f.region + ": " + std::strerror(errno));
-  Status result = Status::OK();
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    result = Status::Busy("region " + f.region + " is open by another process on this host");
-  } else {
-    static const std::vector<uint8_t> zero(internal::kSuperblockBytes, 0);
-    if (::pwrite(fd, zero.data(), zero.size(), static_cast<off_t>(o.offset)) !=
-        static_cast<ssize_t>(zero.size())) {
-      result = Status::IOError("write " + f.region + ": " + std::strerror(errno));
-    }
-  }
-  ::close(fd);
-  return result;
-}
 
 }  // namespace cxlkv::cli

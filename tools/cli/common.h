@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 
 namespace cxlkv::cli {
@@ -21,6 +22,22 @@ namespace cxlkv::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
+
+// --heartbeat-ms / --liveness-timeout-ms: this process's heartbeat interval
+// and liveness timeout as a participant, and the shortest heartbeat watch of
+// lifecycle checks (gc, format --force, replay --replace). 0 = the default
+// (the engine's, or the command's own).
+struct TimingFlags {
+  uint64_t heartbeat_ms = 0;
+  uint64_t liveness_timeout_ms = 0;
+
+  // `participant`: the command registers (both flags); else only
+  // --liveness-timeout-ms (the watch). The defaults are for the help text.
+  void Add(CLI::App* cmd, bool participant, uint64_t default_heartbeat_ms = 100,
+           uint64_t default_liveness_ms = 5000);
+  // Overrides o's heartbeat interval and liveness timeout where given.
+  void Apply(RegionOptions* o) const;
+};
 
 // --region / --region-size / --offset / geometry flags. Defaults come from
 // CXL_DAX_DEVICE, CXL_DAX_SIZE and CXL_DAX_OFFSET (the CDI-injected
@@ -40,25 +57,19 @@ struct RegionFlags {
   void Add(CLI::App* cmd, bool geometry);
   // Fills RegionOptions. kInvalidArgument for unparsable sizes.
   Status ToOptions(RegionOptions* o) const;
+  // The same region for the lifecycle API (lifecycle.h), with `timing`'s
+  // liveness timeout as the shortest heartbeat watch. kInvalidArgument as above.
+  Status ToLifecycle(const TimingFlags& timing, LifecycleOptions* o) const;
 };
 
 // Opens the region as an observer (no registration, no format).
 Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out);
-// Opens as a participant that may not format.
-Status OpenParticipant(const RegionFlags& f, std::unique_ptr<Region>* out);
+// Opens as a participant that may not format, with `timing` applied.
+Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
+                       std::unique_ptr<Region>* out);
 
 // Prints `s` to stderr as "cxlkv <cmd>: <message>" and returns kExitFailed.
 int Fail(const std::string& cmd, const Status& s);
-
-// Participants whose heartbeat advances during a short watch (3 heartbeat
-// intervals), judged on our own clock like the engine does.
-std::vector<ParticipantInfo> LiveParticipants(Region* r);
-
-// Blanks the region's 4 KiB header so that the next open formats it afresh.
-// kBusy while anyone uses it (live participants, or for files any process
-// on this host holding the region's flock). Overwrites whatever is there:
-// callers decide whether the bytes may be overwritten.
-Status Unformat(const RegionFlags& f, const RegionOptions& o);
 
 nlohmann::json CountersJson(const Counters& c);
 nlohmann::json InfoJson(const RegionInfo& info);

@@ -32,9 +32,11 @@ Status ReadTrace(const std::string& path, uint64_t limit,
     std::vector<uint64_t> ids;
     ids.reserve(j["hash_ids"].size());
     for (const auto& v : j["hash_ids"]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      // Ids are unsigned 64-bit (nlohmann keeps non-negative integers as
+      // unsigned, so ids of 2^63 and above arrive intact).
+      if (!v.is_number_unsigned()) {
         return Status::InvalidArgument("trace " + path + " line " + std::to_string(lineno) +
-                                       ": hash_ids must be non-negative integers");
+                                       ": hash_ids must be integers in [0, 2^64)");
       }
       ids.push_back(v.get<uint64_t>());
     }
