@@ -81,7 +81,9 @@ enum class StoreOutcome : uint8_t {
   kFenced = 5,     // Status kBusy: this participant was judged dead and reclaimed
                    // (paused past the liveness timeout); reopen the region
   kRefused = 6,    // Status kInvalidArgument: namespace not registered, or an
-                   // observer (register_participant=false) tried to store
+                   // observer (register_participant=false) tried to store;
+                   // Status kIOError: the region file was truncated under
+                   // this process (CheckMapping in lifecycle.h)
 };
 
 struct LoadOptions {

@@ -322,6 +322,9 @@ Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, Pin
 }
 
 Status RegionImpl::CheckWritable() const {
+  // A region file truncated under us: the SIGBUS guard replaced the mapping
+  // with zeros (mapping.h); report that, not a fenced participant.
+  if (map_->lost()) return map_->LostStatus();
   if (self_ < 0) {
     return Status::InvalidArgument("region " + info_.path +
                                    " was opened as an observer (register_participant=false)");

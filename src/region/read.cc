@@ -53,9 +53,12 @@ CopyWithCrc(void* dst, const void* src, size_t n, bool verify) {
 
 Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
                         const LoadOptions& options, LoadInfo* info) {
+  if (map_->lost()) return map_->LostStatus();
   uint64_t w;
   const int64_t found = Find(ns, key, Place(ns, key), &w, true);
   if (found < 0) {
+    // The lookup itself may have faulted on a truncated file (and read zeros).
+    if (map_->lost()) return map_->LostStatus();
     Count(Counter::kMisses);
     return Status::NotFound("block not in region");
   }
@@ -118,6 +121,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
 
 Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) {
   if (lease->open()) (void)EndRead(lease, nullptr, nullptr);
+  if (map_->lost()) return map_->LostStatus();
   uint64_t w;
   const int64_t found = Find(ns, key, Place(ns, key), &w, true);
   if (found < 0) {

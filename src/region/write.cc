@@ -127,6 +127,12 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) AbortWrite(lease);
+  // A region file truncated under us (mapping.h's SIGBUS guard): nothing to
+  // count into, and the reason is the file, not a fence.
+  if (map_->lost()) {
+    *outcome = StoreOutcome::kRefused;
+    return map_->LostStatus();
+  }
   if (self_ < 0) {
     Count(Counter::kStoreRefused);
     *outcome = StoreOutcome::kRefused;
@@ -256,6 +262,10 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
   const NamespaceId ns = LeaseNs(*lease);
   const BlockKey key = LeaseKey(*lease);
   CloseWriteLease(lease);
+  if (map_->lost()) {
+    *outcome = StoreOutcome::kRefused;
+    return map_->LostStatus();
+  }
   SlotMeta& m = meta_[slot];
   const uint32_t payload_crc = crc32c ? *crc32c : Crc32c(SlotData(slot), len);
   // Identity from our own lease, never from the slot's metadata.
