@@ -12,6 +12,7 @@ ENGINE_PKGS=(
   nlohmann-json3-dev     # config blob in the region, --json output, trace parsing
   libcli11-dev           # cxlkv CLI flags
   libfmt-dev
+  spin                   # model checking of the slot protocol (scripts/model-check.sh)
   libdaxctl-dev          # devdax sysfs facts on real hardware
   libnuma-dev
   clang libclang-rt-14-dev  # libFuzzer target (scripts/fuzz.sh), the TSan stage's build

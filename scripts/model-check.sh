@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Model-checks the slot and participant protocol (model/, docs/model.md) with
+# Spin: the names the model cites must exist in src/region/, and the old
+# protocol (layout v1) must show defect 1 (a paused writer's bytes served as a
+# hit) and defect 3 (a slot that never settles).
+#
+#   scripts/model-check.sh              # the default bounds (the test stage)
+#   scripts/model-check.sh --full       # larger bounds as well (minutes, GBs)
+#   scripts/model-check.sh --only NAME  # one case (see the table below)
+#   scripts/model-check.sh --list
+#
+# Prints one table row per case (states stored, transitions, depth, memory,
+# seconds), the counterexample summary of each expected violation, and the
+# closing line `model: N passed, N failed, N skipped`. MODEL_MEMLIM_MB caps
+# the memory of each verifier (default 2048).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+FULL=0; ONLY=""; LIST=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --full) FULL=1; shift ;;
+    --only) ONLY=$2; shift 2 ;;
+    --list) LIST=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "model-check: unknown argument $1"; exit 2 ;;
+  esac
+done
+MEM=${MODEL_MEMLIM_MB:-2048}
+
+# name | tier (default/full) | expectation (pass, or violation:TEXT of the
+# assertion that must fail) | spin -D flags (bounds: docs/model.md)
+CASES=(
+  "v1-defect1|default|violation:got==snap|-DOLD_PROTOCOL -DCHECK_READS_ONLY -DNO_REGION_CRC"
+  "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
+)
+
+if [ $LIST = 1 ]; then
+  printf '%s\n' "${CASES[@]}" | tr '|' '\t'
+  exit 0
+fi
+
+passed=0; failed=0; skipped=0
+
+# The names each variant that runs cites must exist in src/region/ (and the
+# check must be able to fail: its self-test feeds it bogus names).
+variants=()
+for c in "${CASES[@]}"; do
+  IFS='|' read -r name tier _ defs <<< "$c"
+  [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
+  [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ] && continue
+  if [[ " $defs " == *" -DOLD_PROTOCOL "* ]]; then variants+=(-DOLD_PROTOCOL); else variants+=(v2); fi
+done
+echo "== model names (scripts/check-model-names.sh)"
+if scripts/check-model-names.sh --self-test; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+fi
+for v in $(printf '%s\n' "${variants[@]}" | sort -u); do
+  flag=()
+  [ "$v" = v2 ] || flag=("$v")
+  if scripts/check-model-names.sh "${flag[@]}"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+done
+
+if ! command -v spin > /dev/null 2>&1 || ! command -v gcc > /dev/null 2>&1; then
+  echo "model-check: spin and gcc are needed (scripts/setup.sh installs them)"
+  echo "model: $passed passed, $((failed + 1)) failed, $skipped skipped"
+  exit 1
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Reads pan's report: sets states, trans, depth, mem_mb, secs, errors, complete.
+parse_pan() {  # parse_pan <log>
+  local log=$1
+  states=$(grep -oE '^ *[0-9.e+]+ states, stored' "$log" | grep -oE '[0-9.e+]+' | head -1)
+  trans=$(grep -oE '^ *[0-9.e+]+ transitions' "$log" | grep -oE '[0-9.e+]+' | head -1)
+  depth=$(grep -oE 'depth reached [0-9]+' "$log" | grep -oE '[0-9]+$' | head -1)
+  errors=$(grep -oE 'errors: [0-9]+' "$log" | grep -oE '[0-9]+$' | head -1)
+  mem_mb=$(grep -E 'total actual memory usage' "$log" | grep -oE '^ *[0-9.]+' | tr -d ' ' | head -1)
+  secs=$(grep -oE 'elapsed time [0-9.e+]+' "$log" | grep -oE '[0-9.e+]+$' | tail -1)
+  complete=1
+  grep -qE 'Search not completed|max search depth too small|out of memory' "$log" && complete=0
+  : "${states:=?}" "${trans:=?}" "${depth:=?}" "${errors:=?}" "${mem_mb:=?}" "${secs:=?}"
+}
+
+rows=()
+summaries=()
+for c in "${CASES[@]}"; do
+  IFS='|' read -r name tier expect defs <<< "$c"
+  [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
+  if [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ]; then
+    skipped=$((skipped + 1))
+    rows+=("$(printf '%-16s %-22s %-8s %s' "$name" "${expect%%:*}" skipped '(--full)')")
+    continue
+  fi
+  echo "== case $name: spin $defs"
+  d=$work/$name
+  mkdir -p "$d"
+  cp model/*.pml "$d/"
+  log=$d/pan.log
+  # shellcheck disable=SC2086
+  if ! (cd "$d" && spin $defs -a slot_protocol.pml > spin.log 2>&1 &&
+        gcc -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$MEM" -o pan pan.c > gcc.log 2>&1); then
+    cat "$d/spin.log" "$d/gcc.log" 2>/dev/null
+    failed=$((failed + 1))
+    rows+=("$(printf '%-16s %-22s %-8s %s' "$name" "${expect%%:*}" FAILED '(spin/gcc failed)')")
+    continue
+  fi
+  wall0=$(date +%s%N)
+  (cd "$d" && ./pan -m1000000 > pan.log 2>&1)
+  wall_ms=$((($(date +%s%N) - wall0) / 1000000))
+  wall=$((wall_ms / 1000)).$(printf '%03d' $((wall_ms % 1000)) | cut -c1)
+  parse_pan "$log"
+  verdict=FAILED
+  case "$expect" in
+    pass)
+      if [ "$errors" = 0 ] && [ $complete = 1 ]; then verdict=ok; fi ;;
+    violation:*)
+      want=${expect#violation:}
+      if [ "$errors" != 0 ] && grep -qF "assertion violated" "$log" &&
+         grep "assertion violated" "$log" | grep -qF "$want"; then
+        verdict=ok
+        trail=$(cd "$d" && spin $defs -t slot_protocol.pml 2>&1 |
+                sed -n 's/^ *MSC: /  /p; s/^spin: text of failed assertion: /  violated: /p')
+        summaries+=("counterexample of $name (the expected violation):"$'\n'"$trail")
+      fi ;;
+  esac
+  if [ $verdict = ok ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  rows+=("$(printf '%-16s %-22s %-8s %12s %12s %6s %9s %7s %7s' "$name" "${expect%%:*}" \
+            "$verdict" "$states" "$trans" "$depth" "$mem_mb" "$secs" "$wall")")
+  if [ $verdict != ok ]; then
+    echo "model-check: case $name expected '$expect'; pan reported:"
+    grep -E 'violated|errors:|Search not completed|max search depth|out of memory|invalid end state' "$log"
+    [ "$expect" = pass ] && [ "$errors" != 0 ] &&
+      (cd "$d" && spin $defs -t slot_protocol.pml 2>&1 |
+       sed -n 's/^ *MSC: /  /p; s/^spin: text of failed assertion: /  violated: /p')
+  fi
+done
+
+echo
+printf '%-16s %-22s %-8s %12s %12s %6s %9s %7s %7s\n' case expect result states transitions \
+  depth "mem(MB)" "pan(s)" "wall(s)"
+printf '%s\n' "${rows[@]}"
+for s in "${summaries[@]}"; do
+  echo
+  echo "$s"
+done
+echo
+echo "model: $passed passed, $failed failed, $skipped skipped"
+[ $failed = 0 ]
