@@ -9,8 +9,8 @@
  * storable and loadable), and one Flusher per worker (its x86-TSO store
  * buffer, tso.pml). Format-or-attach is model/format.pml.
  *
- * Faults: a worker may crash (stop forever) at every FP point, CRASHES
- * times in all. A pause is the Reclaimer judging a *running* worker dead
+ * Faults: a worker may crash (stop forever) at every FP point: with
+ * CRASHES=1 one worker (either) may, with CRASHES=2 each may, once. A pause is the Reclaimer judging a *running* worker dead
  * (PAUSES times in all): the worker was stopped past the liveness timeout
  * at whatever step it is at, is reclaimed, and then resumes as a zombie
  * that continues its old steps. With RCRASHES > 0 the Reclaimer may die
@@ -20,7 +20,8 @@
  * v1: CRC over the payload only, CommitWrite stores the CRC before and
  * regardless of its CAS, BeginWrite writes key and tag after the claim
  * without a re-check, tags cleared before the freeing CAS). Without it, the
- * layout v2 protocol. CHECK_READS_ONLY keeps only the reader property (the
+ * layout v2 protocol; UNBOUND_CRC is v2 without the CRC trailer (the
+ * ownership checks alone). CHECK_READS_ONLY keeps only the reader property (the
  * old-protocol run that must find defect 1 reports nothing else first);
  * CHECK_SETTLE_ONLY keeps only the end-state properties (slots settle, keys
  * stay storable).
@@ -41,6 +42,9 @@
 #endif
 #ifndef OPS
 #define OPS 2
+#endif
+#ifndef OPS0
+#define OPS0 OPS  /* P0's operations (an asymmetric bound: P0 fewer) */
 #endif
 #ifndef SBSZ
 #define SBSZ 2
@@ -93,7 +97,7 @@
 /* The CRC as a value: CRC32C collisions are not modelled, so the CRC of a
  * payload is the payload's tag. Layout v2 extends it with the trailer
  * (generation, key); v1 covers the payload only. */
-#ifdef OLD_PROTOCOL
+#if defined(OLD_PROTOCOL) || defined(UNBOUND_CRC)
 #define CRCV(t, g, k) (t)
 #else
 #define CRCV(t, g, k) ((t) + 256 * ((g) * 4 + (k)))
@@ -108,7 +112,7 @@ byte pst[NPROC];   /* participant state word (incarnations never repeat:
                       no entry is re-registered in this model) */
 bool crashed[NPROC];
 byte ndone;        /* workers finished or crashed */
-byte crash_budget = CRASHES;
+byte crashmask;  /* workers that may crash (once each): chosen in init */
 byte pause_budget = PAUSES;
 byte rcrash_budget = RCRASHES;
 short ready_tok[NSLOT];  /* ghost: the payload tag the commit of the slot's
@@ -118,9 +122,11 @@ short ready_tok[NSLOT];  /* ghost: the payload tag the commit of the slot's
 
 /* A crash point: the worker stops forever here (its buffered stores still
  * drain). */
+/* The choice reads only a local (mayfail), so partial-order reduction
+ * still applies around it. */
 #define FP \
   if \
-  :: atomic { (crash_budget > 0 && me < NP) -> crash_budget-- }; goto crashed_ \
+  :: mayfail -> goto crashed_ \
   :: true \
   fi
 
@@ -219,7 +225,7 @@ inline TAKE_READY(s, g, o, ok) {
  * over the ways. The reference bit is not modelled: in the first sweep any
  * READY way may be passed over, so every order CLOCK can produce is
  * covered. */
-inline CLAIM() {
+inline CLAIM(k) {
   claimed = false;
   s = 0;
   do
@@ -237,8 +243,38 @@ inline CLAIM() {
      s++
   :: else -> break
   od;
+#ifndef OLD_PROTOCOL
+  /* v2: before evicting anything, a READY copy of the key whose tag was
+     lost (Find skipped it) is looked for ignoring tags: fs, fg, fo. */
+  s = 0;
+  do
+  :: !claimed && s < NSLOT ->
+     LOADW(s);
+     if
+     :: ws == S_READY ->
+        LD(me, A_KEY(s), t);
+        if
+        :: t == k ->
+           d_step {
+             if
+             :: sgen[s] == wg && sown[s] == wo && sst[s] == ws -> fs = s; fg = wg; fo = wo; fst = ws
+             :: else
+             fi
+           }
+        :: else
+        fi;
+        t = 0
+     :: else
+     fi;
+     if
+     :: fs != NONE -> break
+     :: else -> s++
+     fi
+  :: else -> break
+  od;
+#endif
   if
-  :: !claimed ->
+  :: !claimed && fs == NONE ->
      select (start : 0 .. NSLOT - 1);
      c = 0;
      do
@@ -309,6 +345,7 @@ inline TAKE_AND_FREE(s, g, o, st) {
   CASW(s, g, o, st, g + 1, me, S_WRITING, ok);
   if
   :: ok ->
+     printf("MSC: P%d takes slot %d (gen %d) to free it\n", me, s, g);
      myslot = s; mygen = g + 1;
      FP;
      RELEASE_OWNED();
@@ -362,11 +399,18 @@ inline REPAIR_TAG(s, g, o, tag) {
 inline COMMIT(from_source) {
   if
   :: from_source -> crc = CRCV(mytok, mygen, k)
-  :: else -> LD(me, A_DATA(myslot), crc); crc = CRCV(crc, mygen, k)
+  :: else ->
+     LD(me, A_DATA(myslot), crc);
+     printf("MSC: P%d CommitWrite(nullptr): CRC over the bytes now in slot %d\n", me, myslot);
+     crc = CRCV(crc, mygen, k)
   fi;
   FP;
-  printf("MSC: P%d stores CRC of slot %d\n", me, myslot);
+  lost = false;
   META_ST(A_CRC(myslot), crc);
+  if
+  :: !lost -> printf("MSC: P%d stores the CRC of slot %d\n", me, myslot)
+  :: lost -> printf("MSC: P%d: slot %d is no longer its own, no CRC stored\n", me, myslot)
+  fi;
   crc = 0;
   /* @fp write.before_commit */
   FP;
@@ -401,9 +445,17 @@ inline STORE(k) {
         /* @fp write.before_claim (v2; v1 has the step, not the failpoint) */
 #endif
         FP;
-        CLAIM();
+        CLAIM(k);
         if
-        :: !claimed -> outcome = O_FULL
+#ifndef OLD_PROTOCOL
+        :: !claimed && fs != NONE ->
+           /* the untagged READY copy: repair its tag, answer duplicate */
+           printf("MSC: P%d finds an untagged READY copy of key %d in slot %d\n", me, k, fs);
+           FP;
+           REPAIR_TAG(fs, fg, fo, k);
+           outcome = O_DUP
+#endif
+        :: !claimed && fs == NONE -> outcome = O_FULL
         :: claimed ->
            assert(mygen < 16);
            mytok = TOK(me, mygen, k);
@@ -425,11 +477,14 @@ inline STORE(k) {
 #endif
            if
            :: !lost ->
-              printf("MSC: P%d stores key %d and tag into slot %d\n", me, k, myslot);
               META_ST(A_KEY(myslot), k);
               FP;
               if
               :: !lost -> META_ST(A_TAG(myslot), k)
+              :: else
+              fi;
+              if
+              :: !lost -> printf("MSC: P%d stores key %d and tag into slot %d\n", me, k, myslot)
               :: else
               fi;
               if
@@ -577,7 +632,7 @@ pin_done:
 /* @fn RegionImpl::ForceDropSlot: a CRC failure frees the block. */
 inline FORCEDROP(s) {
 #ifndef OLD_PROTOCOL
-  printf("MSC: P%d drops slot %d (CRC failure)\n", me, s);
+  printf("MSC: P%d: CRC check of slot %d fails, drops it\n", me, s);
   TAKE_AND_FREE(s, fg, fo, fst)
 #else
   LD(me, A_TAG(s), t);
@@ -655,14 +710,15 @@ inline LOAD(k) {
 
 #define OPLOCALS \
   byte k, s, t, c, start, wg, wo, ws, fs = NONE, fg, fo, fst, myslot, mygen, outcome; \
-  bool ok, claimed, lost, pinned, participant, unchanged, hit, keycheck; \
+  bool ok, claimed, lost, pinned, participant, unchanged, hit, keycheck, mayfail; \
   short got, crc, snap, mytok
 
 proctype Worker(byte me) {
   OPLOCALS;
   byte op;
+  mayfail = (crashmask >> me) & 1;
   do
-  :: op < OPS ->
+  :: op < (me == 0 -> OPS0 : OPS) ->
      op++;
      select (k : 1 .. NK);
      if
@@ -707,13 +763,12 @@ inline SWEEP(i) {
      LOADW(s);
      if
      :: ws == S_WRITING && wo == i ->
-        printf("MSC: reclaimer frees slot %d (P%d was writing it)\n", s, i);
 #ifdef OLD_PROTOCOL
         LD(me, A_TAG(s), t);
         RFP;
         CASW(s, wg, wo, ws, wg, 0, S_FREE, ok);
         if
-        :: ok -> CLEARTAG(s, t)
+        :: ok -> printf("MSC: reclaimer frees slot %d (P%d was writing it)\n", s, i); CLEARTAG(s, t)
         :: else
         fi
 #else
@@ -758,7 +813,7 @@ inline ORPHAN_SWEEP(s) {
   LOADW(s);
   if
   :: (ws == S_WRITING || ws == S_EVICTING) && pst[wo] == P_FREE ->
-     printf("MSC: orphan sweep frees slot %d (owner P%d is not alive)\n", s, wo);
+     printf("MSC: orphan sweep: slot %d's owner P%d is not alive\n", s, wo);
      if
      :: ws == S_EVICTING -> CASW(s, wg, wo, ws, wg, ready_tok[s] / 64, S_READY, ok)
      :: ws == S_WRITING -> TAKE_AND_FREE(s, wg, wo, ws)
@@ -870,6 +925,12 @@ end_done:
 init {
   byte i;
   atomic {
+#if CRASHES >= 2
+    crashmask = (1 << NP) - 1;
+#elif CRASHES == 1
+    select (i : 0 .. NP - 1);
+    crashmask = 1 << i;
+#endif
     i = 0;
     do
     :: i < NPROC -> pst[i] = P_ACTIVE; i++

@@ -23,16 +23,21 @@ SBuf sb[NBUF];
 byte sbi;  /* scratch for d_steps; always reset to 0 after use */
 
 /* Plain store. A full buffer stalls the CPU until its Flusher drains one. */
+#ifdef NO_TSO
+#define BUFFERED(p) 0
+#else
+#define BUFFERED(p) ((p) < NBUF)
+#endif
 inline ST(p, addr, val) {
   if
-  :: p < NBUF ->
+  :: BUFFERED(p) ->
      atomic {
        sb[p].n < SBSZ ->
        sb[p].a[sb[p].n] = addr;
        sb[p].v[sb[p].n] = val;
        sb[p].n++
      }
-  :: else -> mem[addr] = val  /* unbuffered process (the reclaimer): SC */
+  :: else -> mem[addr] = val  /* unbuffered (the reclaimer; -DNO_TSO): SC */
   fi
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Model-checks the slot and participant protocol (model/, docs/model.md) with
-# Spin: the names the model cites must exist in src/region/, and the old
-# protocol (layout v1) must show defect 1 (a paused writer's bytes served as a
-# hit) and defect 3 (a slot that never settles).
+# Spin: the names the model cites must exist in src/region/, the current
+# protocol (layout v2) and format-or-attach must satisfy every property, and
+# the old protocol (layout v1) must show defect 1 (a paused writer's bytes
+# served as a hit) and defect 3 (a slot that never settles).
 #
 #   scripts/model-check.sh              # the default bounds (the test stage)
 #   scripts/model-check.sh --full       # larger bounds as well (minutes, GBs)
@@ -12,10 +13,10 @@
 # Prints one table row per case (states stored, transitions, depth, memory,
 # seconds), the counterexample summary of each expected violation, and the
 # closing line `model: N passed, N failed, N skipped`. MODEL_MEMLIM_MB caps
-# the memory of each verifier (default 2048).
+# the memory of each default verifier (2048), MODEL_FULL_MEMLIM_MB of each
+# --full one (6144).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 
 FULL=0; ONLY=""; LIST=0
 while [ $# -gt 0 ]; do
@@ -28,12 +29,26 @@ while [ $# -gt 0 ]; do
   esac
 done
 MEM=${MODEL_MEMLIM_MB:-2048}
+FULL_MEM=${MODEL_FULL_MEMLIM_MB:-6144}
 
 # name | tier (default/full) | expectation (pass, or violation:TEXT of the
-# assertion that must fail) | spin -D flags (bounds: docs/model.md)
+# assertion that must fail) | spin -D flags (bounds: docs/model.md) | state
+# storage (default -DCOLLAPSE, exact; the full cases use -DHC4, hash
+# compaction: a hash collision can hide a state). Cases named fmt-* check
+# model/format.pml, the others model/slot_protocol.pml.
 CASES=(
+  "v2-1slot|default|pass|-DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
+  "v2-2slots|default|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DNO_REGION_CRC"
+  "v2-region-crc|default|violation:got==snap|-DOPS=1 -DNSLOT=1 -DNK=2"
+  "v2-unbound|default|violation:got==snap|-DUNBOUND_CRC -DCHECK_READS_ONLY -DNO_REGION_CRC"
   "v1-defect1|default|violation:got==snap|-DOLD_PROTOCOL -DCHECK_READS_ONLY -DNO_REGION_CRC"
   "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
+  "fmt-2openers|default|pass|-DNO=2 -DNCHUNK=2 -DCRASHES=1"
+  "fmt-limit|default|violation:nattached==0|-DNO=2 -DNCHUNK=1 -DCRASHES=0 -DFORMAT_LIMIT"
+  "v2-ops2|full|pass|-DOPS0=1 -DOPS=2 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC|-DHC4"
+  "v2-2slots-2keys|full|pass|-DOPS=1 -DNSLOT=2 -DNK=2 -DNO_REGION_CRC|-DHC4"
+  "v2-rcrash|full|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DRCRASHES=1 -DCRASHES=2 -DNO_REGION_CRC|-DHC4"
+  "fmt-3openers|full|pass|-DNO=3 -DNCHUNK=1 -DCRASHES=1|-DHC4"
 )
 
 if [ $LIST = 1 ]; then
@@ -94,21 +109,26 @@ parse_pan() {  # parse_pan <log>
 rows=()
 summaries=()
 for c in "${CASES[@]}"; do
-  IFS='|' read -r name tier expect defs <<< "$c"
+  IFS='|' read -r name tier expect defs store <<< "$c"
+  : "${store:=-DCOLLAPSE}"
   [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   if [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ]; then
     skipped=$((skipped + 1))
     rows+=("$(printf '%-16s %-22s %-8s %s' "$name" "${expect%%:*}" skipped '(--full)')")
     continue
   fi
-  echo "== case $name: spin $defs"
+  mem=$MEM
+  pml=slot_protocol.pml
+  [[ $name == fmt-* ]] && pml=format.pml
+  [ "$tier" = full ] && mem=$FULL_MEM
+  echo "== case $name: spin $defs (verifier $store, memory cap $mem MB)"
   d=$work/$name
   mkdir -p "$d"
   cp model/*.pml "$d/"
   log=$d/pan.log
   # shellcheck disable=SC2086
-  if ! (cd "$d" && spin $defs -a slot_protocol.pml > spin.log 2>&1 &&
-        gcc -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$MEM" -o pan pan.c > gcc.log 2>&1); then
+  if ! (cd "$d" && spin $defs -a $pml > spin.log 2>&1 &&
+        gcc -O2 -DSAFETY $store -DMEMLIM="$mem" -o pan pan.c > gcc.log 2>&1); then
     cat "$d/spin.log" "$d/gcc.log" 2>/dev/null
     failed=$((failed + 1))
     rows+=("$(printf '%-16s %-22s %-8s %s' "$name" "${expect%%:*}" FAILED '(spin/gcc failed)')")
@@ -128,7 +148,7 @@ for c in "${CASES[@]}"; do
       if [ "$errors" != 0 ] && grep -qF "assertion violated" "$log" &&
          grep "assertion violated" "$log" | grep -qF "$want"; then
         verdict=ok
-        trail=$(cd "$d" && spin $defs -t slot_protocol.pml 2>&1 |
+        trail=$(cd "$d" && spin $defs -t $pml 2>&1 |
                 sed -n 's/^ *MSC: /  /p; s/^spin: text of failed assertion: /  violated: /p')
         summaries+=("counterexample of $name (the expected violation):"$'\n'"$trail")
       fi ;;
@@ -140,7 +160,7 @@ for c in "${CASES[@]}"; do
     echo "model-check: case $name expected '$expect'; pan reported:"
     grep -E 'violated|errors:|Search not completed|max search depth|out of memory|invalid end state' "$log"
     [ "$expect" = pass ] && [ "$errors" != 0 ] &&
-      (cd "$d" && spin $defs -t slot_protocol.pml 2>&1 |
+      (cd "$d" && spin $defs -t $pml 2>&1 |
        sed -n 's/^ *MSC: /  /p; s/^spin: text of failed assertion: /  violated: /p')
   fi
 done
