@@ -64,6 +64,8 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
     }
   }
   c->state_path_ = opt.state_dir + "/local-composer-state.json";
+  // Nobody else sees c yet; the lock is for the analysis (and costs nothing).
+  base::MutexLock l(&c->mu_);
   std::string text;
   Status s = base::ReadFile(c->state_path_, &text);
   if (s.ok()) {
@@ -126,7 +128,7 @@ Status LocalComposer::CheckPool(const std::string& aid, const std::string& bid) 
 }
 
 Status LocalComposer::ListPools(std::vector<Pool>* pools) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   Pool p;
   p.appliance_id = kApplianceId;
   p.blade_id = opt_.name;
@@ -155,7 +157,7 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
                                      opt_.node_id);
     }
   }
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   int64_t size = (req.size_mib + opt_.block_mib - 1) / opt_.block_mib * opt_.block_mib;
   if (allocated_mib_ + size > opt_.capacity_mib) {
     return Status::NoSpace("local pool " + opt_.name + ": " + std::to_string(size) +
@@ -225,7 +227,7 @@ Status LocalComposer::Compose(const std::string& aid, const std::string& bid,
 
 Status LocalComposer::Free(const std::string& aid, const std::string& bid, const std::string& mid) {
   CXLKV_RETURN_IF_ERROR(CheckPool(aid, bid));
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   auto it = regions_.find(mid);
   if (it == regions_.end()) return Status::NotFound("memory region " + mid + " not found");
   MemoryRegion r = it->second;
@@ -249,7 +251,7 @@ Status LocalComposer::Free(const std::string& aid, const std::string& bid, const
 Status LocalComposer::Get(const std::string& aid, const std::string& bid, const std::string& mid,
                           MemoryRegion* region) {
   CXLKV_RETURN_IF_ERROR(CheckPool(aid, bid));
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   auto it = regions_.find(mid);
   if (it == regions_.end()) return Status::NotFound("memory region " + mid + " not found");
   *region = it->second;
@@ -259,7 +261,7 @@ Status LocalComposer::Get(const std::string& aid, const std::string& bid, const 
 Status LocalComposer::List(const std::string& aid, const std::string& bid,
                            std::vector<MemoryRegion>* regions) {
   CXLKV_RETURN_IF_ERROR(CheckPool(aid, bid));
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   regions->clear();
   for (const auto& [id, r] : regions_) regions->push_back(r);
   return Status::OK();

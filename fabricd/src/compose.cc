@@ -194,7 +194,7 @@ Status FabricManager::PickPorts(const BladeState& blade, const ComposeRequest& r
 
 Status FabricManager::Compose(const std::string& aid, const std::string& bid,
                               const ComposeRequest& req, ComposeResult* result) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   ApplianceState* app = state_.FindAppliance(aid);
   BladeState* blade = app ? app->FindBlade(bid) : nullptr;
   if (blade == nullptr) return Status::NotFound("blade " + aid + "/" + bid + " not found");
@@ -208,7 +208,7 @@ Status FabricManager::Compose(const std::string& aid, const std::string& bid,
 Status FabricManager::ComposeByResource(const std::string& aid, const std::string& bid,
                                         const std::vector<std::string>& resource_ids,
                                         const std::string& port, ComposeResult* result) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   ApplianceState* app = state_.FindAppliance(aid);
   BladeState* blade = app ? app->FindBlade(bid) : nullptr;
   if (blade == nullptr) return Status::NotFound("blade " + aid + "/" + bid + " not found");
@@ -268,7 +268,8 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
   state_ = next;
   CrashPoint("compose:allocated");
 
-  auto rollback = [&](Status why) {
+  // Called only below, under mu_ (the analysis does not follow lambdas).
+  auto rollback = [&](Status why) CXLKV_NO_THREAD_SAFETY_ANALYSIS {
     for (const Mapping& m : r.mappings) Unmaterialize(r, m);
     Status rs = base::RemoveFile(r.backing_path);
     if (!rs.ok()) spdlog::error("{}", rs.ToString());
@@ -317,7 +318,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
   state_ = next;
   CrashPoint("compose:assigned");
 
-  // 4. Materialization on each host: non-fatal per host (paper §2.6).
+  // 4. Materialization on each host: non-fatal per host ([Fan26] §2.6).
   for (Mapping& m : r.mappings) {
     if (m.host_id.empty()) {
       m.materialization = Materialization::kNoAgent;
@@ -356,7 +357,7 @@ Status FabricManager::FindRegion(const std::string& aid, const std::string& bid,
 
 Status FabricManager::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
                              const std::string& port, bool assign, MemoryRegion* out) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   MemoryRegion* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
   const BladeState* blade = state_.FindAppliance(aid)->FindBlade(bid);
@@ -403,7 +404,7 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
 
 Status FabricManager::Free(const std::string& aid, const std::string& bid, const std::string& mid,
                            MemoryRegion* out) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   MemoryRegion* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
   MemoryRegion r = *cur;
@@ -425,7 +426,7 @@ Status FabricManager::HostCompose(const std::string& hid, const ComposeRequest& 
                                   ComposeResult* result) {
   std::string aid, bid, port;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    base::MutexLock l(&mu_);
     HostState* h = state_.FindHost(hid);
     if (h == nullptr) return Status::NotFound("host " + hid + " not found");
     for (const auto& a : state_.appliances) {
@@ -456,7 +457,7 @@ Status FabricManager::HostCompose(const std::string& hid, const ComposeRequest& 
 Status FabricManager::HostFree(const std::string& hid, const std::string& mid, MemoryRegion* out) {
   std::string aid, bid;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    base::MutexLock l(&mu_);
     if (state_.FindHost(hid) == nullptr) return Status::NotFound("host " + hid + " not found");
     auto it = state_.regions.find(mid);
     bool mapped = false;
@@ -471,7 +472,7 @@ Status FabricManager::HostFree(const std::string& hid, const std::string& mid, M
 }
 
 Status FabricManager::PowerCycle(const std::string& aid, const std::string& bid, int* forgotten) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   bool any = aid.empty() && bid.empty();
   for (auto& a : state_.appliances) {
     if (!a.managed || (!aid.empty() && a.id != aid)) continue;
@@ -510,7 +511,7 @@ Status FabricManager::ReportMaterialization(const std::string& hid, const std::s
   if (state != Materialization::kMaterialized && state != Materialization::kFailed) {
     return Status::InvalidArgument("materialization must be Materialized or Failed");
   }
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   auto it = state_.regions.find(mid);
   if (it == state_.regions.end() || it->second.status != RegionStatus::kComposed) {
     return Status::NotFound("memory region " + mid + " not found");

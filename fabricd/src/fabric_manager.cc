@@ -31,11 +31,11 @@ Status FabricManager::Open(const FabricConfig& config, std::unique_ptr<FabricMan
   std::string persisted;
   Status rs = base::ReadFile(m->state_path_, &persisted);
   if (!rs.ok() && !rs.IsNotFound()) return rs;
-  CXLKV_RETURN_IF_ERROR(
-      BuildState(config, persisted, &m->state_).WithContext("load state " + m->state_path_));
-  m->faults_ = config.faults;
   {
-    std::lock_guard<std::mutex> l(m->mu_);
+    base::MutexLock l(&m->mu_);
+    CXLKV_RETURN_IF_ERROR(
+        BuildState(config, persisted, &m->state_).WithContext("load state " + m->state_path_));
+    m->faults_ = config.faults;
     CXLKV_RETURN_IF_ERROR(m->Recover());
   }
   *out = std::move(m);
@@ -94,18 +94,18 @@ std::string FabricManager::BackingPath(const std::string& mid) const {
 }
 
 Faults FabricManager::GetFaults() {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   return faults_;
 }
 
 void FabricManager::SetFaults(const Faults& f) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   faults_ = f;
 }
 
 bool FabricManager::MatchFault(const std::string& method, const std::string& path,
                                FaultRule* rule) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   for (auto& r : faults_.rules) {
     if (r.count == 0) continue;
     if (!r.method.empty() && r.method != method) continue;
@@ -149,7 +149,7 @@ Status ClaimConfigured(std::vector<Entry>& entries, const char* kind, const std:
 }  // namespace
 
 Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* pick = nullptr;
   CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.appliances, "appliance", custom_id, &pick));
@@ -160,7 +160,7 @@ Status FabricManager::AddAppliance(const std::string& custom_id, std::string* id
 }
 
 Status FabricManager::DeleteAppliance(const std::string& aid) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   if (a == nullptr) return Status::NotFound("appliance " + aid + " not found");
@@ -175,7 +175,7 @@ Status FabricManager::DeleteAppliance(const std::string& aid) {
 }
 
 Status FabricManager::RenameAppliance(const std::string& aid, const std::string& new_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   if (a == nullptr) return Status::NotFound("appliance " + aid + " not found");
@@ -194,7 +194,7 @@ Status FabricManager::RenameAppliance(const std::string& aid, const std::string&
 
 Status FabricManager::AddBlade(const std::string& aid, const std::string& custom_id,
                                std::string* id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   if (a == nullptr) return Status::NotFound("appliance " + aid + " not found");
@@ -221,7 +221,7 @@ Status FabricManager::AddBlade(const std::string& aid, const std::string& custom
 }
 
 Status FabricManager::DeleteBlade(const std::string& aid, const std::string& bid) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   BladeState* b = a ? a->FindBlade(bid) : nullptr;
@@ -238,7 +238,7 @@ Status FabricManager::DeleteBlade(const std::string& aid, const std::string& bid
 
 Status FabricManager::RenameBlade(const std::string& aid, const std::string& bid,
                                   const std::string& new_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   ApplianceState* a = next.FindAppliance(aid);
   BladeState* b = a ? a->FindBlade(bid) : nullptr;
@@ -257,7 +257,7 @@ Status FabricManager::RenameBlade(const std::string& aid, const std::string& bid
 }
 
 Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   HostState* pick = nullptr;
   CXLKV_RETURN_IF_ERROR(ClaimConfigured(next.hosts, "host", custom_id, &pick));
@@ -268,7 +268,7 @@ Status FabricManager::AddHost(const std::string& custom_id, std::string* id) {
 }
 
 Status FabricManager::DeleteHost(const std::string& hid) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   HostState* h = next.FindHost(hid);
   if (h == nullptr) return Status::NotFound("host " + hid + " not found");
@@ -283,7 +283,7 @@ Status FabricManager::DeleteHost(const std::string& hid) {
 }
 
 Status FabricManager::RenameHost(const std::string& hid, const std::string& new_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   FabricState next = state_;
   HostState* h = next.FindHost(hid);
   if (h == nullptr) return Status::NotFound("host " + hid + " not found");

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/fabric/composer.h"
 #include "cxlkv/fabricd/config.h"
 #include "http_client.h"
@@ -36,7 +37,7 @@ class FabricManager {
   // Runs f(const FabricState&) under the lock and returns its result.
   template <typename F>
   auto Read(F&& f) {
-    std::lock_guard<std::mutex> l(mu_);
+    base::MutexLock l(&mu_);
     return f(static_cast<const FabricState&>(state_));
   }
 
@@ -54,7 +55,7 @@ class FabricManager {
 
   // Simulated power cycle of one blade (or every blade when aid is ""): all
   // its composed regions are forgotten and their bytes lost; hosts are not
-  // told (paper §2.6: an operator or the host agents must resync).
+  // told ([Fan26] §2.6: an operator or the host agents must resync).
   Status PowerCycle(const std::string& aid, const std::string& bid, int* forgotten);
 
   // A host agent reports what it did with a region mapped to it (after a
@@ -82,31 +83,31 @@ class FabricManager {
 
  private:
   explicit FabricManager(const FabricConfig& config) : config_(config) {}
-  Status Recover();
+  Status Recover() CXLKV_REQUIRES(mu_);
   Status Save(const FabricState& s);
   // Makes `next` the current state once it is on disk, so a failed write
   // leaves the file and the state as they were: every change is a copy of
-  // the state, edited, then installed. REQUIRES: mu_ held.
-  Status Install(FabricState next);
+  // the state, edited, then installed.
+  Status Install(FabricState next) CXLKV_REQUIRES(mu_);
   Status ComposeLocked(ApplianceState* app, BladeState* blade, const Allocation& alloc,
                        const std::vector<std::string>& ports, const ComposeRequest& req,
-                       ComposeResult* result);
+                       ComposeResult* result) CXLKV_REQUIRES(mu_);
   Status PickPorts(const BladeState& blade, const ComposeRequest& req,
-                   std::vector<std::string>* ports);
-  void Materialize(const MemoryRegion& r, Mapping* m);
-  void Unmaterialize(const MemoryRegion& r, const Mapping& m);
-  void CrashPoint(const char* name);
+                   std::vector<std::string>* ports) CXLKV_REQUIRES(mu_);
+  void Materialize(const MemoryRegion& r, Mapping* m) CXLKV_REQUIRES(mu_);
+  void Unmaterialize(const MemoryRegion& r, const Mapping& m) CXLKV_REQUIRES(mu_);
+  void CrashPoint(const char* name) CXLKV_REQUIRES(mu_);
   std::string BackingPath(const std::string& mid) const;
   Status FindRegion(const std::string& aid, const std::string& bid, const std::string& mid,
-                    MemoryRegion** r);
+                    MemoryRegion** r) CXLKV_REQUIRES(mu_);
 
   // Immutable after construction.
   const FabricConfig config_;
   std::string state_path_;
 
-  std::mutex mu_;
-  FabricState state_;  // guarded by mu_
-  Faults faults_;      // guarded by mu_
+  base::Mutex mu_;
+  FabricState state_ CXLKV_GUARDED_BY(mu_);
+  Faults faults_ CXLKV_GUARDED_BY(mu_);
 };
 
 // Validates a user-chosen id (rename, customId): 1..64 of [A-Za-z0-9._-].

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Stage: the region engine built with ThreadSanitizer (clang, build-tsan/),
+# which also checks the lock annotations of every room that has them, then
 # running the engine's unit tests (label region.unit): threads sharing one
 # Region, corruption and mapping tests (the fork-based multi-process tests
 # report as skipped here: TSan cannot start threads after fork).
@@ -10,7 +11,9 @@ cd "$CXLKV_ROOT"
 passed=0; failed=0; skipped=0
 trap 'echo "tsan: $passed passed, $failed failed, $skipped skipped"' EXIT
 
-echo "== tsan: build (build-tsan/, region engine only)"
-cxlkv_build_dir build-tsan "-DCXLKV_TSAN=ON -DCXLKV_ENGINE_ONLY=ON \
+# The rooms whose locks carry Clang annotations are built too: clang's
+# -Wthread-safety -Werror=thread-safety (top-level CMakeLists) checks them.
+echo "== tsan: build (build-tsan/: the engine, base, fabric, fabricd, hostd)"
+cxlkv_build_dir build-tsan "-DCXLKV_TSAN=ON -DCXLKV_ENGINE_ONLY=OFF -DCXLKV_ROOMS=fabric;fabricd;hostd \
 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++" || { failed=$((failed + 1)); exit 1; }
 cxlkv_ctest build-tsan -j "$JOBS" -L '^region\.unit$'

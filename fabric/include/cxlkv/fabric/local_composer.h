@@ -17,9 +17,9 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/fabric/composer.h"
 
 namespace cxlkv::fabric {
@@ -80,11 +80,11 @@ class LocalComposer : public Composer {
 
   LocalPoolOptions opt_;  // immutable after Open
   std::string state_path_;
-  std::unique_ptr<RegionCarver> carver_;        // devdax pools only
-  std::map<std::string, std::string> handles_;  // carver handles; guarded by mu_
-  std::mutex mu_;
-  std::map<std::string, MemoryRegion> regions_;  // guarded by mu_
-  int64_t allocated_mib_ = 0;                    // guarded by mu_
+  std::unique_ptr<RegionCarver> carver_;  // devdax pools only
+  base::Mutex mu_;
+  std::map<std::string, std::string> handles_ CXLKV_GUARDED_BY(mu_);  // carver handles
+  std::map<std::string, MemoryRegion> regions_ CXLKV_GUARDED_BY(mu_);
+  int64_t allocated_mib_ CXLKV_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cxlkv::fabric

@@ -15,10 +15,10 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/fabric/client.h"
 #include "cxlkv/hostd/cdi.h"
 #include "cxlkv/hostd/materializer.h"
@@ -66,22 +66,22 @@ class HostAgent {
  private:
   HostAgent(const AgentOptions& opt, std::unique_ptr<Materializer> m)
       : opt_(opt), materializer_(std::move(m)) {}
-  Status Save();
-  Status MaterializeLocked(const RegionRequest& req, Device* dev);
-  Status RemoveLocked(const std::string& allocation_id);
+  Status Save() CXLKV_REQUIRES(mu_);
+  Status MaterializeLocked(const RegionRequest& req, Device* dev) CXLKV_REQUIRES(mu_);
+  Status RemoveLocked(const std::string& allocation_id) CXLKV_REQUIRES(mu_);
 
   // Immutable after construction.
   const AgentOptions opt_;
   std::string state_path_;
 
-  std::mutex mu_;
-  std::unique_ptr<Materializer> materializer_;  // guarded by mu_
-  std::map<std::string, Device> devices_;       // guarded by mu_
+  base::Mutex mu_;
+  std::unique_ptr<Materializer> materializer_ CXLKV_GUARDED_BY(mu_);
+  std::map<std::string, Device> devices_ CXLKV_GUARDED_BY(mu_);
   // Last local change (materialize/remove) per allocation id, on a counter
   // Resync() also draws from: a resync leaves alone what changed after it
-  // fetched the manager's list. Guarded by mu_.
-  std::map<std::string, uint64_t> changed_;
-  uint64_t seq_ = 0;  // guarded by mu_
+  // fetched the manager's list.
+  std::map<std::string, uint64_t> changed_ CXLKV_GUARDED_BY(mu_);
+  uint64_t seq_ CXLKV_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cxlkv::hostd
