@@ -7,7 +7,7 @@
 # Scaled to run in about a minute on 2 cores: blocks are 512 tokens x
 # KV_BYTES_PER_TOKEN (default 64 B, i.e. 32 KiB blocks instead of Qwen2.5-7B's
 # 28 MiB), so the 1 GiB region holds ~17% of the trace's 182,790 distinct
-# blocks: the capacity-pressure case the paper did not measure.
+# blocks: the capacity-pressure case [Fan26] (docs/references.md) did not measure.
 # Override with REPLICAS, REGION_SIZE, KV_BYTES_PER_TOKEN, LIMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,11 +2,11 @@
 //
 // Block keys and namespaces: how a KV block is named inside a region.
 //
-// A key is 128 bits taken from the block hash (the paper used 64, §3.2, and
+// A key is 128 bits taken from the block hash ([Fan26] §3.2 used 64, and
 // could alias). A namespace says whose block it is (model, dtype, KV layout,
 // TP rank, KV group): the same key in two namespaces names two different
 // blocks, so models or tenants with equal slot geometry can share a region
-// without ever colliding (BRIEF §3).
+// without ever colliding.
 #ifndef CXLKV_KEY_H_
 #define CXLKV_KEY_H_
 

@@ -11,8 +11,8 @@
 
 namespace cxlkv {
 
-// How stores made by one attacher become visible to another (BRIEF §3,
-// docs/coherence.md). Persisted in the region; every attacher must match.
+// How stores made by one attacher become visible to another
+// (docs/coherence.md). Persisted in the region; every attacher must match.
 enum class CoherenceMode : uint32_t {
   // Loads, stores and atomics are coherent between all attachers: one host
   // (/dev/shm, a local devdax), or hosts sharing memory with hardware
@@ -25,8 +25,8 @@ enum class CoherenceMode : uint32_t {
 
 const char* CoherenceModeName(CoherenceMode m);
 
-// When the mapping's page tables are populated (the paper measured ~420 ms
-// of first-touch faults on the first load, §4.8).
+// When the mapping's page tables are populated ([Fan26] §4.8 measured
+// ~420 ms of first-touch faults on the first load).
 enum class Prefault : uint8_t {
   kNone = 0,        // fault lazily on first access (first load pays it)
   kAtAttach = 1,    // Region::Open returns after every page is populated

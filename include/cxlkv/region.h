@@ -3,8 +3,8 @@
 // Region: a KV-block store whose directory lives inside a shared memory
 // region (a file such as /dev/shm/cxlkv/<name>, or a devdax device). Any
 // process that maps the region can look up, load and store blocks with
-// ordinary loads, stores and atomics: there is no metadata service (BRIEF §1,
-// paper §3.2). On-media format: docs/region_format.md.
+// ordinary loads, stores and atomics: there is no metadata service
+// ([Fan26] §3.2). On-media format: docs/region_format.md.
 //
 // Thread-safety: a Region is safe for concurrent use by any number of threads
 // and processes. Leases and PinSets are single-owner values; each must be

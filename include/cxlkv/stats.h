@@ -2,7 +2,7 @@
 //
 // Counters kept in the region (one block per participant, plus a retired
 // total for participants that left) and readable per process or per region.
-// Every failed or skipped store is counted by reason (BRIEF §3: the paper
+// Every failed or skipped store is counted by reason ([Fan26]
 // silently discarded store failures).
 #ifndef CXLKV_STATS_H_
 #define CXLKV_STATS_H_

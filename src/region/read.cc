@@ -4,8 +4,8 @@
 // same READY state word (same generation, so not evicted and reused while
 // we copied), the same key, and the CRC32C of the copied bytes, bound to
 // the generation we observed and the key, namespace and length we asked
-// for and copied (BindSlotCrc), equals the recorded one. The paper checked
-// the key before the copy only (§6: alias on release-and-reacquire); the
+// for and copied (BindSlotCrc), equals the recorded one. [Fan26] checked
+// the key before the copy only (its §6: alias on release-and-reacquire); the
 // generation closes that hole, and binding it into the CRC closes it
 // against writers that were reclaimed while paused and resumed.
 #include <algorithm>

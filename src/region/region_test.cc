@@ -313,7 +313,7 @@ TEST(RegionTest, FullRegionOfPinnedSlotsReportsNoSpace) {
   EXPECT_EQ(r->ProcessCounters()[Counter::kStoreFull], 1u);
 }
 
-// Alias (paper §6): a slot evicted and reused for another key while a reader
+// Alias ([Fan26] §6): a slot evicted and reused for another key while a reader
 // copies it must not be served.
 TEST(RegionTest, SlotReusedDuringReadIsNotServed) {
   ScratchRegion sr;

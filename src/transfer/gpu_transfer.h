@@ -8,7 +8,7 @@
 //            engines (DMA) or by SM threads (small pieces; sm_copy.h). Needs
 //            the host range registered (RegisterHost) — that is what makes the
 //            copy run at the pinned-memory rate instead of the pageable one.
-//   kStaged  The paper's path, kept as a fallback (a region that cannot be
+//   kStaged  [Fan26]'s path, kept as a fallback (a region that cannot be
 //            registered, e.g. an fsdax file) and for comparison: a CPU memcpy
 //            between the host bytes and a pinned staging buffer, overlapped
 //            with the DMA of the other of two staging buffers.

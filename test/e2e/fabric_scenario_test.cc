@@ -330,7 +330,7 @@ TEST_F(FabricScenarioTest, PowerCycleAndRestartForgetRegionsAndHostsFollowAfterR
   EXPECT_TRUE(regions.empty());
   EXPECT_EQ(AllocatedMiB(), 0);
   EXPECT_TRUE(JsonFiles(root_ + "/backing").empty());
-  // Hosts still hold stale devices until they resync (paper §2.6).
+  // Hosts still hold stale devices until they resync ([Fan26] §2.6).
   EXPECT_EQ(JsonFiles(root_ + "/node-a/cdi").size(), 1u);
   Resync("node-a");
   Resync("node-b");

@@ -8,7 +8,7 @@
 //             path: BeginRead/EndRead or BeginWrite/CommitWrite, DMA, GPU
 //             CRC32C of every block);
 //   dma-only  the engine's direct DMA of the same slots, no CRC, no leases;
-//   staged    RegionGpu through pinned staging buffers (the paper's path);
+//   staged    RegionGpu through pinned staging buffers ([Fan26]'s path);
 //   GPU CRC   the engine's CRC32C of the blocks in device memory alone;
 //   w/o CRC   the direct RegionGpu load with verify_crc off (leases + DMA).
 // Every rate is bytes / wall time of a synchronous call (enqueue to

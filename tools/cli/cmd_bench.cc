@@ -238,7 +238,7 @@ json LookupBench(const Flags& f) {
 }
 
 // First load of a 14 MiB block in a process that has just attached, with
-// and without pre-faulting (the paper measured ~420 ms, §4.8).
+// and without pre-faulting ([Fan26] §4.8 measured ~420 ms).
 json FirstLoadBench(const Flags& f) {
   const uint64_t slot = 14ull << 20;
   const std::string path = ScratchPath(f, "first");

@@ -9,7 +9,7 @@
 //
 // Placement: the kernel gives a new device the lowest free range of the
 // region. To start a region at offset X, DevdaxMaterializer first creates a
-// pad device covering [allocated, X) (paper §2.5). Assumes the region is
+// pad device covering [allocated, X) ([Fan26] §2.5). Assumes the region is
 // allocated without holes below X; a hole makes Materialize fail with Busy
 // rather than place the region elsewhere.
 //

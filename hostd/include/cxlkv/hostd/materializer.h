@@ -8,7 +8,7 @@
 //    device node).
 //  - DevdaxMaterializer (real CXL hosts): a devdax sub-device carved from a
 //    dax region through libdaxctl (or sysfs), preceded by a pad device when
-//    the region's offset needs aligning (paper §2.5); the CDI spec carries a
+//    the region's offset needs aligning ([Fan26] §2.5); the CDI spec carries a
 //    `c` device node.
 //
 // Thread-safety: not thread-safe; HostAgent serializes calls.
