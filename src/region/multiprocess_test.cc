@@ -442,7 +442,14 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   EXPECT_EQ(sh->wrong.load(), 0u);
   EXPECT_EQ(sh->store_errors.load(), 0u);
   EXPECT_EQ(sh->load_errors.load(), 0u);
-  EXPECT_EQ(sh->pinned_misses.load(), 0u);
+  // A pin keeps a block from eviction, not from a CRC drop: with pauses, a
+  // resumed zombie's late bytes or fields can land in a pinned slot, and the
+  // first reader to check it drops it (pins do not protect corrupt blocks).
+  // So with pauses every pinned miss of a live worker must be explained by
+  // such a drop; without pauses there are none.
+  if (!pauses) {
+    EXPECT_EQ(sh->pinned_misses.load(), 0u);
+  }
   // Without pauses nothing ever writes into a slot it does not own, so no
   // CRC can fail. A resumed zombie's late bytes or fields fail the bound
   // CRC instead of being served: misses.
@@ -458,6 +465,10 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   auto r = MustOpen(sr.path(), opts);
   WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
   EXPECT_EQ(r->Participants().size(), 1u);
+  if (pauses) {
+    EXPECT_LE(sh->pinned_misses.load(), r->RegionCounters()[Counter::kCrcFailures])
+        << "a pinned block of a live worker vanished without a CRC drop";
+  }
   Region::ScrubReport rep;
   ASSERT_TRUE(r->Verify(true, &rep).ok());
   if (!pauses) {
@@ -477,12 +488,14 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   }
   std::printf(
       "stress%s: %llu hits, %llu stores, %d kills, %d long + %d short pauses, %llu reopens "
-      "(fenced), %llu crc misses, %llu pinned misses of fenced workers, %llu evictions, %llu "
+      "(fenced), %llu crc misses, %llu pinned misses of fenced workers, %llu of live ones, "
+      "%llu evictions, %llu "
       "reclaimed slots, %llu fenced stores, scrub dropped %llu\n",
       pauses ? " with pauses" : "", (unsigned long long)sh->hits.load(),
       (unsigned long long)sh->stores.load(), kills, long_pauses, short_pauses,
       (unsigned long long)sh->reopens.load(), (unsigned long long)sh->crc.load(),
       (unsigned long long)sh->pinned_misses_fenced.load(),
+      (unsigned long long)sh->pinned_misses.load(),
       (unsigned long long)r->RegionCounters()[Counter::kEvictions],
       (unsigned long long)r->RegionCounters()[Counter::kReclaimedSlots],
       (unsigned long long)r->RegionCounters()[Counter::kStoreFenced],
