@@ -31,8 +31,13 @@ KUBE_PKGS=(
   libyaml-cpp-dev        # kube client: kubeconfig is YAML
   nlohmann-json3-dev     # kube client: API objects are JSON
 )
+DRA_PKGS=(
+  libgrpc++-dev protobuf-compiler-grpc  # kubelet plugin: gRPC over Unix sockets
+  libprotobuf-dev protobuf-compiler      # our copies of the kubelet's .proto files
+  libcpp-httplib-dev libspdlog-dev libcli11-dev zlib1g-dev libssl-dev
+)
 
-want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}")
+want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

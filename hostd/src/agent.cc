@@ -149,6 +149,18 @@ Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
   return Status::OK();
 }
 
+Status HostAgent::RewriteSpec(const std::string& allocation_id, Device* dev) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = devices_.find(allocation_id);
+  if (it == devices_.end()) {
+    return Status::NotFound("region " + allocation_id + " is not materialized on this host");
+  }
+  std::string spec_path;
+  CXLKV_RETURN_IF_ERROR(WriteCdiSpec(it->second, opt_.cdi, &spec_path));
+  *dev = it->second;
+  return Status::OK();
+}
+
 Status HostAgent::Remove(const std::string& allocation_id) {
   base::MutexLock l(&mu_);
   changed_[allocation_id] = ++seq_;

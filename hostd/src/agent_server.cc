@@ -61,6 +61,13 @@ class HttpAgentServer : public AgentServer {
                 if (!s.ok()) return ReplyStatus(res, s);
                 Reply(res, 200, DeviceJson(d));
               });
+    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/spec)",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 Device d;
+                 Status s = agent_->RewriteSpec(req.matches[1], &d);
+                 if (!s.ok()) return ReplyStatus(res, s);
+                 Reply(res, 200, DeviceJson(d));
+               });
     http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    Status s = agent_->Remove(req.matches[1]);

@@ -45,6 +45,24 @@ class AgentTest : public ::testing::Test {
   AgentOptions opt_;
 };
 
+// The DRA plugin's re-check: a lost spec comes back, and an absent region is
+// NotFound with nothing created.
+TEST_F(AgentTest, RewriteSpecRestoresALostSpecAndNeverMaterializes) {
+  auto a = Open();
+  Device d;
+  EXPECT_TRUE(a->RewriteSpec("r1", &d).IsNotFound());
+  EXPECT_FALSE(Exists(root_ + "/cdi/r1.json"));
+  EXPECT_TRUE(a->List().empty());
+
+  ASSERT_TRUE(a->Materialize(RegionRequest{"r1", 4 << 20, 0, backing_}, &d).ok());
+  ASSERT_EQ(unlink((root_ + "/cdi/r1.json").c_str()), 0);  // a reboot wiped /var/run/cdi
+  Device again;
+  ASSERT_TRUE(a->RewriteSpec("r1", &again).ok());
+  EXPECT_TRUE(Exists(root_ + "/cdi/r1.json"));
+  EXPECT_EQ(again.path, d.path);
+  EXPECT_EQ(again.size_bytes, d.size_bytes);
+}
+
 TEST_F(AgentTest, MaterializeWritesSpecAndRemoveDeletesEverything) {
   auto a = Open();
   RegionRequest req{"r1", 4 << 20, 0, backing_};

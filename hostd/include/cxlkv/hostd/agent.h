@@ -52,6 +52,12 @@ class HostAgent {
   // Errors as Materializer::Materialize, or IOError writing spec/state.
   Status Materialize(const RegionRequest& req, Device* dev);
 
+  // Rewrites the CDI spec of a region that is materialized here (a reboot or
+  // a tmpfs wipe may have lost it) and fills *dev. NotFound: not materialized
+  // here; nothing is created. IOError writing the spec. (The DRA kubelet
+  // plugin's prepare calls this: it never materializes, only re-checks.)
+  Status RewriteSpec(const std::string& allocation_id, Device* dev);
+
   // Removes a region's device and CDI spec. NotFound: not materialized here.
   Status Remove(const std::string& allocation_id);
 

@@ -3,6 +3,8 @@
 // AgentServer: cxlkv-hostd's HTTP endpoint, called by the fabric manager.
 //   PUT    /cxlkv/v1/regions/{allocationId}  {sizeBytes, offsetBytes, backingPath}
 //          -> 200 {allocationId, device, sizeBytes, offsetBytes, cdiDevice}
+//   POST   /cxlkv/v1/regions/{allocationId}/spec -> 200 as PUT after rewriting
+//          the CDI spec of a region materialized here; 404 when not here
 //   DELETE /cxlkv/v1/regions/{allocationId}  -> 200, or 404 when not here
 //   GET    /cxlkv/v1/regions                 -> {hostId, regions: [...]}
 //   POST   /cxlkv/v1/resync                  -> {materialized, removed, failed}
