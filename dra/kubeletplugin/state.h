@@ -1,0 +1,109 @@
+// Copyright cxlkv authors.
+//
+// DeviceState: what NodePrepareResources and NodeUnprepareResources do, free
+// of gRPC. Per claim, Prepare
+//   1. reads the claim and checks its UID (a replaced claim is refused) and
+//      that it is allocated;
+//   2. checks that this node is in the allocation's node selector
+//      (k/k#140087: the scheduler once skipped that check for shared claims);
+//   3. takes the region from the controller's `status.devices[].data`
+//      (common/claim_status.h); none yet = "not ready yet";
+//   4. refuses a region still prepared here for another claim;
+//   5. records PrepareStarted in the checkpoint, has the local hostd rewrite
+//      the region's CDI spec (a reboot wipes /var/run/cdi; hostd answers
+//      NotFound until the fabric manager had it materialize the region here:
+//      "not ready yet"), checks the spec file exists, records
+//      PrepareCompleted and returns the CDI ids.
+// Every step is redone on every call: Prepare is idempotent and never trusts
+// the checkpoint alone. Errors are per claim and fast (every remote call is
+// bounded well under the kubelet's fixed 45 s), so the kubelet retries.
+// Unprepare forgets the claim; an unknown claim is success.
+//
+// Thread-safety: Prepare, Unprepare, Cleanup and Prepared serialize on one
+// mutex (as the Go helper serializes gRPC calls by default).
+#ifndef CXLKV_DRA_KUBELETPLUGIN_STATE_H_
+#define CXLKV_DRA_KUBELETPLUGIN_STATE_H_
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cxlkv/kube/client.h"
+#include "cxlkv/status.h"
+#include "kubeletplugin/checkpoint.h"
+#include "kubeletplugin/hostd_client.h"
+
+namespace cxlkv::dra {
+
+struct StateOptions {
+  std::string driver_name = "cxlkv.dev";
+  std::string node_name;        // REQUIRES: non-empty
+  std::string checkpoint_path;  // REQUIRES: non-empty; its directory must exist
+  std::string boot_id_path = "/proc/sys/kernel/random/boot_id";
+  // Where hostd writes CDI specs; the spec file <cdi_dir>/<memoryId>.json is
+  // checked after every rewrite. "" skips the check.
+  std::string cdi_dir = "/var/run/cdi";
+};
+
+// What the kubelet sends for one claim.
+struct ClaimRef {
+  std::string ns;
+  std::string uid;
+  std::string name;
+};
+
+struct PrepareResult {
+  std::vector<PreparedDevice> devices;
+  std::string error;  // "" = success
+};
+
+class DeviceState {
+ public:
+  // Loads the checkpoint (a missing one is empty) and stamps it with this
+  // boot's id. A checkpoint from an earlier boot keeps its entries (the
+  // kubelet re-prepares them after a reboot, and Prepare redoes the work).
+  // Corruption / Unsupported: the checkpoint cannot be read; it is left in
+  // place, never reset (resetting could hand a region to a second claim).
+  // REQUIRES: kube and hostd outlive the state.
+  static Status Open(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd,
+                     std::unique_ptr<DeviceState>* out);
+
+  PrepareResult Prepare(const ClaimRef& claim);
+  // "" = success (also for a claim this node never prepared).
+  std::string Unprepare(const ClaimRef& claim);
+
+  // Drops checkpoint entries whose claim is gone from the API server (or was
+  // replaced by one with another UID): claims deleted while the plugin was
+  // down. Returns how many were dropped in *dropped. Entries whose claim
+  // cannot be read for another reason stay.
+  Status Cleanup(int* dropped);
+
+  // A copy of the checkpoint's entries.
+  std::vector<ClaimEntry> Prepared();
+  // True when the checkpoint came from an earlier boot.
+  bool rebooted() const { return rebooted_; }
+
+ private:
+  DeviceState(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd)
+      : opt_(opt), kube_(kube), hostd_(hostd) {}
+  std::string PrepareLocked(const ClaimRef& claim, std::vector<PreparedDevice>* devices);
+  Status NodeLocked(nlohmann::json* node);
+  Status SaveLocked();
+
+  // Immutable after construction.
+  const StateOptions opt_;
+  kube::Client* const kube_;
+  const HostdClient* const hostd_;
+  bool rebooted_ = false;
+
+  std::mutex mu_;
+  Checkpoint cp_;                                    // guarded by mu_
+  nlohmann::json node_;                              // guarded by mu_; this node, cached
+  std::chrono::steady_clock::time_point node_read_;  // guarded by mu_
+};
+
+}  // namespace cxlkv::dra
+
+#endif  // CXLKV_DRA_KUBELETPLUGIN_STATE_H_
