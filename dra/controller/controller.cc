@@ -125,7 +125,7 @@ struct Controller::Rep {
   Status Own(const json& claim);
   Status Compose(json& claim, const json& ours, RegionRef* ref);
   Status WriteStatus(const json& claim, const json& ours, const RegionRef& ref,
-                     const fabric::Region& region, bool* all_materialized);
+                     const fabric::MemoryRegion& region, bool* all_materialized);
   Status PatchClaim(const json& claim, const json& ops, json* out, const std::string& sub = "");
   void Event(const json& claim, bool warning, const std::string& reason, const std::string& note) {
     if (events) {
@@ -338,7 +338,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     *requeue_soon = true;
     return Status::OK();
   }
-  fabric::Region region;
+  fabric::MemoryRegion region;
   Status s = composer->Get(ref.appliance_id, ref.blade_id, ref.memory_id, &region);
   if (s.IsNotFound()) {
     // The region vanished (appliance power cycle): the policy is to compose
@@ -449,19 +449,19 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
 }
 
 Status Controller::Rep::WriteStatus(const json& claim, const json& ours, const RegionRef& ref,
-                                    const fabric::Region& region, bool* all) {
+                                    const fabric::MemoryRegion& region, bool* all) {
   json hosts = json::object();
   *all = !region.mappings.empty();
   std::string pending;
   for (const auto& m : region.mappings) {
     if (m.host_id.empty()) continue;
-    hosts[m.host_id] = {{"state", m.materialization},
-                        {"cdiDevice", "cxlkv.dev/region=" + region.id}};
+    const std::string state = fabric::ToString(m.materialization);
+    hosts[m.host_id] = {{"state", state}, {"cdiDevice", "cxlkv.dev/region=" + region.id}};
     if (!m.error.empty()) hosts[m.host_id]["error"] = m.error;
     if (!m.device.empty()) hosts[m.host_id]["device"] = m.device;
-    if (m.materialization != kHostMaterialized) {
+    if (m.materialization != fabric::Materialization::kMaterialized) {
       *all = false;
-      pending += (pending.empty() ? "" : ", ") + m.host_id + " " + m.materialization;
+      pending += (pending.empty() ? "" : ", ") + m.host_id + " " + state;
     }
   }
   json data = {{"memoryId", region.id},

@@ -14,7 +14,7 @@
 # Then: plugin restart with a new boot id and a wiped CDI dir (prepare redoes
 # the work), and a create/delete loop of claims with pods (10; 50 with
 # CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint entry.
-# Warm (Kubernetes and the fake kubelet cached): about 155 s on 2 cores (measured 154 s).
+# Warm (Kubernetes and the fake kubelet cached): about 160 s on 2 cores (measured 158 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -118,8 +118,12 @@ for n in "${NODES[@]}"; do
   plugin_start "$n"
   kubelet_start "$n"
 done
-start controller "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" --identity ctl-0 \
-  --slice-period 5
+# Two controller replicas race for every claim: the owner CAS must let
+# exactly one of them compose each.
+for c in 0 1; do
+  start "controller-$c" "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
+    --identity "ctl-$c" --slice-period 5
+done
 for n in "${NODES[@]}"; do
   wait_until 30 grep -q "DRA plugin\|Register new plugin\|registered" "$E/logs/kubelet-$n.log" || true
 done
@@ -199,7 +203,7 @@ if wait_until 120 succeeded replay-0 && wait_until 60 succeeded replay-1; then
 else bad "replay pods: $(phase replay-0) / $(phase replay-1)"; kubectl get pods -o wide; fi
 # The pods ran to completion, so the claim may already be deallocated and its
 # region freed: count composes in the controller's log instead.
-n_comp=$(grep -c "claim default/kv: composed region" "$E/logs/controller.log")
+n_comp=$(cat "$E"/logs/controller-*.log | grep -c "claim default/kv: composed region")
 [ "$n_comp" = 1 ] && ok "composed once for both pods" || bad "composed $n_comp times"
 for i in 0 1; do
   grep -q "\"cdi_device_ids\":\[\"cxlkv.dev/region=$CDI\"\]\|cxlkv.dev/region=$CDI" "$E/fake-node-$i/kubelet/dra/dra_manager_state" 2>/dev/null &&
@@ -234,6 +238,25 @@ attached() { [ "$(grep -c attached "$SLOG" 2>/dev/null)" -ge "$1" ]; }
 if wait_until 90 running sleeper && wait_until 10 attached 1; then
   ok "pod on fake-node-2 running with its region"
 else bad "sleeper: $(phase sleeper)"; fi
+# Health through kubelet's own code: the plugin streams DRAResourceHealth,
+# kubelet's DRA manager records it in its health state file.
+health() {  # health <node>: the blade device's health as kubelet recorded it
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cxlkv.dev"]["Devices"]["cma-0/blade-0/blade-0"]["Health"])' \
+    "$E/$1/kubelet/dra/dra_health_state" 2>/dev/null
+}
+is_health() { [ "$(health "$1")" = "$2" ]; }
+MEM2=$(kubectl get resourceclaim kv2 -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["devices"][0]["data"]["memoryId"])')
+if wait_until 20 is_health fake-node-2 Healthy; then
+  ok "kubelet recorded the blade device Healthy on fake-node-2 (health stream)"
+else bad "health on fake-node-2: '$(health fake-node-2)'"; fi
+# The region vanishes from this host (hostd drops it); hostd's own resync
+# (every 5 s) materializes it again.
+curl -s -X DELETE "http://127.0.0.1:${HPORT[fake-node-2]}/cxlkv/v1/regions/$MEM2" >/dev/null
+if wait_until 10 is_health fake-node-2 Unhealthy; then
+  ok "region gone from fake-node-2: kubelet recorded the device Unhealthy"
+else bad "after removing the region: health '$(health fake-node-2)'"; fi
+wait_until 20 is_health fake-node-2 Healthy && ok "hostd's resync restored it: Healthy again" ||
+  bad "health did not recover: '$(health fake-node-2)'"
 # The reboot: kubelet, plugin and containers stop; tmpfs state (the CDI dir)
 # is lost; the boot id changes. hostd keeps running: it is hostd's business
 # to keep its devices (its own resync covers its restart).
@@ -274,6 +297,13 @@ wait_until 30 no_regions
 leaked=$(regions)
 stale=0; for n in "${NODES[@]}"; do stale=$((stale + $(ckpt_entries "$n"))); done
 echo "dra: loop of $LOOPS in $((SECONDS - t0))s: $leaked leaked regions, $stuck stuck finalizers, $stale stale checkpoint entries"
+# Every claim of the run composed exactly once, by whichever replica owned it.
+dups=$(cat "$E"/logs/controller-*.log | grep -o "claim default/[a-z0-9-]*: composed region" | sort | uniq -d | wc -l)
+total=$(cat "$E"/logs/controller-*.log | grep -c "composed region")
+by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "composed region" "$E/logs/controller-1.log")
+[ "$dups" = 0 ] && [ "$total" = $((LOOPS + 2)) ] &&
+  ok "two racing controllers: each of $total claims composed exactly once (ctl-0 $by0, ctl-1 $by1)" ||
+  bad "racing controllers: $total composes for $((LOOPS + 2)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
 [ "$failed" -eq 0 ]
