@@ -5,12 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "atomic_file.h"
+#include "cxlkv/base/file.h"
 
 namespace cxlkv::dra {
 
 using nlohmann::json;
-namespace fi = cxlkv::fabric::internal;
 
 namespace {
 
@@ -138,19 +137,19 @@ Status DecodeCheckpoint(const std::string& text, Checkpoint* cp) {
 
 Status LoadCheckpoint(const std::string& path, Checkpoint* cp) {
   std::string text;
-  Status s = fi::ReadFile(path, &text);
+  Status s = base::ReadFile(path, &text);
   if (s.IsNotFound()) return s;
   if (!s.ok()) return s.WithContext("read checkpoint " + path);
   return DecodeCheckpoint(text, cp).WithContext("read checkpoint " + path);
 }
 
 Status SaveCheckpoint(const std::string& path, const Checkpoint& cp) {
-  return fi::WriteFileAtomic(path, EncodeCheckpoint(cp)).WithContext("write checkpoint " + path);
+  return base::WriteFileAtomic(path, EncodeCheckpoint(cp)).WithContext("write checkpoint " + path);
 }
 
 Status ReadBootId(std::string* boot_id, const std::string& path) {
   std::string text;
-  Status s = fi::ReadFile(path, &text);
+  Status s = base::ReadFile(path, &text);
   if (!s.ok()) return Status::IOError("read boot id " + path + ": " + s.message());
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   if (text.empty()) return Status::IOError("read boot id " + path + ": empty");
