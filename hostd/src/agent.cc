@@ -150,7 +150,7 @@ Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
 }
 
 Status HostAgent::RewriteSpec(const std::string& allocation_id, Device* dev) {
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   auto it = devices_.find(allocation_id);
   if (it == devices_.end()) {
     return Status::NotFound("region " + allocation_id + " is not materialized on this host");
