@@ -21,12 +21,20 @@ setup_log=$(mktemp)
 bash scripts/setup.sh >"$setup_log" 2>&1 || { cat "$setup_log"; exit 1; }
 rm -f "$setup_log"
 echo "== build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all -DCXLKV_ENGINE_ONLY=OFF \
-  -DCXLKV_WITH_ENGINE=ON >/dev/null
-cmake --build build --target cxlkv_cli -j "$(nproc)" | tail -1
+# build/ configured exactly as the test stages configure it (scripts/lib/stage.sh,
+# ccache where installed): a different configuration would make the next
+# scripts/test.sh rebuild every object this build made.
+source scripts/lib/stage.sh
+build_log=$(mktemp)
+cxlkv_build_main cxlkv_cli >"$build_log" 2>&1 || { cat "$build_log"; exit 1; }
+tail -1 "$build_log"; rm -f "$build_log"
 CXLKV=build/bin/cxlkv
 out=$(mktemp -d)
-trap 'rm -rf "$out"; rm -f /dev/shm/cxlkv/demo /dev/shm/cxlkv/demo.r*' EXIT
+# Each replay starts from a fresh region (replay refuses an existing one), so
+# every run gets its own path; the PID keeps two clones' demos apart, and the
+# trap removes only this run's regions (REGION, REGION.r<i>).
+REGION_BASE=/dev/shm/cxlkv/demo-$$
+trap 'rm -rf "$out"; rm -f "$REGION_BASE"-*' EXIT
 
 echo "== replay: $TRACE"
 echo "   scaled: --kv-bytes-per-token $KV_BYTES_PER_TOKEN (blocks of $((512 * KV_BYTES_PER_TOKEN / 1024)) KiB)," \
@@ -34,9 +42,10 @@ echo "   scaled: --kv-bytes-per-token $KV_BYTES_PER_TOKEN (blocks of $((512 * KV
 run() {  # run <name> <replay flags...>
   local name=$1; shift
   echo "-- $name"
-  "$CXLKV" replay --trace "$TRACE" --region /dev/shm/cxlkv/demo --region-size "$REGION_SIZE" \
+  "$CXLKV" replay --trace "$TRACE" --region "$REGION_BASE-$name" --region-size "$REGION_SIZE" \
     --replicas "$REPLICAS" --kv-bytes-per-token "$KV_BYTES_PER_TOKEN" --limit "$LIMIT" \
     --json "$@" > "$out/$name.json"
+  rm -f "$REGION_BASE-$name" "$REGION_BASE-$name".r*  # /dev/shm back before the next run
 }
 run shared --baseline shared --routing round-robin
 run private --baseline private --routing round-robin
