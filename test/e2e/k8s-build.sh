@@ -4,7 +4,8 @@
 #
 #   test/e2e/k8s-build.sh [version]    # prints the bin directory on success
 #
-# Cache: ${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv/k8s/<version>/bin holds
+# Cache: $CXLKV_CACHE/k8s/<version>/bin (CXLKV_CACHE defaults to
+# ${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv, as for scripts/vllm-venv.sh) holds
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (built from
 # the k8s.io/kubernetes module with version ldflags), cxlkv-etcd (etcd's embed
 # package at the version that Kubernetes release pins) and cxlkv-fakenodes.
@@ -14,7 +15,7 @@
 K8S_DEFAULT_VERSION=v1.37.2
 E2E_TOOLS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tools
 
-k8s_cache_dir() { echo "${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv/k8s/$1"; }
+k8s_cache_dir() { echo "${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/k8s/$1"; }
 
 _k8s_go() { PATH=/usr/local/go/bin:$PATH GOTOOLCHAIN=local GOFLAGS=-buildvcs=false nice -n 10 go "$@"; }
 
