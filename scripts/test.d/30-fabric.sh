@@ -97,7 +97,10 @@ fi
 
 # ---- 2. CDI specs through the reference implementation ----------------------
 CDICHECK=$WORK/cdicheck
-if (cd hostd/cdicheck && go build -o "$CDICHECK" .) >"$WORK/go-build.log" 2>&1; then
+# The Go that scripts/setup.sh installs lives in /usr/local/go, which a fresh
+# machine does not have on PATH (Debian's own golang-go is too old for go.mod).
+if (cd hostd/cdicheck && PATH=/usr/local/go/bin:$PATH GOTOOLCHAIN=local go build -o "$CDICHECK" .) \
+    >"$WORK/go-build.log" 2>&1; then
   ok "build cdicheck (tags.cncf.io/container-device-interface)"
 else
   bad "build cdicheck"; cat "$WORK/go-build.log"; CDICHECK=
