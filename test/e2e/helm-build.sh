@@ -5,15 +5,16 @@
 #
 #   test/e2e/helm-build.sh [version]    # prints the path of the helm binary
 #
-# Cache: ${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv/helm/<version>/bin/helm, keyed
-# by version. A flock serialises two clones building at once (the second
-# waits and reuses the first one's binary). The version's module must be one
+# Cache: $CXLKV_CACHE/helm/<version>/bin/helm (CXLKV_CACHE defaults to
+# ${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv, as for k8s-build.sh), keyed by
+# version. A flock serialises two clones building at once (the second waits
+# and reuses the first one's binary). The version's module must be one
 # the Go module proxy serves; v3.22.0 is built against k8s.io/client-go
 # v0.37.0, the same minor release as the test control plane.
 
 HELM_DEFAULT_VERSION=v3.22.0
 
-helm_cache_dir() { echo "${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv/helm/$1"; }
+helm_cache_dir() { echo "${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/helm/$1"; }
 
 _helm_go() { PATH=/usr/local/go/bin:$PATH GOTOOLCHAIN=local GOFLAGS=-buildvcs=false nice -n 10 go "$@"; }
 
