@@ -55,6 +55,9 @@ fi
 # python3 marks itself externally managed; these are test tools for root's
 # python, so say so explicitly (ignored by pips that do not know the flag).
 export PIP_BREAK_SYSTEM_PACKAGES=1
+# Installing as root is this script's job; pip's "Running pip as the 'root'
+# user" warning in every test run's output only confused readers.
+export PIP_ROOT_USER_ACTION=ignore
 PIP_PKGS=()
 [ -f scripts/pip-requirements.txt ] && PIP_PKGS+=(-r scripts/pip-requirements.txt)
 if [ ${#PIP_PKGS[@]} -gt 0 ]; then
