@@ -36,8 +36,11 @@ DRA_PKGS=(
   libprotobuf-dev protobuf-compiler      # our copies of the kubelet's .proto files
   libcpp-httplib-dev libspdlog-dev libcli11-dev zlib1g-dev libssl-dev
 )
+BENCH_PKGS=(
+  python3-matplotlib     # bench/ttft report: the PNG plots (run by the system python3)
+)
 
-want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}")
+want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}" "${BENCH_PKGS[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

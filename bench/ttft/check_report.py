@@ -1,0 +1,87 @@
+"""Checks a report of the CPU stage's run (scripts/test.d/70-ttft.sh): the
+output's shape and what the run must show. Prints one PASS/FAIL line per
+check; exit status 1 if any failed.
+
+    check_report.py REPORT_DIR
+"""
+
+import json
+import os
+import sys
+
+TIERS = ("T0", "T1", "T4")
+ARMS = ("same", "cross")
+ROW_FIELDS = {"tier", "arm", "prefix", "p50_ms", "p90_ms", "p99_ms", "hit_rate", "n"}
+TOP_FIELDS = {"replicas", "gpus", "vllm_version", "h2d_ceiling_gbps", "kv_bytes_per_token"}
+
+
+def main(out):
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}")
+
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    rows = {(r["tier"], r["arm"], r["prefix"]): r for r in s["rows"]}
+    prefixes = sorted({r["prefix"] for r in s["rows"]})
+    check("summary.json top-level fields", TOP_FIELDS <= set(s), sorted(TOP_FIELDS - set(s)))
+    check("every row has exactly the issue's fields",
+          all(ROW_FIELDS <= set(r) for r in s["rows"]) and s["rows"], len(s["rows"]))
+    want = {(t, a, p) for t in TIERS for a in ARMS for p in prefixes}
+    check("a row per tier x arm x prefix (T0/T1/T4)", len(prefixes) == 2 and want <= set(rows),
+          sorted(want - set(rows)))
+    check("two replicas, vLLM 0.32 on CPU", s["replicas"] == 2 and
+          str(s["vllm_version"]).startswith("0.32") and s["gpus"] == 0)
+    check("p99 only where n >= 50", all(r["p99_ms"] is None for r in s["rows"] if r["n"] < 50))
+    check("T2 skipped with vLLM's reason", any(
+        x["tier"] == "T2" and "CUDA-alike" in x["reason"] for x in s["skipped"]), s["skipped"])
+    check("no engine failed to start, no request failed",
+          not s["start_failures"] and not s["errors"], (s["start_failures"], s["errors"]))
+    check("req1 hit rate ~ 0 in every cell (no prompt leakage)",
+          all(r["hit_rate"] <= 0.05 for r in s["req1"]) and s["req1"],
+          [r for r in s["req1"] if r["hit_rate"] > 0.05])
+    bound = {d["prefix"]: d["alignment_bound"] for d in s["derived"]}
+    for (t, a), lo, hi in ((("T0", "same"), 0, 0), (("T0", "cross"), 0, 0),
+                           (("T1", "cross"), 0, 0)):
+        check(f"{t} {a}: no hits", all(rows[(t, a, p)]["hit_rate"] <= hi for p in prefixes),
+              [rows[(t, a, p)]["hit_rate"] for p in prefixes])
+    check("T1 same: GPU prefix-cache hits on the shared prefix",
+          all(rows[("T1", "same", p)]["hit_rate"] >= bound[p] - 0.01 for p in prefixes),
+          [(rows[("T1", "same", p)]["hit_rate"], bound[p]) for p in prefixes])
+    for a in ARMS:
+        check(f"T4 {a}: hit rate at the 256-token alignment bound",
+              all(abs(rows[("T4", a, p)]["hit_rate"] - bound[p]) <= 0.005 for p in prefixes),
+              [(rows[("T4", a, p)]["hit_rate"], bound[p]) for p in prefixes])
+    check("first read of each T4 replica reported separately",
+          {(f["tier"], f["replica"]) for f in s["first_reads"]} >= {("T4", "A"), ("T4", "B")},
+          s["first_reads"])
+    c = s["control"]
+    check("never-stored control: queried, zero hits",
+          c["requests"] > 0 and c["queried_tokens"] > 0 and c["hit_tokens"] == 0, c)
+    o = s["oracle"] or {}
+    check("oracle: >= 10 prompts of >= 32 greedy tokens",
+          o.get("prompts", 0) >= 10 and (o.get("tokens") or 0) >= 32,
+          (o.get("prompts"), o.get("tokens")))
+    check("oracle: KV bytes loaded == stored for every prompt",
+          o.get("kv_compared", 0) >= 10 and o.get("kv_equal") == o.get("kv_compared"),
+          (o.get("kv_equal"), o.get("kv_compared")))
+    check("oracle: the poisoned-KV control zeroed blocks and changed every output",
+          o.get("zeroed_blocks", 0) > 0 and o.get("poisoned_compared", 0) >= 10 and
+          o.get("poisoned_changed") == o.get("poisoned_compared"),
+          (o.get("zeroed_blocks"), o.get("poisoned_changed"), o.get("poisoned_compared")))
+    check("oracle: identical counts and logprob differences reported",
+          {"T4_cross_vs_T1_same", "T4_cross_vs_T0"} <= set(o.get("identical", {})),
+          (o.get("identical"), o.get("max_logprob_diff")))
+    check("oracle: passes", bool(o.get("pass")))
+    with open(os.path.join(out, "tables.md")) as f:
+        md = f.read()
+    check("tables.md has the paper's Tables 3-7 and the flags",
+          all(f"## Table {i}" in md for i in range(3, 8)) and "--no-enable-prefix-caching" in md)
+    check("ttft.png written", os.path.getsize(os.path.join(out, "ttft.png")) > 1000)
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

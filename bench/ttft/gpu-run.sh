@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The one entry point the lead calls on the GPU machine (one H200, or several):
+#
+#   bench/ttft/gpu-run.sh RUN_DIR BUDGET_SECONDS [ttft.py run options]
+#
+# Assumes what that machine has after the vLLM bundle (../shared/tools/
+# vllm-gpu-bundle.sh): vLLM 0.26 on PYTHONPATH (/tmp/vllm-site, with
+# VLLM_USE_FLASHINFER_SAMPLER=0), Python 3.12, no network, cxlkv importable
+# (built there with the CUDA data path), /dev/shm large enough for the region.
+# RUN_DIR lives in the checkout (e.g. docs/results/h200-<date>), so the log
+# travels back in with the working tree on the next call: the run resumes
+# from RUN_DIR/log.jsonl and stops cleanly before BUDGET_SECONDS. Defaults:
+# the whole grid of issue 12 (4 tiers x 2 arms x the paper's 4 prefixes x 20
+# sessions, control, oracle); add e.g. `--phases load` for the load runs.
+#
+# Copies back under $OUT (when set): log.jsonl, state.json, run-cN.txt (this
+# call's output) and engines-cN.tar.xz (the engine logs of this call). Put
+# log.jsonl and state.json back into RUN_DIR before the next call.
+set -uo pipefail
+RUN=${1:?usage: gpu-run.sh RUN_DIR BUDGET_SECONDS [ttft.py run options]}
+BUDGET=${2:?usage: gpu-run.sh RUN_DIR BUDGET_SECONDS [ttft.py run options]}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+mkdir -p "$RUN"
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
+if ! "$PY" -c 'import vllm, cxlkv, torch; assert torch.cuda.is_available()' 2>"$RUN/.import-err"; then
+  echo "gpu-run: vllm, cxlkv and a CUDA torch must import (PYTHONPATH=${PYTHONPATH:-}):"
+  tail -5 "$RUN/.import-err"; exit 2
+fi
+rm -f "$RUN/.import-err"
+nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader
+df -h /dev/shm | tail -1
+call=$(grep -c '"kind": "call"' "$RUN/log.jsonl" 2>/dev/null || true)
+call=${call:-0}
+# The harness keeps STOP_MARGIN_S (45 s) for shutdown; 30 s more for copying.
+"$PY" "$HERE/ttft.py" run "$RUN" --budget-s $((BUDGET - 30)) --platform gpu --python "$PY" \
+  --models-dir /tmp/cxlkv-ttft-models "$@" 2>&1 | tee "$RUN/run-c$call.txt"
+rc=${PIPESTATUS[0]}
+if [ -n "${OUT:-}" ]; then
+  cp "$RUN/log.jsonl" "$RUN/state.json" "$RUN/run-c$call.txt" "$OUT/" 2>/dev/null
+  tar cJf "$OUT/engines-c$call.tar.xz" -C "$RUN" engines 2>/dev/null
+fi
+exit "$rc"

@@ -1,0 +1,177 @@
+"""One replica: a vLLM OpenAI server process (python -m
+vllm.entrypoints.openai.api_server) with a tier's flags, started in its own
+process group, waited on until /health answers, stopped with SIGTERM then
+SIGKILL of that group (the server's EngineCore and workers are in it).
+
+Placement (issues 15/16 run several GPUs): with at least as many GPUs as
+replicas, replica i gets CUDA_VISIBLE_DEVICES=i and the whole GPU share;
+otherwise every replica runs on GPU 0 and the share is split. On the CPU
+engine each replica is bound to one core (VLLM_CPU_OMP_THREADS_BIND).
+
+Why the OpenAI server and not a server of our own: vLLM 0.26's server takes
+a token-id prompt (CompletionRequest.prompt: list[int]) with stream=true
+under --skip-tokenizer-init (read in 0.26.0's
+entrypoints/openai/completion/serving.py: completion_stream_generator emits a
+chunk per step with text "" and, with return_token_ids, the new token ids;
+renderers only call the tokenizer for text prompts, echo or padding, and the
+output processor builds no detokenizer when the tokenizer is None), and
+vllm-cpu 0.32's does the same (run by the CPU stage).
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+# Engine log lines that carry setup costs of the cxlkv backend (region attach,
+# cudaHostRegister, first touch / prefault), whatever exact words the worker
+# uses: kept per replica for the report, never parsed for control flow.
+_SETUP = re.compile(r"cxlkv.*?(attach|regist|first[ _-]?touch|prefault|populat)", re.I)
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\b")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StartError(RuntimeError):
+    def __init__(self, msg, log_tail):
+        super().__init__(msg)
+        self.log_tail = log_tail
+
+
+class Replica:
+    def __init__(self, name, tier, tier_flags, *, model_dir, served_name, platform, index,
+                 n_replicas, gpus, log_dir, max_model_len, gpu_util=None, load_dummy=False,
+                 eager=True, cpu_kv_bytes=256 << 20, python=sys.executable, extra_env=None,
+                 extra_flags=()):
+        self.name, self.tier = name, tier
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.model = served_name
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.proc = None
+        self.started_at = self.ready_s = None
+        env = dict(os.environ)
+        env.update({"PYTHONHASHSEED": "0",  # the paper's prerequisite; cxlkv on 0.26 needs it
+                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                    "PYTHONUNBUFFERED": "1"})
+        here = os.path.dirname(os.path.abspath(__file__))  # poison.py for the oracle
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+               "--served-model-name", served_name, "--host", self.host, "--port", str(self.port),
+               "--skip-tokenizer-init", "--dtype", "bfloat16", "--max-model-len",
+               str(max_model_len), "--generation-config", "vllm", "--enable-prompt-tokens-details"]
+        if eager:
+            cmd.append("--enforce-eager")
+        if platform == "gpu":
+            if gpus >= n_replicas:
+                env["CUDA_VISIBLE_DEVICES"] = str(index)
+                self.gpu = index
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = "0"
+                self.gpu = 0
+            cmd += ["--gpu-memory-utilization", f"{gpu_util:.3f}"]
+            if load_dummy:
+                cmd += ["--load-format", "dummy"]
+        else:
+            ncpu = os.cpu_count() or 1
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(index % ncpu)
+            self.gpu = None
+            cmd += ["--kv-cache-memory-bytes", str(cpu_kv_bytes), "--block-size", "32",
+                    "--max-num-seqs", "8"]
+        cmd += list(tier_flags) + list(extra_flags)
+        env.update(extra_env or {})
+        self.cmd, self.env = cmd, env
+
+    def describe(self):
+        return {"name": self.name, "tier": self.tier, "port": self.port, "gpu": self.gpu,
+                "cuda_visible_devices": self.env.get("CUDA_VISIBLE_DEVICES"),
+                "cpu_bind": self.env.get("VLLM_CPU_OMP_THREADS_BIND"),
+                "argv": self.cmd[1:], "log": os.path.basename(self.log_path)}
+
+    def start(self):
+        self._log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout):
+        """Blocks until /health answers 200; raises StartError (with the log's
+        tail) if the process exits or the timeout passes first."""
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.host}:{self.port}/health"
+        while True:
+            if self.proc.poll() is not None:
+                raise StartError(f"{self.name} ({self.tier}) exited with {self.proc.returncode} "
+                                 "before it was ready", self.log_tail())
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - self.started_at
+                        return self.ready_s
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise StartError(f"{self.name} ({self.tier}) not ready after {timeout:.0f} s",
+                                 self.log_tail())
+            time.sleep(0.5)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=6000):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def setup_lines(self):
+        """cxlkv setup lines of the engine log, each with the first duration in it (ms)."""
+        out = []
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if not _SETUP.search(line):
+                        continue
+                    m = _DURATION.search(line.split("cxlkv", 1)[1])
+                    ms = None
+                    if m:
+                        ms = float(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
+                    out.append({"line": line.strip()[-300:], "ms": ms})
+        except OSError:
+            pass
+        return out[:50]
+
+    def stop(self, grace=30):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        # The group may hold EngineCore/workers that outlive the server.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()

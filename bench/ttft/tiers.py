@@ -1,0 +1,51 @@
+"""The tiers under comparison and each one's exact vLLM server flags (the
+paper's Table 2, on vLLM 0.26/0.32 flag names).
+
+  T0  recompute                 --no-enable-prefix-caching
+  T1  GPU prefix cache          --enable-prefix-caching
+  T2  vLLM native CPU offload   --no-enable-prefix-caching --kv-offloading-backend native
+                                --kv-offloading-size GiB, 256-token chunks
+  T4  cxlkv shared region       --no-enable-prefix-caching, CxlkvOffloadingConnector,
+                                256-token chunks
+
+The offload granularity (256 tokens, the paper's) is vLLM's
+kv_connector_extra_config "block_size" for both T2 and T4; for T2 it rides
+in a --kv-transfer-config that names no connector (vLLM 0.26's
+VllmConfig._post_init_kv_transfer_config fills in OffloadingConnector and
+cpu_bytes_to_use and keeps the extra keys).
+"""
+
+import json
+
+TIERS = ("T0", "T1", "T2", "T4")
+GRANULARITY = 256
+NAMES = {"T0": "recompute (no reuse)", "T1": "GPU prefix cache", "T2": "vLLM native CPU offload",
+         "T4": "cxlkv shared region"}
+
+
+def t4_transfer_config(region_path, region_size, poison=False):
+    extra = {"spec_name": "PoisonableSpec" if poison else "CxlkvOffloadingSpec",
+             "spec_module_path": "poison" if poison else "cxlkv.vllm",
+             "region_path": region_path, "region_size": int(region_size),
+             "block_size": GRANULARITY}
+    return {"kv_connector": "CxlkvOffloadingConnector",
+            "kv_connector_module_path": "cxlkv.vllm.connector", "kv_role": "kv_both",
+            "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra}
+
+
+def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False):
+    """The tier's own server flags (the common ones are added by replica.py)."""
+    if tier == "T0":
+        return ["--no-enable-prefix-caching"]
+    if tier == "T1":
+        return ["--enable-prefix-caching"]
+    if tier == "T2":
+        return ["--no-enable-prefix-caching", "--kv-offloading-backend", "native",
+                "--kv-offloading-size", str(t2_gib), "--kv-transfer-config",
+                json.dumps({"kv_connector_extra_config": {"block_size": GRANULARITY}})]
+    if tier == "T4":
+        if not region_path or not region_size:
+            raise ValueError("T4 needs a region path and size")
+        return ["--no-enable-prefix-caching", "--kv-transfer-config",
+                json.dumps(t4_transfer_config(region_path, region_size, poison))]
+    raise ValueError(f"unknown tier {tier!r}; one of {', '.join(TIERS)}")

