@@ -28,7 +28,9 @@ def main(out):
     prefixes = sorted({r["prefix"] for r in s["rows"]})
     check("summary.json top-level fields", TOP_FIELDS <= set(s), sorted(TOP_FIELDS - set(s)))
     check("every row has exactly the issue's fields",
-          all(ROW_FIELDS <= set(r) for r in s["rows"]) and s["rows"], len(s["rows"]))
+          all(ROW_FIELDS == set(r) for r in s["rows"]) and s["rows"], len(s["rows"]))
+    check("no session's req2 raced an unfinished store", not s["store_incomplete"],
+          s["store_incomplete"])
     want = {(t, a, p) for t in TIERS for a in ARMS for p in prefixes}
     check("a row per tier x arm x prefix (T0/T1/T4)", len(prefixes) == 2 and want <= set(rows),
           sorted(want - set(rows)))

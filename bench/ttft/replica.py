@@ -49,7 +49,8 @@ class StartError(RuntimeError):
 class Replica:
     def __init__(self, name, tier, tier_flags, *, model_dir, served_name, platform, index,
                  n_replicas, gpus, log_dir, max_model_len, gpu_util=None, load_dummy=False,
-                 eager=True, cpu_kv_bytes=256 << 20, python=sys.executable, extra_env=None,
+                 eager=True, cpu_kv_bytes=256 << 20, gpu_kv_bytes=None, python=sys.executable,
+                 extra_env=None,
                  extra_flags=()):
         self.name, self.tier = name, tier
         self.port = free_port()
@@ -79,6 +80,13 @@ class Replica:
                 env["CUDA_VISIBLE_DEVICES"] = "0"
                 self.gpu = 0
             cmd += ["--gpu-memory-utilization", f"{gpu_util:.3f}"]
+            if gpu_kv_bytes:
+                # Engines sharing one GPU start at once: a fixed KV cache size
+                # skips vLLM's memory profiling, which would count the other
+                # engine's allocations as its own (v1/worker/gpu_worker.py,
+                # determine_available_memory); the start check (free memory >=
+                # utilization x total, v1/worker/utils.py request_memory) holds.
+                cmd += ["--kv-cache-memory-bytes", str(int(gpu_kv_bytes))]
             if load_dummy:
                 cmd += ["--load-format", "dummy"]
         else:

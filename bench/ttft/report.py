@@ -65,7 +65,7 @@ def build(records):
     ceiling = pct(ceilings, 50) if ceilings else None
     reqs = latest(records, "req")
     grid = [r for r in reqs if r.get("phase") == "grid"]
-    rows, req1_rows, first_reads = [], [], []
+    rows, req1_rows, first_reads, store_incomplete = [], [], [], []
     cells = {}
     for r in grid:
         if r["req"] == 2 and r.get("first_read"):
@@ -85,10 +85,12 @@ def build(records):
                 row = {"tier": t, "arm": arm, "prefix": p, "p50_ms": r1(pct(v, 50)),
                        "p90_ms": r1(pct(v, 90)),
                        "p99_ms": r1(pct(v, 99)) if len(v) >= 50 else None,
-                       "hit_rate": round(sum(x["hit_rate"] for x in c) / len(c), 4), "n": len(v),
-                       "store_incomplete": sum(1 for x in cells.get((t, arm, p, 1), [])
-                                               if x.get("store_complete") is False)}
+                       "hit_rate": round(sum(x["hit_rate"] for x in c) / len(c), 4), "n": len(v)}
                 rows.append(row)
+                bad = sum(1 for x in cells.get((t, arm, p, 1), [])
+                          if x.get("store_complete") is False)
+                if bad:
+                    store_incomplete.append({"tier": t, "arm": arm, "prefix": p, "sessions": bad})
                 c1 = cells.get((t, arm, p, 1), [])
                 if c1:
                     req1_rows.append({"tier": t, "arm": arm, "prefix": p, "n": len(c1),
@@ -114,6 +116,7 @@ def build(records):
         "granularity": last.get("granularity"), "query_len": last.get("query_len"),
         "max_tokens": last.get("max_tokens"), "max_model_len": last.get("max_model_len"),
         "calls": len(calls), "rows": rows, "req1": req1_rows, "first_reads": first_reads,
+        "store_incomplete": store_incomplete,
         "control": control,
         "skipped": [{"tier": r["tier"], "reason": r["reason"]} for r in latest(records, "skip")],
         "start_failures": [{"tier": r["tier"], "phase": r["phase"], "error": r["error"]}
@@ -127,7 +130,9 @@ def build(records):
         "ceilings": [{k: v for k, v in r.items() if k not in ("kind",)}
                      for r in records if r.get("kind") == "ceiling"],
     }
-    summary["oracle"] = oracle(reqs, records, last)
+    ocfg = next((c["oracle_model"]["config"] for c in reversed(calls)
+                 if (c.get("oracle_model") or {}).get("config")), {})
+    summary["oracle"] = oracle(reqs, records, ocfg)
     summary["load"] = load(records)
     summary["derived"] = derived(rows, kvpt, ceiling, last.get("granularity") or 256,
                                  {r["prefix"]: r.get("query_len", last.get("query_len") or 0)
@@ -201,7 +206,7 @@ def _diverge(a, b):
     return n if len(a) == len(b) else n
 
 
-def oracle(reqs, records, last):
+def oracle(reqs, records, ocfg):
     o = [r for r in reqs if r.get("phase") == "oracle"]
     if not o:
         return None
@@ -250,8 +255,7 @@ def oracle(reqs, records, last):
         out["tokens"] = len(d.get("T0", d.get("T1_same", {})).get("tokens") or [])
         out["per_prompt"].append(pp)
     out["max_logprob_diff"] = {k: round(v, 5) for k, v in out["max_logprob_diff"].items()}
-    out["model"] = last["oracle_model"]["config"].get("num_hidden_layers"), \
-        last["oracle_model"]["config"].get("hidden_size")
+    out["model"] = ocfg.get("num_hidden_layers"), ocfg.get("hidden_size")
     out["pass"] = (out["prompts"] >= 10 and out["poisoned_compared"] == out["prompts"]
                    and out["poisoned_changed"] == out["poisoned_compared"]
                    and out["kv_compared"] == out["prompts"]
@@ -302,7 +306,8 @@ def tables(s):
     for t, fl in (s.get("tier_flags") or {}).items():
         w(f"| {t} | `{' '.join(fl)}` |")
     m = s.get("memory") or {}
-    w(f"\nGPU share per engine {m.get('gpu_memory_utilization')}, T4 region "
+    w(f"\nGPU share per engine {m.get('gpu_memory_utilization')} (KV cache "
+      f"{_gib(m.get('gpu_kv_cache_bytes'))} each when sharing a GPU), T4 region "
       f"{_gib(m.get('region_bytes'))}, `/dev/shm` {_gib(m.get('dev_shm_bytes'))}, T2 CPU "
       f"{m.get('t2_cpu_gib')} GiB per engine, CPU KV cache {_gib(m.get('cpu_kv_cache_bytes'))}.")
     for sk in s["skipped"]:
@@ -386,6 +391,8 @@ def tables(s):
     w(f"\nNever-stored prompts sent to the T4 replicas: {c['requests']} requests, "
       f"{int(c['queried_tokens'])} tokens queried through the connector, "
       f"{int(c['hit_tokens'])} tokens hit (must be 0). Paper: 0 of 12,298 queries.\n")
+    w("Sessions whose req2 was sent before A's store counter covered req1's chunks "
+      f"(after --store-wait-s): {s['store_incomplete'] or 'none'}.\n")
     w("First read of each replica process (left out of the cells above; paper: 521.2 ms "
       "against 101.6 ms steady at 2K):\n")
     w("| tier | arm | prefix | replica | TTFT ms |\n|---|---|---|---|---|")

@@ -9,8 +9,12 @@
 # KV bytes loaded == stored, the poisoned-KV control that must change the
 # outputs); then a second call of the same run, which must find nothing left
 # (resume), and the report command on the log, whose output is checked.
-# Warm: about 120 s on 2 quiet cores (three pairs of engine starts of 25-35 s
-# each dominate; measured 118 s); several times that when the machine is busy.
+# Warm: measured 413 s (harness 396 s) on the shared 2-core machine at a load
+# average of 25-30; three pairs of engine starts dominate (each start 25-35 s
+# when the machine is quiet, 60-100 s when busy), so a quiet run should take
+# about 150 s (not measured). The report and the checks take about 2 s.
+# The report runs under /usr/bin/python3: Debian's python3-matplotlib
+# (scripts/setup.sh) draws the plots.
 # Needs the venv and the cxlkv build of the vllm stage (reused when present).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
