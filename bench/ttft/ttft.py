@@ -739,7 +739,9 @@ def main(argv=None):
     bad = [t for t in a.tiers if t not in tiermod.TIERS]
     if bad:
         ap.error(f"--tiers: unknown {bad}; from {', '.join(tiermod.TIERS)}")
-    for p in a.prefixes + (a.load_prefixes if "load" in a.phases else []):
+    used = (a.prefixes if {"grid", "control"} & set(a.phases) else []) + \
+        (a.load_prefixes if "load" in a.phases else [])
+    for p in used:
         if p + 1 + a.max_tokens > a.max_model_len:
             ap.error(f"prefix {p} + query + {a.max_tokens} tokens exceed --max-model-len")
     on_cpu = a.platform == "cpu" or (a.platform == "auto" and not gpu_count())
