@@ -39,6 +39,10 @@
 namespace cxlkv {
 
 class Region;
+class RegionInternal;
+namespace internal {
+class RegionImpl;
+}  // namespace internal
 
 // Geometry and configuration of an attached region (immutable after Open).
 struct RegionInfo {
@@ -116,7 +120,7 @@ class WriteLease {
   size_t len() const { return len_; }
 
  private:
-  friend class Region;
+  friend class RegionInternal;
   Region* region_ = nullptr;
   void* data_ = nullptr;
   size_t len_ = 0;
@@ -148,7 +152,7 @@ class ReadLease {
   uint32_t writer_participant() const { return writer_; }
 
  private:
-  friend class Region;
+  friend class RegionInternal;
   Region* region_ = nullptr;
   const void* data_ = nullptr;
   size_t len_ = 0;
@@ -177,7 +181,7 @@ class PinSet {
   void Release();
 
  private:
-  friend class Region;
+  friend class RegionInternal;
   Region* region_ = nullptr;
   std::vector<uint64_t> slots_;
 };
@@ -310,27 +314,13 @@ class Region {
   // number of participants reclaimed.
   virtual size_t ReapDeadParticipants() = 0;
 
- protected:
+ private:
   friend class PinSet;
+  // Lease plumbing and the tools' access (src/region/region_internal.h).
+  friend class RegionInternal;
+  // The one implementation: RegionInternal relies on every Region being one.
+  friend class internal::RegionImpl;
   Region() = default;
-  // Lease plumbing for implementations.
-  static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
-                             uint64_t word, NamespaceId ns, const BlockKey& key);
-  static void InitReadLease(ReadLease* l, Region* r, const void* data, size_t len, uint64_t slot,
-                            uint64_t word, uint32_t crc, uint32_t writer, bool pinned,
-                            NamespaceId ns, const BlockKey& key);
-  static void InitPinSet(PinSet* p, Region* r, std::vector<uint64_t> slots);
-  static void CloseWriteLease(WriteLease* l) { l->region_ = nullptr; }
-  static void CloseReadLease(ReadLease* l) { l->region_ = nullptr; }
-  static uint64_t LeaseSlot(const WriteLease& l) { return l.slot_; }
-  static uint64_t LeaseWord(const WriteLease& l) { return l.state_word_; }
-  static uint64_t LeaseSlot(const ReadLease& l) { return l.slot_; }
-  static uint64_t LeaseWord(const ReadLease& l) { return l.state_word_; }
-  static bool LeasePinned(const ReadLease& l) { return l.pinned_; }
-  static NamespaceId LeaseNs(const WriteLease& l) { return l.ns_; }
-  static const BlockKey& LeaseKey(const WriteLease& l) { return l.key_; }
-  static NamespaceId LeaseNs(const ReadLease& l) { return l.ns_; }
-  static const BlockKey& LeaseKey(const ReadLease& l) { return l.key_; }
   virtual void UnpinSlots(const std::vector<uint64_t>& slots) = 0;
 };
 

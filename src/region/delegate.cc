@@ -26,12 +26,6 @@ struct PartEntry {
 };
 static_assert(sizeof(PartEntry) == 16);
 
-// Reaches the lease fields that Region keeps for its implementations.
-struct LeaseAccess : Region {
-  static uint64_t Slot(const WriteLease& l) { return LeaseSlot(l); }
-  static uint64_t Word(const WriteLease& l) { return LeaseWord(l); }
-};
-
 internal::RegionImpl* Impl(Region* r) { return static_cast<internal::RegionImpl*>(r); }
 
 const uint32_t* Pow8() {
@@ -99,8 +93,8 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
 Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToken* token) {
   if (!lease.open()) return Status::InvalidArgument("ExportWriteToken on a closed lease");
   token->format_epoch = region.info().format_epoch;
-  token->slot = LeaseAccess::Slot(lease);
-  token->word = LeaseAccess::Word(lease);
+  token->slot = RegionInternal::LeaseSlot(lease);
+  token->word = RegionInternal::LeaseWord(lease);
   token->len = lease.len();
   return Status::OK();
 }
@@ -167,7 +161,7 @@ Status CommitPartedWrite(Region* region, WriteLease* lease, const PartedLayout& 
                                    " bytes for a parted layout of " +
                                    std::to_string(layout.PayloadLen()));
   }
-  const uint64_t word = LeaseAccess::Word(*lease);
+  const uint64_t word = RegionInternal::LeaseWord(*lease);
   const auto* data = static_cast<const uint8_t*>(lease->data());
   // One copy of the table: the bytes we check are the bytes we checksum.
   std::vector<PartEntry> table(layout.parts);

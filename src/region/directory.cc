@@ -317,7 +317,7 @@ Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, Pin
   }
   Count(Counter::kLookups, slots.size() < n ? slots.size() + 1 : n);
   pins->Release();
-  InitPinSet(pins, this, std::move(slots));
+  RegionInternal::InitPinSet(pins, this, std::move(slots));
   return Status::OK();
 }
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "cxlkv/base/size.h"
+
 namespace cxlkv::internal {
 namespace {
 
@@ -79,10 +81,10 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
   if (n == 0 || g.num_slots == 0) {
     Geometry one;
     Layout(1, slot_size, max_participants, ~0ull >> 1, &one);
-    return Status::InvalidArgument("region of " + FormatBytes(region_size) +
-                                   " cannot hold one slot of " + FormatBytes(slot_size) +
+    return Status::InvalidArgument("region of " + base::FormatBytes(region_size) +
+                                   " cannot hold one slot of " + base::FormatBytes(slot_size) +
                                    " (needs at least " +
-                                   FormatBytes(one.data_off + one.slot_stride) + ")");
+                                   base::FormatBytes(one.data_off + one.slot_stride) + ")");
   }
   *out = g;
   return Status::OK();
@@ -119,63 +121,6 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geomet
   CXLKV_RETURN_IF_ERROR(check("data_off", sb.data_off, g.data_off));
   *out = g;
   return Status::OK();
-}
-
-Status ParseSize(const std::string& text, uint64_t* bytes) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
-    ++i;
-  if (i == 0) return Status::InvalidArgument("size '" + text + "' does not start with a number");
-  double num = 0;
-  try {
-    num = std::stod(text.substr(0, i));
-  } catch (...) {
-    return Status::InvalidArgument("size '" + text + "' is not a number");
-  }
-  std::string suf = text.substr(i);
-  while (!suf.empty() && suf.front() == ' ') suf.erase(0, 1);
-  double mul = 1;
-  if (suf.empty() || suf == "B")
-    mul = 1;
-  else if (suf == "KiB" || suf == "K" || suf == "k")
-    mul = 1024.0;
-  else if (suf == "MiB" || suf == "M")
-    mul = 1024.0 * 1024;
-  else if (suf == "GiB" || suf == "G")
-    mul = 1024.0 * 1024 * 1024;
-  else if (suf == "TiB" || suf == "T")
-    mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (suf == "KB" || suf == "kB")
-    mul = 1e3;
-  else if (suf == "MB")
-    mul = 1e6;
-  else if (suf == "GB")
-    mul = 1e9;
-  else if (suf == "TB")
-    mul = 1e12;
-  else
-    return Status::InvalidArgument("size '" + text + "': unknown suffix '" + suf +
-                                   "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  double v = num * mul;
-  if (!(v >= 0) || v > 9.2e18) return Status::InvalidArgument("size '" + text + "' out of range");
-  *bytes = static_cast<uint64_t>(std::llround(v));
-  return Status::OK();
-}
-
-std::string FormatBytes(uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 5 && std::fmod(v, 1.0) == 0 && v / 1024 >= 1) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  if (std::fmod(v, 1.0) == 0)
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-  return buf;
 }
 
 }  // namespace cxlkv::internal

@@ -45,10 +45,6 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
 // much of the region this process actually mapped.
 Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out);
 
-// Parses "512MiB", "2GiB", "4096", "1.5GiB" (IEC and SI suffixes).
-Status ParseSize(const std::string& text, uint64_t* bytes);
-std::string FormatBytes(uint64_t bytes);
-
 }  // namespace cxlkv::internal
 
 #endif  // CXLKV_SRC_REGION_GEOMETRY_H_

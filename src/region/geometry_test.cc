@@ -39,21 +39,5 @@ TEST(GeometryTest, TooSmallRegionSaysHowMuchIsNeeded) {
   EXPECT_NE(s.message().find("needs at least"), std::string::npos) << s.ToString();
 }
 
-TEST(GeometryTest, ParseSizeAcceptsBytesAndSuffixes) {
-  uint64_t v;
-  ASSERT_TRUE(ParseSize("4096", &v).ok());
-  EXPECT_EQ(v, 4096u);
-  ASSERT_TRUE(ParseSize("512MiB", &v).ok());
-  EXPECT_EQ(v, 512ull << 20);
-  ASSERT_TRUE(ParseSize("2GiB", &v).ok());
-  EXPECT_EQ(v, 2ull << 30);
-  ASSERT_TRUE(ParseSize("1.5GiB", &v).ok());
-  EXPECT_EQ(v, 3ull << 29);
-  ASSERT_TRUE(ParseSize("10GB", &v).ok());
-  EXPECT_EQ(v, 10'000'000'000ull);
-  EXPECT_TRUE(ParseSize("lots", &v).IsInvalidArgument());
-  EXPECT_TRUE(ParseSize("5 parsecs", &v).IsInvalidArgument());
-}
-
 }  // namespace
 }  // namespace cxlkv::internal

@@ -146,21 +146,22 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
       return Status::NotFound("block evicted before it could be read");
     }
   }
-  InitReadLease(lease, this, SlotData(slot), len, slot, w, m.crc.load(std::memory_order_relaxed),
-                WordOwner(w), pinned, ns, key);
+  RegionInternal::InitReadLease(lease, this, SlotData(slot), len, slot, w,
+                                m.crc.load(std::memory_order_relaxed), WordOwner(w), pinned, ns,
+                                key);
   return Status::OK();
 }
 
 Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c) {
   if (!lease->open()) return Status::InvalidArgument("EndRead on a closed lease");
-  const uint64_t slot = LeaseSlot(*lease);
-  const uint64_t w = LeaseWord(*lease);
-  const bool pinned = LeasePinned(*lease);
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t w = RegionInternal::LeaseWord(*lease);
+  const bool pinned = RegionInternal::LeasePinned(*lease);
   const size_t len = lease->len();
   const uint32_t crc = lease->crc32c();
-  const NamespaceId ns = LeaseNs(*lease);
-  const BlockKey key = LeaseKey(*lease);
-  CloseReadLease(lease);
+  const NamespaceId ns = RegionInternal::LeaseNs(*lease);
+  const BlockKey key = RegionInternal::LeaseKey(*lease);
+  RegionInternal::CloseReadLease(lease);
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool unchanged = SameReadableBlock(w, meta_[slot].state.load(std::memory_order_relaxed)) &&
                          KeyMatches(slot, ns, key);

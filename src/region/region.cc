@@ -11,35 +11,19 @@ namespace cxlkv {
 
 Region::~Region() = default;
 
-void Region::InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
-                            uint64_t word, NamespaceId ns, const BlockKey& key) {
-  l->region_ = r;
-  l->data_ = data;
-  l->len_ = len;
-  l->slot_ = slot;
-  l->state_word_ = word;
-  l->ns_ = ns;
-  l->key_ = key;
+void RegionInternal::SlotArea(Region* region, uint8_t** base, uint64_t* len) {
+  const RegionInfo& info = region->info();
+  *base = SlotData(region, 0);
+  *len = info.num_slots * info.slot_stride;
 }
 
-void Region::InitReadLease(ReadLease* l, Region* r, const void* data, size_t len, uint64_t slot,
-                           uint64_t word, uint32_t crc, uint32_t writer, bool pinned,
-                           NamespaceId ns, const BlockKey& key) {
-  l->region_ = r;
-  l->data_ = data;
-  l->len_ = len;
-  l->slot_ = slot;
-  l->state_word_ = word;
-  l->crc_ = crc;
-  l->writer_ = writer;
-  l->pinned_ = pinned;
-  l->ns_ = ns;
-  l->key_ = key;
+// static_cast is right: Region's constructor is private to RegionImpl.
+uint8_t* RegionInternal::SlotData(Region* region, uint64_t slot) {
+  return static_cast<internal::RegionImpl*>(region)->SlotData(slot);
 }
 
-void Region::InitPinSet(PinSet* p, Region* r, std::vector<uint64_t> slots) {
-  p->region_ = r;
-  p->slots_ = std::move(slots);
+int64_t RegionInternal::FindReadySlot(Region* region, NamespaceId ns, const BlockKey& key) {
+  return static_cast<internal::RegionImpl*>(region)->FindReadySlot(ns, key);
 }
 
 WriteLease& WriteLease::operator=(WriteLease&& o) noexcept {

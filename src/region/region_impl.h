@@ -22,6 +22,7 @@
 #include "geometry.h"
 #include "layout.h"
 #include "mapping.h"
+#include "region_internal.h"
 
 namespace cxlkv::internal {
 
@@ -77,10 +78,9 @@ class RegionImpl final : public Region {
   // The mapping (lifecycle.cc: scans, the SIGBUS guard's state).
   const Mapping& mapping() const { return *map_; }
 
- protected:
+ private:
   void UnpinSlots(const std::vector<uint64_t>& slots) override;
 
- private:
   // open.cc
   Status InitOrThrow();
   Status FormatOrWait();
@@ -264,9 +264,6 @@ inline uint32_t BindSlotCrc(uint32_t payload_crc, uint64_t generation, Namespace
   const SlotCrcTrailer t{generation, key.hi, key.lo, ns, static_cast<uint32_t>(len)};
   return Crc32cFinish(Crc32cExtend(payload_crc ^ 0xFFFFFFFFu, &t, sizeof t));
 }
-
-// Key/namespace fingerprints (directory.cc).
-uint64_t Mix64(uint64_t x);
 
 }  // namespace cxlkv::internal
 

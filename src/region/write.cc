@@ -244,7 +244,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
       }
     }
   }
-  InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
+  RegionInternal::InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
   *outcome = StoreOutcome::kStored;
   return Status::OK();
 }
@@ -256,12 +256,12 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
     *outcome = StoreOutcome::kRefused;
     return Status::InvalidArgument("CommitWrite on a closed lease");
   }
-  const uint64_t slot = LeaseSlot(*lease);
-  const uint64_t writing = LeaseWord(*lease);
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t writing = RegionInternal::LeaseWord(*lease);
   const size_t len = lease->len();
-  const NamespaceId ns = LeaseNs(*lease);
-  const BlockKey key = LeaseKey(*lease);
-  CloseWriteLease(lease);
+  const NamespaceId ns = RegionInternal::LeaseNs(*lease);
+  const BlockKey key = RegionInternal::LeaseKey(*lease);
+  RegionInternal::CloseWriteLease(lease);
   if (map_->lost()) {
     *outcome = StoreOutcome::kRefused;
     return map_->LostStatus();
@@ -287,9 +287,9 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
 
 void RegionImpl::AbortWrite(WriteLease* lease) {
   if (!lease->open()) return;
-  const uint64_t slot = LeaseSlot(*lease);
-  const uint64_t writing = LeaseWord(*lease);
-  CloseWriteLease(lease);
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t writing = RegionInternal::LeaseWord(*lease);
+  RegionInternal::CloseWriteLease(lease);
   // A no-op once the slot is no longer ours (we were reclaimed and it was
   // reused): the tag and state belong to the new owner.
   ReleaseOwnedSlot(slot, writing);

@@ -4,16 +4,13 @@
 #include <cstdio>
 #include <string>
 
-#include "region_impl.h"
+#include "region_internal.h"
 
 namespace cxlkv {
 
 Status RegionSlotArea(Region* region, uint8_t** base, uint64_t* len) {
-  auto* impl = dynamic_cast<internal::RegionImpl*>(region);
-  if (impl == nullptr) return Status::Unsupported("region slot area: not a libcxlkv region");
-  const RegionInfo& info = impl->info();
-  *base = impl->SlotData(0);
-  *len = info.num_slots * info.slot_stride;
+  if (region == nullptr) return Status::InvalidArgument("region slot area: no region");
+  RegionInternal::SlotArea(region, base, len);
   return Status::OK();
 }
 

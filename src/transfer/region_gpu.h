@@ -104,8 +104,9 @@ class RegionGpu {
   bool direct_ = false;
 };
 
-// The region's slot area (the bytes DMA touches): [*base, *base + *len).
-// kUnsupported if `region` is not the engine's implementation.
+// The region's slot area (the bytes DMA touches): [*base, *base + *len), as
+// RegionInternal::SlotArea (src/region/region_internal.h) documents it.
+// kInvalidArgument for a null `region`.
 Status RegionSlotArea(Region* region, uint8_t** base, uint64_t* len);
 
 }  // namespace cxlkv

@@ -16,9 +16,9 @@
 
 #include "commands.h"
 #include "common.h"
+#include "cxlkv/base/size.h"
 #include "cxlkv/lifecycle.h"
-#include "geometry.h"
-#include "region_impl.h"
+#include "region_internal.h"
 
 namespace cxlkv::cli {
 namespace {
@@ -107,7 +107,6 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
   if (!s.ok()) return {{"error", s.ToString()}};
   NamespaceId ns;
   (void)r->RegisterNamespace(kNs, &ns);
-  auto* impl = static_cast<internal::RegionImpl*>(r.get());
   const uint64_t n = r->info().num_slots;
   std::vector<uint8_t> src(slot), dst(slot);
   for (size_t i = 0; i < slot; ++i) src[i] = static_cast<uint8_t>(i * 131);
@@ -117,7 +116,7 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
   // With few sets a full fill evicts some keys: use the slots that hold one.
   std::vector<int64_t> slots;
   for (uint64_t i = 0; i < n; ++i) {
-    const int64_t sl = impl->FindReadySlot(ns, BlockKey::FromId(i));
+    const int64_t sl = RegionInternal::FindReadySlot(r.get(), ns, BlockKey::FromId(i));
     if (sl >= 0) slots.push_back(sl);
   }
   if (slots.empty()) return {{"error", "no slot could be filled"}};
@@ -125,10 +124,10 @@ json CopyBench(const Flags& f, uint64_t region_size, uint64_t slot) {
   // Restore slot contents (the memcpy rounds below bypass the CRC) and fill
   // keys for the loads; load only keys that stayed.
   auto memcpy_load_op = [&](uint64_t i) {
-    std::memcpy(dst.data(), impl->SlotData(slots[i % filled]), slot);
+    std::memcpy(dst.data(), RegionInternal::SlotData(r.get(), slots[i % filled]), slot);
   };
   auto memcpy_store_op = [&](uint64_t i) {
-    std::memcpy(impl->SlotData(slots[i % filled]), src.data(), slot);
+    std::memcpy(RegionInternal::SlotData(r.get(), slots[i % filled]), src.data(), slot);
   };
   // Stores (CRC of the source + copy; every store past the first fill
   // evicts), interleaved with the memcpy ceiling in the same direction.
@@ -244,7 +243,7 @@ json FirstLoadBench(const Flags& f) {
   const std::string path = ScratchPath(f, "first");
   Scratch scratch{path};
   uint64_t size = 0;
-  (void)internal::ParseSize(f.region_size, &size);
+  (void)base::ParseSize(f.region_size, &size);
   {
     std::unique_ptr<Region> r;
     Status s = Region::Open(path, BenchOptions(size, slot, Prefault::kNone), &r);
@@ -300,7 +299,7 @@ json FirstLoadBench(const Flags& f) {
 int Bench(const Flags& f) {
   ::mkdir(f.dir.c_str(), 0770);
   uint64_t size = 0;
-  Status s = internal::ParseSize(f.region_size, &size);
+  Status s = base::ParseSize(f.region_size, &size);
   if (!s.ok()) return Fail("bench", s);
   json out;
   out["crc32c"] = "isa-l or sse4.2 (see docs/benchmarks.md)";

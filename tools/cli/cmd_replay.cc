@@ -26,9 +26,9 @@
 
 #include "commands.h"
 #include "common.h"
+#include "cxlkv/base/size.h"
 #include "cxlkv/lifecycle.h"
-#include "geometry.h"
-#include "region_impl.h"
+#include "region_internal.h"
 #include "replay_plan.h"
 
 namespace cxlkv::cli {
@@ -187,7 +187,6 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     ctl->aborted = 1;
     return kExitFailed;
   }
-  auto* impl = static_cast<internal::RegionImpl*>(r.get());
   std::vector<uint8_t> buf(block_bytes), want(block_bytes);
   std::vector<BlockKey> keys;
   std::mt19937_64 rng(f.seed * 1000003 + index);
@@ -292,10 +291,10 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
         corrupted[dense[i]].store(0);  // a fresh copy replaces any corrupted one
         if (f.inject_corruption > 0 && coin(rng) < f.inject_corruption) {
           // Flip one byte behind the engine's back.
-          const int64_t slot = impl->FindReadySlot(ns, keys[i]);
+          const int64_t slot = RegionInternal::FindReadySlot(r.get(), ns, keys[i]);
           if (slot >= 0) {
             corrupted[dense[i]].store(1);
-            impl->SlotData(slot)[rng() % block_bytes] ^= 0x5A;
+            RegionInternal::SlotData(r.get(), slot)[rng() % block_bytes] ^= 0x5A;
             res.corrupted_injected++;
           }
         }

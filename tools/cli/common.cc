@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "cxlkv/base/cxl_dax_env.h"
-#include "geometry.h"
+#include "cxlkv/base/size.h"
 
 namespace cxlkv::cli {
 
@@ -35,10 +35,10 @@ Status RegionFlags::ToOptions(RegionOptions* o) const {
   if (region.empty()) {
     return Status::InvalidArgument("no region: pass --region PATH or set CXL_DAX_DEVICE");
   }
-  if (!size_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(size_text, &o->size));
-  if (!offset_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(offset_text, &o->offset));
+  if (!size_text.empty()) CXLKV_RETURN_IF_ERROR(base::ParseSize(size_text, &o->size));
+  if (!offset_text.empty()) CXLKV_RETURN_IF_ERROR(base::ParseSize(offset_text, &o->offset));
   if (!slot_size_text.empty()) {
-    CXLKV_RETURN_IF_ERROR(internal::ParseSize(slot_size_text, &o->config.slot_size));
+    CXLKV_RETURN_IF_ERROR(base::ParseSize(slot_size_text, &o->config.slot_size));
   }
   o->config.hash_algorithm = hash_algorithm;
   o->config.hash_seed_fingerprint = hash_seed_fingerprint;
@@ -51,8 +51,8 @@ Status RegionFlags::ToLifecycle(const TimingFlags& timing, LifecycleOptions* o) 
   if (region.empty()) {
     return Status::InvalidArgument("no region: pass --region PATH or set CXL_DAX_DEVICE");
   }
-  if (!size_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(size_text, &o->size));
-  if (!offset_text.empty()) CXLKV_RETURN_IF_ERROR(internal::ParseSize(offset_text, &o->offset));
+  if (!size_text.empty()) CXLKV_RETURN_IF_ERROR(base::ParseSize(size_text, &o->size));
+  if (!offset_text.empty()) CXLKV_RETURN_IF_ERROR(base::ParseSize(offset_text, &o->offset));
   if (timing.liveness_timeout_ms != 0)
     o->liveness_timeout_ns = timing.liveness_timeout_ms * 1'000'000;
   return Status::OK();
@@ -142,6 +142,6 @@ nlohmann::json InfoJson(const RegionInfo& i) {
   };
 }
 
-std::string Human(uint64_t bytes) { return internal::FormatBytes(bytes); }
+std::string Human(uint64_t bytes) { return base::FormatBytes(bytes); }
 
 }  // namespace cxlkv::cli

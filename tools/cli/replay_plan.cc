@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "region_impl.h"  // Mix64
+#include "region_internal.h"  // Mix64
 
 namespace cxlkv::cli {
 
