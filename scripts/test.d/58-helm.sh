@@ -14,6 +14,8 @@
 #     cap, namespace label override), and admits the oversized claim once
 #     its binding is deleted;
 #   - RBAC: `kubectl auth can-i` per ServiceAccount, allowed and denied;
+#   - helm upgrade in place (a value change reaches the Deployment, a no-op
+#     upgrade does not roll the plugin) and helm uninstall leaving nothing;
 #   - with real ServiceAccount tokens: the controller writes status.devices
 #     of a multi-node claim (granular status authorization), the plugin may
 #     not; with the resourceclaims/driver rule removed the controller may not
@@ -389,4 +391,36 @@ while [ $SECONDS -lt $end ]; do
 done
 if [ $created = 1 ]; then ok "without the policy the other node's slice is created (the policy is what stopped it)"
 else bad "other node's slice still refused without the policy"; fi
+
+echo "== helm: upgrade in place, then uninstall"
+if "$HELM" upgrade "$REL" "$CHART" --namespace "$NS" "${URL[@]}" "${QUOTA[@]}" \
+    --set controller.replicas=2 >/dev/null 2>"$W/up.err" &&
+   [ "$(kubectl get deployment "$REL-controller" -n "$NS" -o jsonpath='{.spec.replicas}')" = 2 ]; then
+  ok "helm upgrade --set controller.replicas=2 changes the Deployment in place"
+else cat "$W/up.err"; bad "helm upgrade of replicas"; fi
+gen=$(kubectl get daemonset "$REL-kubeletplugin" -n "$NS" -o jsonpath='{.metadata.generation}')
+"$HELM" upgrade "$REL" "$CHART" --namespace "$NS" "${URL[@]}" "${QUOTA[@]}" --set controller.replicas=2 \
+  >/dev/null 2>&1
+if [ "$(kubectl get daemonset "$REL-kubeletplugin" -n "$NS" -o jsonpath='{.metadata.generation}')" = "$gen" ]; then
+  ok "an upgrade with unchanged plugin values leaves the DaemonSet's generation ($gen): no plugin rollout"
+else bad "the plugin DaemonSet changed on a no-op upgrade"; fi
+if "$HELM" uninstall "$REL" --namespace "$NS" >/dev/null 2>"$W/un.err"; then ok "helm uninstall"
+else cat "$W/un.err"; bad "helm uninstall"; fi
+# Pods go through the garbage collector; a pod bound to a node then waits
+# for a kubelet that never comes, so it must only be terminating.
+leftover() {
+  kubectl get clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings,deviceclasses \
+    -l app.kubernetes.io/instance="$REL" -o name 2>&1
+  kubectl get deployments,daemonsets,replicasets,services,serviceaccounts -n "$NS" \
+    -l app.kubernetes.io/instance="$REL" -o name 2>&1
+  kubectl get pods -n "$NS" -l app.kubernetes.io/instance="$REL" -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if not p["metadata"].get("deletionTimestamp"):
+        print("pod/" + p["metadata"]["name"])' 
+}
+end=$((SECONDS + 30))
+until [ -z "$(leftover)" ] || [ $SECONDS -ge $end ]; do sleep 1; done
+if [ -z "$(leftover)" ]; then ok "uninstall leaves no object of the release (its pods terminating)"
+else bad "left after uninstall: $(leftover | tr '\n' ' ')"; fi
 [ "$failed" -eq 0 ]
