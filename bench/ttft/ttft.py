@@ -659,6 +659,20 @@ class Harness:
         for (t, arm, p), v in sorted(cells.items()):
             v = sorted(v)
             print(f" {t:4s}  {arm:5s} {p:7d} {len(v):3d} {v[len(v) // 2]:8.1f}")
+        load = {}
+        for r in self.log.records:
+            if r.get("kind") == "load_req" and r.get("req") == 2:
+                load.setdefault((r["tier"], r["prefix"], r["concurrency"]), []).append(
+                    r["ttft_ms"])
+        if load:
+            print("\n load  prefix  sessions/replica   n   p50 ms")
+            for (t, p, c), v in sorted(load.items()):
+                v = sorted(v)
+                print(f" {t:4s} {p:7d} {c:9d} {len(v):9d} {v[len(v) // 2]:8.1f}")
+        oracle = [r for r in self.log.records if r.get("kind") == "req" and
+                  r.get("phase") == "oracle" and r.get("arm") == "cross-poisoned"]
+        if oracle:
+            print(f"\n oracle: {len(oracle)} poisoned controls logged")
         print(f"\nttft: {'complete' if state['complete'] else 'NOT complete'}: "
               f"{state['tasks_left']} tasks left"
               f"{' (budget reached: call again to resume)' if state['stopped_by_budget'] else ''}"
