@@ -642,6 +642,15 @@ PYBIND11_MODULE(_cxlkv, m) {
 #else
   m.attr("__version__") = "0+unknown";
 #endif
+  // Whether the engine under this binding has the test-only failpoints
+  // (-DCXLKV_FAILPOINTS=ON; python/tests/test_failpoints.py).
+  m.attr("_FAILPOINTS_BUILT") = py::bool_(
+#if defined(CXLKV_FAILPOINTS_BUILT) && CXLKV_FAILPOINTS_BUILT
+      true
+#else
+      false
+#endif
+  );
   m.attr("HAVE_CUDA") = py::bool_(
 #if defined(CXLKV_WITH_CUDA)
       true

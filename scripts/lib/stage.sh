@@ -35,9 +35,10 @@ cxlkv_build_dir() {  # cxlkv_build_dir <dir> "<cmake args>" [targets...]
   cmake --build "$CXLKV_ROOT/$dir" -j "$JOBS" "${targets[@]}" || { echo "build $dir failed"; return 1; }
 }
 
-# build/: every room, the configuration the default run and the docs use.
+# build/: every room, the configuration the default run and the docs use,
+# with the test-only failpoints (src/region/failpoint.h) compiled in.
 CXLKV_MAIN_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLKV_ROOMS=all -DCXLKV_ENGINE_ONLY=OFF \
--DCXLKV_WITH_ENGINE=ON"
+-DCXLKV_WITH_ENGINE=ON -DCXLKV_FAILPOINTS=ON"
 cxlkv_build_main() {  # cxlkv_build_main [targets...]
   cxlkv_build_dir build "$CXLKV_MAIN_ARGS" "$@"
 }

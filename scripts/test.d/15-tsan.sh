@@ -14,6 +14,6 @@ trap 'echo "tsan: $passed passed, $failed failed, $skipped skipped"' EXIT
 # The rooms whose locks carry Clang annotations are built too: clang's
 # -Wthread-safety -Werror=thread-safety (top-level CMakeLists) checks them.
 echo "== tsan: build (build-tsan/: the engine, base, fabric, fabricd, hostd)"
-cxlkv_build_dir build-tsan "-DCXLKV_TSAN=ON -DCXLKV_ENGINE_ONLY=OFF -DCXLKV_ROOMS=fabric;fabricd;hostd \
+cxlkv_build_dir build-tsan "-DCXLKV_TSAN=ON -DCXLKV_FAILPOINTS=ON -DCXLKV_ENGINE_ONLY=OFF -DCXLKV_ROOMS=fabric;fabricd;hostd \
 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++" || { failed=$((failed + 1)); exit 1; }
 cxlkv_ctest build-tsan -j "$JOBS" -L '^region\.unit$'

@@ -6,7 +6,7 @@
 # other weights under the same model name never share; mismatched hash seed /
 # algorithm refused at start; a corrupted slot recomputed, not used.
 # Also checks the packaging: cxlkv is built with
-# `pip install --no-build-isolation` against the venv's scikit-build-core and
+# `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
 # and compiles the binding (about 3 min). Warm: about 700 s on 2 cores shared
@@ -25,7 +25,8 @@ echo "vllm stage: $("$PY" -c 'import vllm, torch; print("vllm", vllm.__version__
 
 SITE=$CXLKV_ROOT/build-vllm-site
 log=$(mktemp)
-if ! CMAKE_ARGS="$(cxlkv_launcher_args)" "$PY" -m pip install -q --no-build-isolation --no-deps \
+# With the test-only failpoints, as every test build (off in a user's pip build).
+if ! CMAKE_ARGS="-DCXLKV_FAILPOINTS=ON $(cxlkv_launcher_args)" "$PY" -m pip install -q --no-build-isolation --no-deps \
     --upgrade --target "$SITE" . > "$log" 2>&1; then
   cat "$log"; rm -f "$log"; echo "vllm stage: pip install --no-build-isolation . failed"
   failed=1; exit 1

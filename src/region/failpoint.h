@@ -1,6 +1,10 @@
 // Copyright cxlkv authors.
 //
-// Test-only failpoints. CXLKV_FAILPOINT=<point>[,<point>...] with each
+// Test-only failpoints, compiled in only with -DCXLKV_FAILPOINTS=ON (the test
+// stages' builds and the vLLM test venv's; off by default and in the wheel,
+// so a stray CXLKV_FAILPOINT in a serving environment does nothing).
+//
+// In a build that has them, CXLKV_FAILPOINT=<point>[,<point>...] with each
 // <point> = <name>[:<action>] makes the process act at the named points, so
 // crash and pause tests hit exact windows:
 //   <name>           same as <name>:kill
@@ -8,26 +12,52 @@
 //   <name>:stop      raise SIGSTOP (a paused process; resume with SIGCONT)
 //   <name>:sleep=MS  sleep MS milliseconds, then continue
 // Every hit of a listed point acts. Points (grep CXLKV_FAILPOINT_HIT):
-// format.after_lock, format.mid_zero, write.before_claim, write.after_claim,
-// write.mid_copy, write.before_commit, evict.after_take, pin.before_pin,
-// pin.after_pin, read.mid_copy, reclaim.mid_sweep. The Spin model
-// (model/) names its steps after these; keep the names stable.
+// open.after_create, format.after_lock, format.mid_zero, write.before_claim,
+// write.after_claim, write.mid_copy, write.before_commit, evict.after_take,
+// pin.before_pin, pin.after_pin, read.mid_copy, reclaim.mid_sweep. The Spin
+// model (model/) names its steps after these; keep the names stable.
+//
+// Thread-safety: hits are safe from any thread; ReloadFailpoints is for a
+// single-threaded (just forked) test child.
 #ifndef CXLKV_SRC_REGION_FAILPOINT_H_
 #define CXLKV_SRC_REGION_FAILPOINT_H_
 
 namespace cxlkv::internal {
 
+#if defined(CXLKV_FAILPOINTS) && CXLKV_FAILPOINTS
+
+// Whether this build has failpoints (tests that need them skip without).
+inline constexpr bool kFailpointsBuilt = true;
 // True when any failpoint is configured (read once per process).
 bool FailpointsEnabled();
 void FailpointHit(const char* name);
 // Re-reads CXLKV_FAILPOINT (for a forked test child that just set it).
 void ReloadFailpoints();
 
-}  // namespace cxlkv::internal
-
 #define CXLKV_FAILPOINT_HIT(name)                                                      \
   do {                                                                                 \
     if (::cxlkv::internal::FailpointsEnabled()) ::cxlkv::internal::FailpointHit(name); \
+  } while (0)
+
+#else
+
+inline constexpr bool kFailpointsBuilt = false;
+inline bool FailpointsEnabled() { return false; }
+inline void ReloadFailpoints() {}
+// Compiled out: the name is not even evaluated.
+#define CXLKV_FAILPOINT_HIT(name) \
+  do {                            \
+  } while (0)
+
+#endif
+
+}  // namespace cxlkv::internal
+
+// For tests: skip (with the reason) where the build has no failpoints.
+#define CXLKV_SKIP_WITHOUT_FAILPOINTS()                                                 \
+  do {                                                                                  \
+    if (!::cxlkv::internal::kFailpointsBuilt)                                           \
+      GTEST_SKIP() << "built without failpoints; configure with -DCXLKV_FAILPOINTS=ON"; \
   } while (0)
 
 #endif  // CXLKV_SRC_REGION_FAILPOINT_H_

@@ -94,6 +94,7 @@ TEST(MultiProcessTest, EightProcessesRacingToFormatAgreeOnOneLayout) {
 }
 
 TEST(MultiProcessTest, FormatterKilledMidFormatDoesNotWedgeTheRegion) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("fmtkill");
   pid_t k = Spawn([&] {
     ::setenv("CXLKV_FAILPOINT", "format.mid_zero:kill", 1);
@@ -112,6 +113,7 @@ TEST(MultiProcessTest, FormatterKilledMidFormatDoesNotWedgeTheRegion) {
 }
 
 TEST(MultiProcessTest, WriterKilledMidStoreIsNeverServedAndIsReclaimed) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("wkill");
   auto r = MustOpen(sr.path(), TestOptions(8 << 20, kSlot));
   const NamespaceId ns = Ns(r.get());
@@ -144,6 +146,7 @@ TEST(MultiProcessTest, WriterKilledMidStoreIsNeverServedAndIsReclaimed) {
 }
 
 TEST(MultiProcessTest, WriterKilledBeforeCommitIsReclaimedByAnotherProcess) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   // Same window, but the reclaimer is a third process (not the test).
   ScratchRegion sr("wkill2");
   {

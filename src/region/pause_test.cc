@@ -82,6 +82,7 @@ class PausedWriterTest : public testing::TestWithParam<Case> {};
 
 TEST_P(PausedWriterTest, ReaderGetsTheOwnersBytesOrAMissAndTheKeyStaysStorable) {
   const Case& c = GetParam();
+  if (c.failpoint != nullptr) CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("pause");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
@@ -209,6 +210,7 @@ TEST(PauseTest, ResumedZombieAbortLeavesTheNewOwnersBlockFindable) {
 // A pinner paused right before setting its pin bit is reclaimed (the sweep
 // finds no bit); when it resumes, the bit it sets must not outlive it.
 TEST(PauseTest, PinLandingAfterReclaimIsNotLeaked) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("ppin");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
@@ -240,6 +242,7 @@ TEST(PauseTest, PinLandingAfterReclaimIsNotLeaked) {
 // is reclaimed: the block goes back to READY with its writer, and when the
 // evictor resumes it neither frees the block nor clears its tag.
 TEST(PauseTest, EvictorPausedAfterTakeLeavesTheBlockWithItsWriter) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("pevict");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
@@ -278,6 +281,7 @@ TEST(PauseTest, EvictorPausedAfterTakeLeavesTheBlockWithItsWriter) {
 // the slot names an owner that is not alive, which no reclaim sweep visits.
 // The orphan sweep frees it, so the key becomes storable.
 TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("porphan");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
@@ -318,6 +322,7 @@ TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
 // resumes, it must not go on sweeping the newcomer's pin bit (or slots, or
 // counters), which carry the same index.
 TEST(PauseTest, ResumedReclaimerDoesNotSweepTheIndexsNextOwner) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
   ScratchRegion sr("preclaim");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   NamespaceId ns;
