@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cxlkv/lifecycle.h"
 #include "failpoint.h"
 #include "region_impl.h"
 
@@ -157,9 +158,10 @@ size_t RegionImpl::ReapDead() {
         o = Observation{w, hb, now, true};
         continue;
       }
-      // The declared interval is untrusted: cap what it can stretch.
+      // The declared interval is untrusted: cap what it can stretch, at the
+      // longest interval Open accepts (the lifecycle watch uses the same cap).
       const uint64_t declared = std::min<uint64_t>(
-          r.heartbeat_interval_ns.load(std::memory_order_relaxed), 60'000'000'000ull);
+          r.heartbeat_interval_ns.load(std::memory_order_relaxed), kMaxHeartbeatIntervalNs);
       const auto timeout =
           std::chrono::nanoseconds(std::max(opts_.liveness_timeout_ns, 4 * declared));
       if (now - o.since > timeout) dead.emplace_back(i, w);
