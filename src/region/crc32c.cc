@@ -1,19 +1,21 @@
 // Copyright cxlkv authors.
+//
+// Picks the CRC32C implementation once per process: ISA-L where the build
+// found it, else the SSE4.2 instruction on an x86 CPU that has it, else the
+// portable table (crc32c_arch.h).
 #include "crc32c.h"
-
-#include <climits>
-#include <cstring>
 
 #if defined(CXLKV_HAVE_ISAL)
 #include <isa-l/crc.h>
-#elif defined(__SSE4_2__) || defined(__x86_64__)
-#include <nmmintrin.h>
 #endif
+
+#include "crc32c_arch.h"
 
 namespace cxlkv::internal {
 
 #if defined(CXLKV_HAVE_ISAL)
 
+// Direct, no dispatch: ISA-L picks its own kernel for the CPU.
 uint32_t Crc32cExtend(uint32_t state, const void* data, size_t n) {
   // crc32_iscsi takes an int length.
   auto* p = static_cast<const unsigned char*>(data);
@@ -27,36 +29,36 @@ uint32_t Crc32cExtend(uint32_t state, const void* data, size_t n) {
 }
 const char* Crc32cImplementation() { return "isa-l"; }
 
-#elif defined(__x86_64__)
-
-__attribute__((target("sse4.2"))) uint32_t Crc32cExtend(uint32_t state, const void* data,
-                                                        size_t n) {
-  auto* p = static_cast<const unsigned char*>(data);
-  uint64_t c = state;
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
-    p += 8;
-    n -= 8;
-  }
-  uint32_t c32 = static_cast<uint32_t>(c);
-  while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
-  return c32;
-}
-const char* Crc32cImplementation() { return "sse4.2"; }
-
 #else
 
-uint32_t Crc32cExtend(uint32_t state, const void* data, size_t n) {
-  auto* p = static_cast<const unsigned char*>(data);
-  while (n-- > 0) {
-    state ^= *p++;
-    for (int k = 0; k < 8; ++k) state = (state >> 1) ^ (0x82F63B78u & (0u - (state & 1u)));
-  }
-  return state;
+namespace {
+
+using ExtendFn = uint32_t (*)(uint32_t, const void*, size_t);
+
+struct Implementation {
+  ExtendFn extend;
+  const char* name;
+};
+
+Implementation Pick() {
+#if defined(CXLKV_ARCH_X86) && CXLKV_ARCH_X86
+  if (Crc32cX86Supported()) return {&Crc32cExtendSse42, "sse4.2"};
+#endif
+  return {&Crc32cExtendPortable, "table"};
 }
-const char* Crc32cImplementation() { return "table"; }
+
+const Implementation& Chosen() {
+  static const Implementation chosen = Pick();
+  return chosen;
+}
+
+}  // namespace
+
+uint32_t Crc32cExtend(uint32_t state, const void* data, size_t n) {
+  return Chosen().extend(state, data, n);
+}
+
+const char* Crc32cImplementation() { return Chosen().name; }
 
 #endif
 

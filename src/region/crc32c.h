@@ -1,8 +1,9 @@
 // Copyright cxlkv authors.
 //
-// CRC32C (Castagnoli), the per-slot checksum. ISA-L's crc32_iscsi when the
-// build found it (CXLKV_HAVE_ISAL), else the SSE4.2 crc32 instruction
-// (the GPU machine's image has no ISA-L headers).
+// CRC32C (Castagnoli), the per-slot checksum: ISA-L's crc32_iscsi when the
+// build found it (CXLKV_HAVE_ISAL), else the SSE4.2 crc32 instruction on an
+// x86 CPU that has it (the GPU machine's image has no ISA-L headers), else a
+// portable table (crc32c_arch.h).
 #ifndef CXLKV_SRC_REGION_CRC32C_H_
 #define CXLKV_SRC_REGION_CRC32C_H_
 
@@ -22,7 +23,7 @@ inline uint32_t Crc32c(const void* data, size_t n) {
   return Crc32cFinish(Crc32cExtend(kCrc32cInit, data, n));
 }
 
-// Name of the implementation in use ("isa-l" or "sse4.2" or "table").
+// Name of the implementation in use: "isa-l", "sse4.2" or "table".
 const char* Crc32cImplementation();
 
 }  // namespace cxlkv::internal

@@ -6,11 +6,10 @@
 // (one cache line of 16 fingerprints) so a lookup touches two cache lines on
 // a miss and three on a hit. Slot i's metadata and data are at fixed
 // offsets: no separate allocator, nothing to leak.
-#include <immintrin.h>
-
 #include <chrono>
 #include <thread>
 
+#include "cpu.h"
 #include "failpoint.h"
 #include "region_impl.h"
 
@@ -144,7 +143,7 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
     if (WordState(cur) != static_cast<uint8_t>(SlotState::kEvicting)) break;
     if (!ParticipantActive(WordOwner(cur))) break;
     if (spin < 256) {
-      _mm_pause();
+      CpuRelax();
     } else {
       if (std::chrono::steady_clock::now() > deadline) break;
       std::this_thread::yield();
@@ -291,8 +290,8 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
     const KeyPlace cur = next;
     if (i + 1 < n) {
       next = Place(ns, keys[i + 1]);
-      _mm_prefetch(reinterpret_cast<const char*>(&tags_[next.set[0]]), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(&tags_[next.set[1]]), _MM_HINT_T0);
+      PrefetchForRead(&tags_[next.set[0]]);
+      PrefetchForRead(&tags_[next.set[1]]);
     }
     uint64_t w;
     const int64_t slot = Find(ns, keys[i], cur, &w, true);

@@ -36,6 +36,16 @@ inline constexpr uint32_t kNamespaceEntries = 256;
 inline constexpr uint32_t kCounterCount = static_cast<uint32_t>(Counter::kCount);
 inline constexpr uint32_t kCounterSlots = 24;  // room to append counters without a layout change
 static_assert(kCounterCount <= kCounterSlots);
+
+// Every atomic in the region is shared by processes: only a lock-free one
+// works there (a lock-based std::atomic keeps its lock in one process's
+// memory), and it must be exactly as wide as the field it overlays.
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && alignof(std::atomic<uint64_t>) == 8);
+static_assert(sizeof(std::atomic<uint32_t>) == 4 && alignof(std::atomic<uint32_t>) == 4);
+// Strings in the registry and namespace table are copied a byte at a time.
+static_assert(std::atomic<char>::is_always_lock_free && sizeof(std::atomic<char>) == 1);
 inline constexpr uint64_t kMinSlotSize = 64;
 inline constexpr uint64_t kMaxSlotSize = (1ull << 32) - 4096;  // SlotMeta::len is 32-bit
 
