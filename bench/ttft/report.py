@@ -123,6 +123,8 @@ def build(records):
                            for r in records if r.get("kind") == "start_failed"],
         "errors": [{"tier": r.get("tier"), "phase": r.get("phase"), "error": r["error"]}
                    for r in records if r.get("kind") == "error"],
+        "warnings": [{"tier": r.get("tier"), "warning": r["warning"]}
+                     for r in records if r.get("kind") == "warning"],
         "replica_setup": [{"name": r["name"], "tier": r["tier"], "role": r["role"],
                            "ready_s": r["ready_s"], "gpu": r.get("gpu"),
                            "setup_lines": r.get("setup_lines", [])}
@@ -426,6 +428,8 @@ def tables(s):
               f"{r['n']} | {_f(r['p50_ms'])} | {_f(r['p90_ms'])} | {_f(r['hit_rate'] * 100, 1)} |")
     for e in s["errors"]:
         w(f"\nError in {e['phase']} {e['tier']}: {e['error'][:300]}")
+    for e in s["warnings"]:
+        w(f"\nWarning ({e['tier']}): {e['warning']}")
     return "\n".join(L) + "\n"
 
 
