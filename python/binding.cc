@@ -561,7 +561,67 @@ PYBIND11_MODULE(_cxlkv, m) {
           py::arg("ns"), py::arg("keys"), py::arg("tensors"), py::arg("block_ids"),
           py::arg("blocks_per_chunk"), py::arg("path") = GpuPath::kDirect,
           py::arg("verify_crc") = true, py::arg("skip") = 0, py::arg("scratch") = 0,
-          py::arg("scratch_bytes") = 0);
+          py::arg("scratch_bytes") = 0)
+      // Parted (delegate.h) fills and loads of GPU-resident KV: vLLM's
+      // worker on a GPU. block_ids: chunks * blocks_per_chunk entries; on
+      // loads -1 marks a block that goes to scratch (KvPieces::BuildWhole).
+      .def(
+          "fill_parts",
+          [](RegionGpu& g,
+             const std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t>>& tok,
+             uint32_t parts, uint64_t part_len, uint32_t part, const std::vector<KvTensor>& tensors,
+             const std::vector<int64_t>& ids, uint32_t bpc, GpuPath path, uintptr_t after_stream) {
+            if (bpc == 0 || ids.size() != tok.size() * bpc)
+              Raise(Status::InvalidArgument("fill_parts: " + std::to_string(ids.size()) +
+                                            " block ids for " + std::to_string(tok.size()) +
+                                            " chunks of " + std::to_string(bpc)));
+            KvPieces p;
+            Raise(p.BuildWhole(KvLayerLayout{tensors, bpc}, ids.data(), tok.size()));
+            std::vector<WriteToken> tokens;
+            for (const auto& t : tok) tokens.push_back(Token(t));
+            GpuPartResult res;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.FillParts(tokens.data(), PartedLayout{parts, part_len}, part, p.blocks(), path,
+                              after_stream, &res);
+            }
+            Raise(s);
+            py::list st;
+            for (const Status& x : res.status) st.append(StatusTuple(x));
+            return py::make_tuple(res.ok, st, res.len);
+          },
+          py::arg("tokens"), py::arg("parts"), py::arg("part_len"), py::arg("part"),
+          py::arg("tensors"), py::arg("block_ids"), py::arg("blocks_per_chunk"),
+          py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
+      .def(
+          "load_parts",
+          [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys, uint32_t parts,
+             uint64_t part_len, uint32_t part, const std::vector<KvTensor>& tensors,
+             const std::vector<int64_t>& ids, uint32_t bpc, GpuPath path, uint64_t scratch,
+             uint64_t scratch_bytes) {
+            if (bpc == 0 || ids.size() != keys.size() * bpc)
+              Raise(Status::InvalidArgument("load_parts: " + std::to_string(ids.size()) +
+                                            " block ids for " + std::to_string(keys.size()) +
+                                            " chunks of " + std::to_string(bpc)));
+            KvPieces p;
+            Raise(p.BuildWhole(KvLayerLayout{tensors, bpc}, ids.data(), keys.size(), scratch,
+                               scratch_bytes));
+            GpuPartResult res;
+            Status s;
+            {
+              py::gil_scoped_release nogil;
+              s = g.LoadParts(ns, keys.data(), PartedLayout{parts, part_len}, part, p.blocks(),
+                              path, &res);
+            }
+            Raise(s);
+            py::list st;
+            for (const Status& x : res.status) st.append(StatusTuple(x));
+            return py::make_tuple(res.ok, st, res.len, res.writer);
+          },
+          py::arg("ns"), py::arg("keys"), py::arg("parts"), py::arg("part_len"), py::arg("part"),
+          py::arg("tensors"), py::arg("block_ids"), py::arg("blocks_per_chunk"),
+          py::arg("path") = GpuPath::kDirect, py::arg("scratch") = 0, py::arg("scratch_bytes") = 0);
 #endif
   // ---- Delegated, parted writes and per-part loads (cxlkv/delegate.h) ----
   py::class_<PendingWrite>(m, "WriteLease")

@@ -58,7 +58,7 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCXLKV_ENGINE_ONLY=ON \
   -DCXLKV_CUDA=ON -DCXLKV_PYTHON=$WITH_PY -DPython_EXECUTABLE="$(command -v python3)" \
   ${PREFIX:+-DCMAKE_PREFIX_PATH=$PREFIX} ${PYBIND:+-Dpybind11_DIR=$PYBIND} \
   > "$LOGS/configure.log" 2>&1 || { tail -40 "$LOGS/configure.log"; bad configure; }
-if cmake --build "$B" -j "$JOBS" --target crc32c_math_test gpu_transfer_test region_gpu_test \
+if cmake --build "$B" -j "$JOBS" --target crc32c_math_test gpu_transfer_test region_gpu_test region_gpu_parts_test \
      region_gpu_peer cxlkv-bench-gpu $PYTARGET > "$LOGS/build.log" 2>&1; then
   ok build
 else
@@ -66,7 +66,7 @@ else
 fi
 
 # ---- C++ tests ----
-for t in crc32c_math_test gpu_transfer_test region_gpu_test; do
+for t in crc32c_math_test gpu_transfer_test region_gpu_test region_gpu_parts_test; do
   if [ -x "$B/bin/$t" ]; then
     if "$B/bin/$t" --gtest_output=xml:"$LOGS/$t.xml" > "$LOGS/$t.log" 2>&1; then ok "$t"
     else tail -40 "$LOGS/$t.log"; bad "$t"; fi

@@ -113,6 +113,43 @@ Status CommitPartedWrite(Region* region, WriteLease* lease, const PartedLayout& 
 Status LoadPart(Region* region, NamespaceId ns, const BlockKey& key, const PartedLayout& layout,
                 uint32_t part, const ChunkPages& pages, LoadInfo* info = nullptr);
 
+// ---- The same, for copies done by someone else (a GPU's DMA or SM copy) ----
+//
+// A filler or reader whose bytes move by DMA (src/transfer/region_gpu.h)
+// cannot hand the engine a page list of host addresses: it asks for the
+// part's bytes in the slot, copies (checksumming what it copied on the
+// device), and then finishes with the CRC. The checks are the ones FillPart
+// and LoadPart make; FillPart/LoadPart are these with a memcpy in between.
+
+// Filler: checks the token, the layout and that the reservation holds, and
+// sets *dst to part `part`'s part_len bytes in the slot. Codes as FillPart
+// (kInvalidArgument, kNotFound). Nothing is written.
+Status BeginFillPart(Region* region, const WriteToken& token, const PartedLayout& layout,
+                     uint32_t part, uint8_t** dst);
+// Filler, after writing the part's first `bytes` bytes (<= part_len) whose
+// plain CRC32C is `crc`: zero-pads the rest of the part, records the part's
+// table entry, and re-checks the reservation. kNotFound if it was lost
+// (nothing of ours may then be committed); kInvalidArgument for bytes >
+// part_len.
+Status EndFillPart(Region* region, const WriteToken& token, const PartedLayout& layout,
+                   uint32_t part, uint64_t bytes, uint32_t crc);
+
+// Reader: BeginRead of the block plus the layout check; *src is part
+// `part`'s part_len bytes (valid until EndLoadPart; untrusted until it
+// returns OK). Codes as LoadPart: kNotFound on a miss, kCorruption for a
+// block whose length is not the layout's (the lease is then closed).
+Status BeginLoadPart(Region* region, NamespaceId ns, const BlockKey& key,
+                     const PartedLayout& layout, uint32_t part, ReadLease* lease,
+                     const uint8_t** src);
+// Reader, after copying the part's first `bytes` bytes out, `crc` being the
+// plain CRC32C of the copy as it landed: checksums the rest of the part from
+// the region, combines it with the table, and closes the lease through
+// EndRead. OK only if the copy is valid; kNotFound if the slot changed,
+// kCorruption on a mismatch (the slot is dropped and counted, as LoadPart).
+// `info` (optional) as LoadPart, with len = bytes.
+Status EndLoadPart(Region* region, ReadLease* lease, const PartedLayout& layout, uint32_t part,
+                   uint64_t bytes, uint32_t crc, LoadInfo* info = nullptr);
+
 }  // namespace cxlkv
 
 #endif  // CXLKV_DELEGATE_H_

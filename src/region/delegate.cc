@@ -99,10 +99,12 @@ Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToke
   return Status::OK();
 }
 
-Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,
-                const ChunkPages& pages) {
+namespace {
+
+Status CheckToken(const Region& region, const WriteToken& token, const PartedLayout& layout,
+                  uint32_t part) {
   CXLKV_RETURN_IF_ERROR(CheckLayout(layout, part));
-  const RegionInfo& info = region->info();
+  const RegionInfo& info = region.info();
   if (token.format_epoch != info.format_epoch)
     return Status::InvalidArgument("write token of another region (format epoch " +
                                    std::to_string(token.format_epoch) + ", this region " +
@@ -113,16 +115,71 @@ Status FillPart(Region* region, const WriteToken& token, const PartedLayout& lay
     return Status::InvalidArgument("write token of " + std::to_string(token.len) +
                                    " bytes for a parted layout of " +
                                    std::to_string(layout.PayloadLen()));
+  return Status::OK();
+}
+
+Status ReservationHolds(Region* region, const WriteToken& token, const char* when) {
+  // Acquire: our writes to the slot must follow the reservation we check.
+  if (Impl(region)->Meta(token.slot).state.load(std::memory_order_acquire) != token.word)
+    return Status::NotFound("the reservation of slot " + std::to_string(token.slot) + when);
+  return Status::OK();
+}
+
+// The payload's CRC as the stored bytes would have it, with part `part`'s
+// CRC replaced by `part_crc` (what the reader copied): equal to the
+// committed CRC only if that part and the table are intact.
+uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& layout, uint32_t part,
+                    uint32_t part_crc) {
+  uint32_t payload = 0;
+  for (uint32_t p = 0; p < layout.parts; ++p) {
+    const uint32_t c = p == part ? part_crc : table[p].crc32c;
+    payload = p == 0 ? c : Crc32cCombine(payload, c, layout.part_len);
+  }
+  return Crc32cCombine(payload, internal::Crc32c(table.data(), table.size() * sizeof(PartEntry)),
+                       table.size() * sizeof(PartEntry));
+}
+
+}  // namespace
+
+Status BeginFillPart(Region* region, const WriteToken& token, const PartedLayout& layout,
+                     uint32_t part, uint8_t** dst) {
+  CXLKV_RETURN_IF_ERROR(CheckToken(*region, token, layout, part));
+  CXLKV_RETURN_IF_ERROR(ReservationHolds(region, token, " no longer holds"));
+  *dst = Impl(region)->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  return Status::OK();
+}
+
+Status EndFillPart(Region* region, const WriteToken& token, const PartedLayout& layout,
+                   uint32_t part, uint64_t bytes, uint32_t crc) {
+  CXLKV_RETURN_IF_ERROR(CheckToken(*region, token, layout, part));
+  if (bytes > layout.part_len)
+    return Status::InvalidArgument("filled " + std::to_string(bytes) + " bytes into a part of " +
+                                   std::to_string(layout.part_len));
+  internal::RegionImpl* impl = Impl(region);
+  uint8_t* dst = impl->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  if (bytes < layout.part_len) {
+    const uint64_t pad = layout.part_len - bytes;
+    std::memset(dst + bytes, 0, pad);
+    crc = Crc32cCombine(crc, internal::Crc32c(dst + bytes, pad), pad);
+  }
+  const PartEntry entry{crc, 0, token.word};
+  uint8_t* table =
+      impl->SlotData(token.slot) + static_cast<uint64_t>(layout.parts) * layout.part_len;
+  std::memcpy(table + static_cast<uint64_t>(part) * sizeof(PartEntry), &entry, sizeof(entry));
+  // Release: the part and its entry are complete before anyone who sees
+  // our report (through the engine's own channel) commits.
+  std::atomic_thread_fence(std::memory_order_release);
+  return ReservationHolds(region, token, " was lost during the copy");
+}
+
+Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,
+                const ChunkPages& pages) {
+  CXLKV_RETURN_IF_ERROR(CheckToken(*region, token, layout, part));
   if (pages.skip != 0 || pages.count != pages.blocks_per_chunk)
     return Status::InvalidArgument("a stored part needs the chunk's every block");
   CXLKV_RETURN_IF_ERROR(CheckPages(pages, layout));
-  internal::RegionImpl* impl = Impl(region);
-  std::atomic<uint64_t>& state = impl->Meta(token.slot).state;
-  // Acquire: our writes to the slot must follow the reservation we check.
-  if (state.load(std::memory_order_acquire) != token.word)
-    return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
-                            " no longer holds");
-  uint8_t* dst = impl->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  uint8_t* dst = nullptr;
+  CXLKV_RETURN_IF_ERROR(BeginFillPart(region, token, layout, part, &dst));
   uint32_t crc = internal::kCrc32cInit;
   uint64_t off = 0;
   for (size_t t = 0; t < pages.num_tensors; ++t) {
@@ -136,21 +193,7 @@ Status FillPart(Region* region, const WriteToken& token, const PartedLayout& lay
       off += pt.page_bytes;
     }
   }
-  if (off < layout.part_len) {
-    std::memset(dst + off, 0, layout.part_len - off);
-    crc = internal::Crc32cExtend(crc, dst + off, layout.part_len - off);
-  }
-  const PartEntry entry{internal::Crc32cFinish(crc), 0, token.word};
-  uint8_t* table =
-      impl->SlotData(token.slot) + static_cast<uint64_t>(layout.parts) * layout.part_len;
-  std::memcpy(table + static_cast<uint64_t>(part) * sizeof(PartEntry), &entry, sizeof(entry));
-  // Release: the part and its entry are complete before anyone who sees
-  // our report (through the engine's own channel) commits.
-  std::atomic_thread_fence(std::memory_order_release);
-  if (state.load(std::memory_order_acquire) != token.word)
-    return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
-                            " was lost during the copy");
-  return Status::OK();
+  return EndFillPart(region, token, layout, part, off, internal::Crc32cFinish(crc));
 }
 
 Status CommitPartedWrite(Region* region, WriteLease* lease, const PartedLayout& layout) {
@@ -183,21 +226,62 @@ Status CommitPartedWrite(Region* region, WriteLease* lease, const PartedLayout& 
   return region->CommitWrite(lease, &crc);
 }
 
+Status BeginLoadPart(Region* region, NamespaceId ns, const BlockKey& key,
+                     const PartedLayout& layout, uint32_t part, ReadLease* lease,
+                     const uint8_t** src) {
+  CXLKV_RETURN_IF_ERROR(CheckLayout(layout, part));
+  CXLKV_RETURN_IF_ERROR(region->BeginRead(ns, key, lease));
+  if (lease->len() != layout.PayloadLen()) {
+    const size_t len = lease->len();
+    (void)region->EndRead(lease);
+    return Status::Corruption("block of " + std::to_string(len) +
+                              " bytes where the parted layout has " +
+                              std::to_string(layout.PayloadLen()));
+  }
+  *src = static_cast<const uint8_t*>(lease->data()) + static_cast<uint64_t>(part) * layout.part_len;
+  return Status::OK();
+}
+
+Status EndLoadPart(Region* region, ReadLease* lease, const PartedLayout& layout, uint32_t part,
+                   uint64_t bytes, uint32_t crc, LoadInfo* info) {
+  Status s = CheckLayout(layout, part);
+  if (s.ok() && (!lease->open() || lease->len() != layout.PayloadLen()))
+    s = Status::InvalidArgument("EndLoadPart on a lease that BeginLoadPart did not open");
+  if (s.ok() && bytes > layout.part_len)
+    s = Status::InvalidArgument("copied " + std::to_string(bytes) + " bytes of a part of " +
+                                std::to_string(layout.part_len));
+  if (!s.ok()) {
+    if (lease->open()) (void)region->EndRead(lease);  // its verdict is moot
+    return s;
+  }
+  const auto* data = static_cast<const uint8_t*>(lease->data());
+  const uint8_t* src = data + static_cast<uint64_t>(part) * layout.part_len;
+  if (bytes < layout.part_len) {
+    const uint64_t rest = layout.part_len - bytes;
+    crc = Crc32cCombine(crc, internal::Crc32c(src + bytes, rest), rest);
+  }
+  std::vector<PartEntry> table(layout.parts);
+  std::memcpy(table.data(), data + static_cast<uint64_t>(layout.parts) * layout.part_len,
+              table.size() * sizeof(PartEntry));
+  uint32_t payload = PayloadCrc(table, layout, part, crc);
+  const uint32_t writer = lease->writer_participant();
+  CXLKV_RETURN_IF_ERROR(region->EndRead(lease, nullptr, &payload));
+  if (info != nullptr) {
+    info->len = bytes;
+    info->writer_participant = writer;
+    info->cross_participant = region->info().participant < 0 ||
+                              writer != static_cast<uint32_t>(region->info().participant);
+  }
+  return Status::OK();
+}
+
 Status LoadPart(Region* region, NamespaceId ns, const BlockKey& key, const PartedLayout& layout,
                 uint32_t part, const ChunkPages& pages, LoadInfo* info) {
   CXLKV_RETURN_IF_ERROR(CheckLayout(layout, part));
   CXLKV_RETURN_IF_ERROR(CheckPages(pages, layout));
   ReadLease lease;
-  CXLKV_RETURN_IF_ERROR(region->BeginRead(ns, key, &lease));
-  if (lease.len() != layout.PayloadLen()) {
-    const size_t len = lease.len();
-    (void)region->EndRead(&lease);
-    return Status::Corruption("block of " + std::to_string(len) +
-                              " bytes where the parted layout has " +
-                              std::to_string(layout.PayloadLen()));
-  }
-  const auto* src =
-      static_cast<const uint8_t*>(lease.data()) + static_cast<uint64_t>(part) * layout.part_len;
+  const uint8_t* src = nullptr;
+  CXLKV_RETURN_IF_ERROR(BeginLoadPart(region, ns, key, layout, part, &lease, &src));
   uint32_t crc = internal::kCrc32cInit;
   uint64_t off = 0, copied = 0;
   for (size_t t = 0; t < pages.num_tensors; ++t) {
@@ -216,30 +300,9 @@ Status LoadPart(Region* region, NamespaceId ns, const BlockKey& key, const Parte
       off += pt.page_bytes;
     }
   }
-  if (off < layout.part_len) crc = internal::Crc32cExtend(crc, src + off, layout.part_len - off);
-  std::vector<PartEntry> table(layout.parts);
-  std::memcpy(table.data(),
-              static_cast<const uint8_t*>(lease.data()) +
-                  static_cast<uint64_t>(layout.parts) * layout.part_len,
-              table.size() * sizeof(PartEntry));
-  // The payload's CRC as the stored bytes would have it, with our part as
-  // it landed: equal to the committed CRC only if our part and the table
-  // are intact.
-  uint32_t payload = 0;
-  for (uint32_t p = 0; p < layout.parts; ++p) {
-    const uint32_t c = p == part ? internal::Crc32cFinish(crc) : table[p].crc32c;
-    payload = p == 0 ? c : Crc32cCombine(payload, c, layout.part_len);
-  }
-  payload = Crc32cCombine(payload, internal::Crc32c(table.data(), table.size() * sizeof(PartEntry)),
-                          table.size() * sizeof(PartEntry));
-  const uint32_t writer = lease.writer_participant();
-  CXLKV_RETURN_IF_ERROR(region->EndRead(&lease, nullptr, &payload));
-  if (info != nullptr) {
-    info->len = copied;
-    info->writer_participant = writer;
-    info->cross_participant = region->info().participant < 0 ||
-                              writer != static_cast<uint32_t>(region->info().participant);
-  }
+  CXLKV_RETURN_IF_ERROR(
+      EndLoadPart(region, &lease, layout, part, off, internal::Crc32cFinish(crc), info));
+  if (info != nullptr) info->len = copied;
   return Status::OK();
 }
 

@@ -199,5 +199,85 @@ TEST(DelegateTest, CorruptPartFailsItsOwnLoadOnly) {
   EXPECT_EQ(r->ProcessCounters()[Counter::kCrcFailures], 1u);
 }
 
+// The split form (BeginFillPart/EndFillPart, BeginLoadPart/EndLoadPart), as
+// the GPU path uses it: the caller copies and checksums; the result is the
+// same slot FillPart makes, readable by LoadPart, and a reader's copy whose
+// CRC does not match is refused and the slot dropped.
+TEST(DelegateTest, SplitFillAndLoadMatchTheCopyingForm) {
+  ScratchRegion sr("parted-split");
+  const RegionOptions o = TestOptions(8 << 20, kLayout.PayloadLen());
+  auto r = MustOpen(sr.path(), o);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(9);
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  // Part 0 by the copying form, part 1 by the split form with a caller copy
+  // of only part of part_len (the rest is padding EndFillPart writes).
+  const int32_t ids[kPerChunk] = {3, 9, 4, 0};
+  Kv kv0(200), kv1(201);
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
+  uint8_t* dst = nullptr;
+  ASSERT_TRUE(BeginFillPart(r.get(), token, kLayout, 1, &dst).ok());
+  std::vector<uint8_t> src(kTensors * kPerChunk * kPage);
+  for (uint32_t t = 0, off = 0; t < kTensors; ++t)
+    for (uint32_t j = 0; j < kPerChunk; ++j, off += kPage)
+      std::memcpy(src.data() + off, kv1.page(t, ids[j]), kPage);
+  std::memset(dst + src.size(), 0xAB, kLayout.part_len - src.size());  // stale bytes: padded over
+  std::memcpy(dst, src.data(), src.size());
+  EXPECT_TRUE(EndFillPart(r.get(), token, kLayout, 1, kLayout.part_len + 1, 0).IsInvalidArgument());
+  ASSERT_TRUE(
+      EndFillPart(r.get(), token, kLayout, 1, src.size(), internal::Crc32c(src.data(), src.size()))
+          .ok());
+  ASSERT_TRUE(CommitPartedWrite(r.get(), &lease, kLayout).ok());
+
+  // LoadPart reads the split-filled part.
+  Kv got(7);
+  const int32_t back[kPerChunk] = {10, 11, 12, 13};
+  ASSERT_TRUE(LoadPart(r.get(), ns, key, kLayout, 1, got.pages(back)).ok());
+  for (uint32_t t = 0; t < kTensors; ++t)
+    for (uint32_t j = 0; j < kPerChunk; ++j)
+      EXPECT_EQ(std::memcmp(got.page(t, back[j]), kv1.page(t, ids[j]), kPage), 0);
+
+  // The split reader: a correct CRC passes, and names the writer.
+  ReadLease rl;
+  const uint8_t* part = nullptr;
+  ASSERT_TRUE(BeginLoadPart(r.get(), ns, key, kLayout, 0, &rl, &part).ok());
+  std::vector<uint8_t> copy(part, part + src.size());
+  LoadInfo info;
+  ASSERT_TRUE(EndLoadPart(r.get(), &rl, kLayout, 0, copy.size(),
+                          internal::Crc32c(copy.data(), copy.size()), &info)
+                  .ok());
+  EXPECT_EQ(info.len, copy.size());
+  EXPECT_FALSE(rl.open());
+  // A wrong CRC (a copy that did not land as read) is kCorruption and the
+  // slot is gone for everyone.
+  ASSERT_TRUE(BeginLoadPart(r.get(), ns, key, kLayout, 0, &rl, &part).ok());
+  Status bad = EndLoadPart(r.get(), &rl, kLayout, 0, copy.size(),
+                           internal::Crc32c(copy.data(), copy.size()) ^ 1u);
+  EXPECT_TRUE(bad.IsCorruption()) << bad.ToString();
+  EXPECT_TRUE(r->Lookup(ns, key).IsNotFound());
+  // EndLoadPart without a lease is an error, not a crash.
+  EXPECT_TRUE(EndLoadPart(r.get(), &rl, kLayout, 0, 0, 0).IsInvalidArgument());
+}
+
+// A split fill whose reservation is lost between Begin and End reports it.
+TEST(DelegateTest, SplitFillNoticesALostReservation) {
+  ScratchRegion sr("parted-split-lost");
+  const RegionOptions o = TestOptions(8 << 20, kLayout.PayloadLen());
+  auto r = MustOpen(sr.path(), o);
+  const NamespaceId ns = Ns(r.get());
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(10), kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  uint8_t* dst = nullptr;
+  ASSERT_TRUE(BeginFillPart(r.get(), token, kLayout, 0, &dst).ok());
+  r->AbortWrite(&lease);
+  EXPECT_TRUE(EndFillPart(r.get(), token, kLayout, 0, 0, 0).IsNotFound());
+  EXPECT_TRUE(BeginFillPart(r.get(), token, kLayout, 0, &dst).IsNotFound());
+}
+
 }  // namespace
 }  // namespace cxlkv

@@ -76,6 +76,16 @@ class KvPieces {
   Status Build(const KvLayerLayout& layout, const int64_t* ids, size_t n, uint32_t skip = 0,
                uint64_t scratch = 0, uint64_t scratch_bytes = 0);
 
+  // Pieces of `chunks` whole chunks: ids holds chunks * blocks_per_chunk
+  // entries, chunk c's j-th block at ids[c * blocks_per_chunk + j]; an id of
+  // -1 marks a block the copy must not touch on the GPU (a load that starts
+  // or ends mid-chunk): its pages go to their own part of `scratch`, which
+  // must hold (number of -1 ids) times the sum of the tensors' block_bytes.
+  // Every chunk then spans its whole slot part, so a GPU CRC covers it.
+  // Errors as Build.
+  Status BuildWhole(const KvLayerLayout& layout, const int64_t* ids, size_t chunks,
+                    uint64_t scratch = 0, uint64_t scratch_bytes = 0);
+
   size_t num_chunks() const { return first_.empty() ? 0 : first_.size() - 1; }
   size_t num_pieces() const { return ptr_.size(); }
   // Bytes of chunk c (as stored in its slot).

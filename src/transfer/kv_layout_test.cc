@@ -91,6 +91,46 @@ TEST(KvPiecesTest, SkippedLeadingBlocksLandInDistinctScratchPages) {
   EXPECT_EQ(Pages(p, 1)[0], l.tensors[0].base + 20 * kPage);
 }
 
+// BuildWhole: every chunk spans its whole slot part; blocks marked -1 (at
+// either end of a load, or in the middle) go to distinct scratch pages.
+TEST(KvPiecesTest, WholeChunksSendMarkedBlocksToScratchAtEitherEnd) {
+  const KvLayerLayout l = Layout(3, 100, 4);
+  // Chunk 0 entered at block 1, chunk 1 left after block 2.
+  std::vector<int64_t> ids = {-1, 7, 9, 11, 20, 22, -1, -1};
+  const uint64_t scratch = 1ull << 44;
+  KvPieces p;
+  EXPECT_TRUE(p.BuildWhole(l, ids.data(), 2, scratch, 3 * 3 * kPage - 1).IsInvalidArgument());
+  EXPECT_EQ(p.num_chunks(), 0u);
+  ASSERT_TRUE(p.BuildWhole(l, ids.data(), 2, scratch, 3 * 3 * kPage).ok());
+  ASSERT_EQ(p.num_chunks(), 2u);
+  EXPECT_EQ(p.chunk_bytes(1), 3 * 4 * kPage);
+  std::vector<uint64_t> seen;
+  for (size_t c = 0; c < 2; ++c) {
+    const auto pages = Pages(p, c);
+    ASSERT_EQ(pages.size(), 12u);
+    for (size_t layer = 0; layer < 3; ++layer) {
+      for (size_t j = 0; j < 4; ++j) {
+        const uint64_t a = pages[layer * 4 + j];
+        const int64_t id = ids[c * 4 + j];
+        if (id >= 0) {
+          EXPECT_EQ(a, l.tensors[layer].base + id * kPage);
+          continue;
+        }
+        EXPECT_GE(a, scratch);
+        EXPECT_LT(a, scratch + 9 * kPage);
+        for (uint64_t s : seen) EXPECT_NE(s, a);
+        seen.push_back(a);
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 9u);
+  // Ids out of range other than -1 are refused.
+  std::vector<int64_t> bad = {0, 1, 2, -2};
+  EXPECT_TRUE(p.BuildWhole(l, bad.data(), 1, scratch, 1 << 30).IsInvalidArgument());
+  bad[3] = 100;
+  EXPECT_TRUE(p.BuildWhole(l, bad.data(), 1, scratch, 1 << 30).IsInvalidArgument());
+}
+
 TEST(KvPiecesTest, PaddedRowsCopyTheirBlockBytesOnlyAndNeverMerge) {
   KvLayerLayout l;
   l.tensors.push_back(KvTensor{1ull << 40, 2 * kPage, kPage, 50});  // rows padded to 2 pages

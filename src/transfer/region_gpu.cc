@@ -34,25 +34,6 @@ Status RegionGpu::Open(Region* region, const RegionGpuOptions& options,
 
 RegionGpu::~RegionGpu() = default;
 
-namespace {
-
-// Appends to `batch` the pieces of block b, cut to `len` bytes.
-void AddPieces(const GpuBlocks& blocks, size_t b, uint64_t len, GpuBatch* batch) {
-  for (uint32_t p = blocks.first_piece[b]; p < blocks.first_piece[b + 1] && len > 0; ++p) {
-    const uint64_t take = std::min(len, blocks.len[p]);
-    batch->AddPiece(blocks.ptr[p], take);
-    len -= take;
-  }
-}
-
-uint64_t Capacity(const GpuBlocks& blocks, size_t b) {
-  uint64_t c = 0;
-  for (uint32_t p = blocks.first_piece[b]; p < blocks.first_piece[b + 1]; ++p) c += blocks.len[p];
-  return c;
-}
-
-}  // namespace
-
 Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
                         uintptr_t after_stream, GpuStoreResult* result) {
   const size_t n = blocks.num_blocks;
@@ -63,14 +44,14 @@ Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& b
   std::vector<size_t> which;  // batch block -> request block
   GpuBatch batch;
   for (size_t b = 0; b < n; ++b) {
-    const uint64_t len = Capacity(blocks, b);
+    const uint64_t len = blocks.capacity(b);
     Status s = region_->BeginWrite(ns, keys[b], len, &leases[b], &result->outcome[b]);
     if (!s.ok() || !leases[b].open()) {  // an error, or kDuplicate (OK, nothing to write)
       result->status[b] = std::move(s);
       continue;
     }
     batch.AddBlock(leases[b].data());
-    AddPieces(blocks, b, len, &batch);
+    blocks.AddPieces(b, len, &batch);
     which.push_back(b);
   }
   std::vector<uint32_t> crc(batch.num_blocks());
@@ -109,7 +90,7 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
       result->status[b] = std::move(s);
       continue;
     }
-    const uint64_t cap = Capacity(blocks, b);
+    const uint64_t cap = blocks.capacity(b);
     if (leases[b].len() > cap) {
       result->status[b] = Status::InvalidArgument("destination of " + std::to_string(cap) +
                                                   " bytes is smaller than the block (" +
@@ -119,7 +100,7 @@ Status RegionGpu::Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& bl
       continue;
     }
     batch.AddBlock(const_cast<void*>(leases[b].data()));
-    AddPieces(blocks, b, leases[b].len(), &batch);
+    blocks.AddPieces(b, leases[b].len(), &batch);
     which.push_back(b);
   }
   std::vector<uint32_t> crc(batch.num_blocks());

@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "cxlkv/delegate.h"
 #include "cxlkv/region.h"
 #include "gpu_transfer.h"
 
@@ -49,6 +50,29 @@ struct GpuBlocks {
   const uint64_t* len = nullptr;
   const uint32_t* first_piece = nullptr;  // num_blocks + 1 entries
   size_t num_blocks = 0;
+
+  // Bytes of block b's pieces.
+  uint64_t capacity(size_t b) const {
+    uint64_t c = 0;
+    for (uint32_t p = first_piece[b]; p < first_piece[b + 1]; ++p) c += len[p];
+    return c;
+  }
+  // Appends block b's pieces to the last block of `batch`, cut to `n` bytes.
+  void AddPieces(size_t b, uint64_t n, GpuBatch* batch) const {
+    for (uint32_t p = first_piece[b]; p < first_piece[b + 1] && n > 0; ++p) {
+      const uint64_t take = n < len[p] ? n : len[p];
+      batch->AddPiece(ptr[p], take);
+      n -= take;
+    }
+  }
+};
+
+// Per-chunk outcome of the parted calls below.
+struct GpuPartResult {
+  std::vector<Status> status;    // per chunk: OK, or as delegate.h's Begin/End*Part
+  std::vector<uint64_t> len;     // per chunk: bytes copied (0 unless OK)
+  std::vector<uint32_t> writer;  // loads: the participant that stored the chunk
+  size_t ok = 0;                 // chunks with OK
 };
 
 struct GpuStoreResult {
@@ -95,6 +119,34 @@ class RegionGpu {
   // gpu_crc off).
   Status Load(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
               GpuLoadResult* result, const LoadOptions& options = {});
+
+  // ---- Parted writes and reads (cxlkv/delegate.h) of GPU-resident KV ----
+  // What vLLM's worker does on a GPU (region_gpu_parts.cc): EngineCore
+  // reserved the slots and holds the leases; this rank fills, or reads, its
+  // part of each. Chunk c of `blocks` (at most part_len bytes) is part
+  // `part` of the slot of tokens[c] / keys[c]. The GPU checksums every part
+  // (always: the part table needs the CRC), so the CPU never reads the bytes.
+
+  // Fills part `part` of each reserved slot and records its table entry.
+  // OK if the batch ran (per-chunk outcome in *result: kNotFound if that
+  // reservation was lost, kInvalidArgument for a bad token or a chunk larger
+  // than part_len); an error only if the DMA failed, and then no part was
+  // recorded (EngineCore's commit refuses those slots). `after_stream` as
+  // Store.
+  Status FillParts(const WriteToken* tokens, const PartedLayout& layout, uint32_t part,
+                   const GpuBlocks& blocks, GpuPath path, uintptr_t after_stream,
+                   GpuPartResult* result);
+
+  // Loads part `part` of each block keys[c] into chunk c's pieces and
+  // verifies it (as LoadPart: the bytes as they landed, the rest of the part
+  // and the table against the committed CRC). Per chunk: OK, kNotFound (a
+  // miss, or the slot changed during the copy), kCorruption (the slot is
+  // dropped). An error only if the DMA failed (nothing then counts as
+  // loaded; every lease is closed). Bytes the caller does not want on the
+  // GPU still have to land somewhere for the CRC: KvPieces::BuildWhole sends
+  // them to scratch.
+  Status LoadParts(NamespaceId ns, const BlockKey* keys, const PartedLayout& layout, uint32_t part,
+                   const GpuBlocks& blocks, GpuPath path, GpuPartResult* result);
 
  private:
   RegionGpu() = default;

@@ -32,12 +32,32 @@ def _write(name, obj):
     os.replace(tmp, os.path.join(_DIR, name))
 
 
-def _pages(group, ids):
+def _pages(w, g, ids):
+    """The chunk's pages as they are in the KV cache now (CPU or GPU)."""
     out = bytearray()
-    for base, stride, page, _ in group:
+    if hasattr(w, "group_tensors"):  # CxlkvCudaWorker: read through torch
+        for t, page in w.group_tensors[g]:
+            for b in ids:
+                out += t[int(b), :page].cpu().numpy().tobytes()
+        return bytes(out)
+    for base, stride, page, _ in w.groups[g]:
         for b in ids:
             out += ctypes.string_at(base + int(b) * stride, page)
     return bytes(out)
+
+
+def _zero(w, g, ids):
+    if hasattr(w, "group_tensors"):
+        import torch
+
+        for t, page in w.group_tensors[g]:
+            for b in ids:
+                t[int(b), :page].zero_()
+        torch.cuda.synchronize()
+        return
+    for base, stride, page, _ in w.groups[g]:
+        for b in ids:
+            ctypes.memset(base + int(b) * stride, 0, page)
 
 
 class ProbeSpec(CxlkvOffloadingSpec):
@@ -91,7 +111,7 @@ class ProbeSpec(CxlkvOffloadingSpec):
                     n = seq["store"]
                     seq["store"] += 1
                 with open(os.path.join(_DIR, f"store-{pid}-{n:05d}.bin"), "wb") as f:
-                    f.write(_pages(w.groups[g], ids))
+                    f.write(_pages(w, g, ids))
                 _write(f"store-{pid}-{n:05d}.json", {"token": list(dst_spec.tokens[i]),
                                                      "key": list(dst_spec.keys[i]),
                                                      "rank": w.rank, "part_len": w.part_len})
@@ -110,14 +130,12 @@ class ProbeSpec(CxlkvOffloadingSpec):
                     n = seq["load"]
                     seq["load"] += 1
                 with open(os.path.join(_DIR, f"load-{pid}-{n:05d}.bin"), "wb") as f:
-                    f.write(_pages(w.groups[g], ids))
+                    f.write(_pages(w, g, ids))
                 _write(f"load-{pid}-{n:05d}.json", {"key": list(src_spec.entries[i]),
                                                     "failed": any(int(b) in failed for b in ids),
                                                     "rank": w.rank})
                 if zero:
-                    for base, stride, page, _ in w.groups[g]:
-                        for b in ids:
-                            ctypes.memset(base + int(b) * stride, 0, page)
+                    _zero(w, g, ids)
             _write(f"worker-{pid}.json", dict(w.counts) | {"failed_before": failed_before})
             return res
 

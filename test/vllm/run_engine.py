@@ -36,8 +36,17 @@ def main():
         ktc.update(kv_connector="CxlkvOffloadingConnector",
                    kv_connector_module_path="cxlkv.vllm.connector",
                    kv_load_failure_policy="recompute")
+    gpu = {}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            # Several engines share the one GPU of the test machine.
+            gpu = {"gpu_memory_utilization": spec.get("gpu_memory_utilization", 0.08)}
+    except ImportError:
+        pass
     t0 = time.time()
-    llm = LLM(model=spec["model"], dtype="bfloat16", max_model_len=4096, max_num_seqs=4,
+    llm = LLM(**gpu,model=spec["model"], dtype="bfloat16", max_model_len=4096, max_num_seqs=4,
               enforce_eager=True, kv_cache_memory_bytes=128 << 20, block_size=32,
               enable_prefix_caching=True, tensor_parallel_size=spec.get("tp", 1),
               prefix_caching_hash_algo=spec.get("hash_algo", "sha256"),

