@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU data path on a GPU machine, from a clean copy of the repository:
 # builds src/transfer, the Python binding and the bench, runs the GPU tests
-# (C++ and Python) and cxlkv-bench-gpu. One command:
+# (C++ and Python) and cxlkv-bench-gpu (CXLKV_GPU_BENCH=0: not the bench).
+# One command:
 #
 #   scripts/gpu.sh
 #
@@ -81,9 +82,10 @@ if ls "$B"/python/cxlkv/_cxlkv*.so > /dev/null 2>&1; then
   tail -15 "$LOGS/pytest.log"
 else bad "python binding (not built)"; fi
 
-# ---- bench ----
-if [ -x "$B/bin/cxlkv-bench-gpu" ]; then
-  if "$B/bin/cxlkv-bench-gpu" --json "$LOGS/bench_gpu.json" > "$LOGS/bench_gpu.txt" 2>&1; then ok bench
+# ---- bench (CXLKV_GPU_BENCH=0 skips it; BENCH_ARGS picks sections) ----
+if [ "${CXLKV_GPU_BENCH:-1}" = 1 ] && [ -x "$B/bin/cxlkv-bench-gpu" ]; then
+  # shellcheck disable=SC2086
+  if "$B/bin/cxlkv-bench-gpu" ${BENCH_ARGS:-} --json "$LOGS/bench_gpu.json" > "$LOGS/bench_gpu.txt" 2>&1; then ok bench
   else bad bench; fi
   cat "$LOGS/bench_gpu.txt"
 fi
