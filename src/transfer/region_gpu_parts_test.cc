@@ -141,7 +141,8 @@ TEST_F(RegionGpuPartsTest, GpuAndCpuFilledPartsCommitAndLoadBackBothWays) {
   Status cpu = LoadPart(region_.get(), ns_, keys[1], kLayout, 0,
                         ChunkPages{ot.data(), ot.size(), kPerChunk, host_ids, 0, kPerChunk});
   ASSERT_TRUE(cpu.ok()) << cpu.ToString();
-  EXPECT_EQ(std::memcmp(out.data() + 2 * kPage, kv.Initial(0, 41), kPage), 0);
+  // Chunk 1, block 1 (ids[5]) landed in row host_ids[1] = 2 of layer 0.
+  EXPECT_EQ(std::memcmp(out.data() + 2 * kPage, kv.Initial(0, ids[5]), kPage), 0);
   // And the GPU's reader the CPU-filled part (over the same destination).
   GpuPartResult load1;
   ASSERT_TRUE(
