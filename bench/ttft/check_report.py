@@ -59,6 +59,9 @@ def main(out):
     check("first read of each T4 replica reported separately",
           {(f["tier"], f["replica"]) for f in s["first_reads"]} >= {("T4", "A"), ("T4", "B")},
           s["first_reads"])
+    lt = {(x["tier"], x["arm"]) for x in s.get("load_time", []) if x["load_p50_ms"]}
+    check("the worker's load time is read per T4 request (where the time went)",
+          {("T4", "same"), ("T4", "cross")} <= lt, s.get("load_time"))
     c = s["control"]
     check("never-stored control: queried, zero hits",
           c["requests"] > 0 and c["queried_tokens"] > 0 and c["hit_tokens"] == 0, c)

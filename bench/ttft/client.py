@@ -126,7 +126,7 @@ def total(metrics, name, **labels):
 
 # The counters read per request (both 0.26 and 0.32 expose each of these;
 # read from their v1/metrics/loggers.py and the offloading connector's
-# metrics.py). Values are tokens except the two *_bytes ones.
+# metrics.py). Values are tokens except the *_bytes and *_s ones.
 COUNTERS = {
     "prompt": ("vllm:prompt_tokens_total", {}),
     "computed": ("vllm:prompt_tokens_by_source_total", {"source": "local_compute"}),
@@ -138,6 +138,9 @@ COUNTERS = {
     "external_hits": ("vllm:external_prefix_cache_hits_total", {}),
     "kv_load_bytes": ("vllm:kv_offload_load_bytes_total", {}),
     "kv_store_bytes": ("vllm:kv_offload_store_bytes_total", {}),
+    # Seconds the worker reported for its transfers (TransferResult.transfer_time).
+    "kv_load_s": ("vllm:kv_offload_load_time_total", {}),
+    "kv_store_s": ("vllm:kv_offload_store_time_total", {}),
     "cxlkv_lookup_hits": ("cxlkv:lookup_hits_total", {}),
     "cxlkv_cross_hits": ("cxlkv:cross_replica_hits_total", {}),
     "cxlkv_stored_chunks": ("cxlkv:stored_chunks_total", {}),

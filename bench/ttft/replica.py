@@ -161,14 +161,19 @@ class Replica:
             pass
         return out[:50]
 
-    def stop(self, grace=30):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
+    def terminate(self):
+        """Sends SIGTERM to the server's process group (stop() then waits)."""
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+    def stop(self, grace=30):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.terminate()
             try:
                 self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:

@@ -65,7 +65,7 @@ def build(records):
     ceiling = pct(ceilings, 50) if ceilings else None
     reqs = latest(records, "req")
     grid = [r for r in reqs if r.get("phase") == "grid"]
-    rows, req1_rows, first_reads, store_incomplete = [], [], [], []
+    rows, req1_rows, first_reads, store_incomplete, time_split = [], [], [], [], []
     cells = {}
     for r in grid:
         if r["req"] == 2 and r.get("first_read"):
@@ -87,6 +87,20 @@ def build(records):
                        "p99_ms": r1(pct(v, 99)) if len(v) >= 50 else None,
                        "hit_rate": round(sum(x["hit_rate"] for x in c) / len(c), 4), "n": len(v)}
                 rows.append(row)
+                loads = [x["counters"][x["replica"]].get("kv_load_s") for x in c]
+                loads = [v * 1e3 for v in loads if v]
+                if loads:
+                    # Where the time went: the worker's own load time against
+                    # the whole TTFT (the rest is engine: scheduling, prefill
+                    # of the tail, first decode step, HTTP).
+                    time_split.append({"tier": t, "arm": arm, "prefix": p,
+                                       "ttft_p50_ms": row["p50_ms"],
+                                       "load_p50_ms": r1(pct(loads, 50)),
+                                       "load_gbps_p50": r1(pct(
+                                           [x["counters"][x["replica"]]["kv_load_bytes"] /
+                                            x["counters"][x["replica"]]["kv_load_s"] / 1e9
+                                            for x in c if x["counters"][x["replica"]].get(
+                                                "kv_load_s")], 50), 2)})
                 bad = sum(1 for x in cells.get((t, arm, p, 1), [])
                           if x.get("store_complete") is False)
                 if bad:
@@ -116,7 +130,7 @@ def build(records):
         "granularity": last.get("granularity"), "query_len": last.get("query_len"),
         "max_tokens": last.get("max_tokens"), "max_model_len": last.get("max_model_len"),
         "calls": len(calls), "rows": rows, "req1": req1_rows, "first_reads": first_reads,
-        "store_incomplete": store_incomplete,
+        "store_incomplete": store_incomplete, "load_time": time_split,
         "control": control,
         "skipped": [{"tier": r["tier"], "reason": r["reason"]} for r in latest(records, "skip")],
         "start_failures": [{"tier": r["tier"], "phase": r["phase"], "error": r["error"]}
@@ -384,6 +398,15 @@ def tables(s):
               f"{'yes' if t['met'] else '**no**'} |")
         w(f"| {_plabel(d['prefix'])} | T4 vs T0 speedup (bound T0 ÷ (T1 + KV ÷ ceiling)) | "
           f"{_f(d['t4_vs_t0'], 2, '×')} | {_f(d['t4_vs_t0_bound'], 2, '×')} | reported |")
+    if s.get("load_time"):
+        w("\n## Where the time went: the worker's load time (vllm:kv_offload_load_time) in the "
+          "reusing request\n")
+        w("| tier | arm | prefix | TTFT p50 ms | load p50 ms | load GB/s p50 | rest (engine) ms |")
+        w("|---|---|---|---|---|---|---|")
+        for x in s["load_time"]:
+            rest = x["ttft_p50_ms"] - x["load_p50_ms"] if x["load_p50_ms"] is not None else None
+            w(f"| {x['tier']} | {x['arm']} | {_plabel(x['prefix'])} | {_f(x['ttft_p50_ms'])} | "
+              f"{_f(x['load_p50_ms'])} | {_f(x['load_gbps_p50'], 2)} | {_f(rest)} |")
     w("\n## Validity controls\n")
     w("| tier | arm | prefix | req1 n | req1 max hit % |\n|---|---|---|---|---|")
     for r in s["req1"]:

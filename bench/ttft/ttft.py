@@ -268,8 +268,10 @@ class Harness:
         return min(self.a.max_model_len, int(cfg.get("max_position_embeddings", 1 << 30)))
 
     def stop_replicas(self, reps):
+        for r in reps:  # all at once: the budget keeps STOP_MARGIN_S for this
+            r.terminate()
         for r in reps:
-            r.stop()
+            r.stop(grace=20)
         for r in reps:  # lines logged while serving (lazy registration, first touch)
             self.log.append({"kind": "replica_stopped", "name": r.name, "tier": r.tier,
                              "role": r.role, "call": self.call, "setup_lines": r.setup_lines()})
@@ -620,7 +622,9 @@ class Harness:
                              "bytes_stored": now["bytes_stored"], "bytes_loaded": now["bytes_loaded"]})
 
     def load_cell(self, reps, tier, cfg, task):
-        """Closed loop: C client threads per replica, each running
+        """Closed loop (no waiting for stores: under load a store that lags
+        shows as a lower hit rate, reported per cell): C client threads per
+        replica, each running
         --load-sessions sessions back to back (req1 -> its home replica, req2
         -> home for T2, -> the other replica for T4), --load-max-tokens
         generated per request so decode competes with the KV reads."""

@@ -8,7 +8,8 @@
 # correctness oracle (10 prompts, 32 greedy tokens, T4 cross vs T1 same vs T0,
 # KV bytes loaded == stored, the poisoned-KV control that must change the
 # outputs); then a second call of the same run, which must find nothing left
-# (resume), and the report command on the log, whose output is checked.
+# (resume), and the report command on the log, whose output is checked;
+# before that, the report's arithmetic on synthetic logs (test_report.py).
 # Warm: measured 413 s (harness 396 s) on the shared 2-core machine at a load
 # average of 25-30; three pairs of engine starts dominate (each start 25-35 s
 # when the machine is quiet, 60-100 s when busy), so a quiet run should take
@@ -44,6 +45,11 @@ check() {  # check NAME COMMAND...: one pass or one failure
   local name=$1; shift
   if "$@"; then echo "PASS $name"; passed=$((passed + 1)); else echo "FAIL $name"; failed=$((failed + 1)); fi
 }
+# The report's arithmetic on synthetic logs first (a second, no engines).
+"$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py 2>&1 | tee "$RUN/pytest.txt"
+p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
+f=$(grep -oE '[0-9]+ failed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); failed=$((failed + ${f:-0}))
+[ -n "$p" ] || failed=$((failed + 1))
 check "harness run (T0/T1/T4, two replicas, oracle)" \
   "$PY" bench/ttft/ttft.py run "$RUN/run" "${ARGS[@]}"
 check "a second call resumes and finds nothing left" \

@@ -1,0 +1,109 @@
+"""The report's arithmetic on synthetic logs (run by scripts/test.d/70-ttft.sh
+with pytest): percentiles, the last record per key winning, first reads left
+out of the cells, the alignment bound, the T4 bound and the projection, and
+an oracle that must fail when the poisoned control changed nothing or the
+KV bytes differ."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import report  # noqa: E402
+
+KVPT = 57344
+
+
+def call():
+    return {"kind": "call", "call": 0, "replicas": 2, "gpus": 1, "vllm_version": "0.26.0",
+            "platform": "gpu", "grid_model": {"name": "qwen7b", "load_format": "dummy",
+                                              "kv_bytes_per_token": KVPT},
+            "oracle_model": {"config": {"num_hidden_layers": 2, "hidden_size": 256}},
+            "granularity": 256, "query_len": 64, "max_tokens": 8, "max_model_len": 32768}
+
+
+def counters(**kw):
+    base = dict.fromkeys(("prompt", "computed", "local_hit", "external_hit", "external_queries",
+                          "kv_load_bytes", "kv_store_bytes", "kv_load_s"), 0.0)
+    base.update(kw)
+    return base
+
+
+def req(tier, arm, prefix, session, n, ttft, hit_rate, replica="A", first=False, **kw):
+    r = {"kind": "req", "phase": "grid", "tier": tier, "arm": arm, "prefix": prefix,
+         "session": session, "req": n, "ttft_ms": ttft, "hit_rate": hit_rate,
+         "replica": replica, "first_read": first, "query_len": 64,
+         "key": f"grid/r0/{tier}/{prefix}/{arm}/{session}/req{n}",
+         "counters": {replica: counters()}}
+    r.update(kw)
+    return r
+
+
+def test_percentiles_interpolate_like_numpy():
+    assert report.pct([1, 2, 3, 4], 50) == 2.5
+    assert report.pct([10], 90) == 10
+    assert abs(report.pct(list(range(1, 101)), 99) - 99.01) < 1e-9
+    assert report.pct([], 50) is None
+
+
+def test_last_record_per_key_wins_and_first_reads_stay_out():
+    recs = [call(),
+            req("T4", "cross", 8173, 0, 2, 999.0, 0.5, "B"),   # redone by a later call
+            req("T4", "cross", 8173, 0, 2, 200.0, 0.97, "B"),
+            req("T4", "cross", 8173, 1, 2, 210.0, 0.97, "B"),
+            req("T4", "cross", 8173, 2, 2, 700.0, 0.97, "B", first=True)]
+    recs[-1]["key"] = "grid/r0/T4/8173/cross/2/req2"
+    s = report.build(recs)
+    (row,) = s["rows"]
+    assert (row["n"], row["p50_ms"], row["p99_ms"]) == (2, 205.0, None)
+    assert set(row) == {"tier", "arm", "prefix", "p50_ms", "p90_ms", "p99_ms", "hit_rate", "n"}
+    assert [f["ttft_ms"] for f in s["first_reads"]] == [700.0]
+
+
+def test_bounds_projection_and_targets():
+    recs = [call(), {"kind": "ceiling", "pinned_h2d_gbps": 50.0}]
+    for i in range(3):
+        recs += [req("T1", "same", 8173, i, 2, 30.0, 0.96),
+                 req("T2", "same", 8173, i, 2, 60.0, 0.96),
+                 req("T0", "cross", 8173, i, 2, 200.0, 0.0, "B"),
+                 req("T4", "same", 8173, i, 2, 50.0, 0.9634),
+                 req("T4", "cross", 8173, i, 2, 51.0, 0.9634, "B")]
+    s = report.build(recs)
+    (d,) = s["derived"]
+    kv = 7936 * KVPT  # 31 full chunks of 256 tokens
+    assert d["aligned_tokens"] == 7936 and d["kv_bytes"] == kv
+    assert d["alignment_bound"] == round(7936 / (8173 + 64), 4)
+    assert d["t4_bound_ms"] == round(30.0 + 1.2 * kv / 50.0 / 1e6, 1)
+    assert d["projection_27gbps_ms"] == round(30.0 + kv / 27.1 / 1e6, 1)
+    assert d["t4_cross_same"] == 1.02
+    met = {t["target"]: t["met"] for t in d["targets"]}
+    assert met["T4 cross <= T2 same"] and met["T4 cross/same <= 1.05"]
+    assert met["T4 cross hit rate at the alignment bound"]
+    md = report.tables(s)
+    assert "## Table 5" in md and "8K" in md
+
+
+def oracle_log(poison_changes=True, loaded=1 << 20):
+    recs = [call()]
+    for j in range(10):
+        toks = [j, 1, 2, 3]
+        for tier, arm, n, key in (("T0", "none", 2, "req2"), ("T1", "same", 2, "req2"),
+                                  ("T4", "cross", 1, "req1"), ("T4", "cross", 2, "req2"),
+                                  ("T4", "cross-poisoned", 2, "poisoned")):
+            r = {"kind": "req", "phase": "oracle", "tier": tier, "arm": arm, "req": n,
+                 "session": j, "key": f"oracle/{tier}/{j}/{key}", "tokens": toks,
+                 "logprobs": [-1.0] * 4, "replica": "B", "hit_tokens": 2048,
+                 "counters": {"B": counters(kv_load_bytes=loaded)}, "stored_bytes": 1 << 20}
+            if arm == "cross-poisoned":
+                r["tokens"] = [9, 9, 9, 9] if poison_changes else toks
+                r["poison_counts"] = {"x": {"zeroed_blocks": 128}}
+            recs.append(r)
+    return recs
+
+
+def test_oracle_passes_only_with_a_poison_that_bites_and_equal_bytes():
+    assert report.build(oracle_log())["oracle"]["pass"]
+    o = report.build(oracle_log(poison_changes=False))["oracle"]
+    assert not o["pass"] and o["poisoned_changed"] == 0
+    o = report.build(oracle_log(loaded=12345))["oracle"]
+    assert not o["pass"] and o["kv_equal"] == 0
