@@ -107,3 +107,17 @@ def test_oracle_passes_only_with_a_poison_that_bites_and_equal_bytes():
     assert not o["pass"] and o["poisoned_changed"] == 0
     o = report.build(oracle_log(loaded=12345))["oracle"]
     assert not o["pass"] and o["kv_equal"] == 0
+
+
+def test_per_repetition_medians_and_spread():
+    recs = [call()]
+    for rep, base in ((0, 100.0), (1, 110.0)):
+        for i in range(3):
+            r = req("T4", "cross", 2054, i, 2, base + i, 0.96, "B", rep=rep)
+            r["key"] = f"grid/r{rep}/T4/2054/cross/{i}/req2"
+            recs.append(r)
+    s = report.build(recs)
+    (x,) = s["repetitions"]
+    assert x["medians"] == {0: 101.0, 1: 111.0}
+    assert x["spread"] == round(10 / 106.0, 4)
+    assert "## Table 8" in report.tables(s)
