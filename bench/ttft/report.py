@@ -130,6 +130,8 @@ def build(records):
                "hit_tokens": sum(x["hit_tokens"] for x in controls),
                "external_hit_tokens": sum(x["counters"][x["replica"]]["external_hit"]
                                           for x in controls)}
+    stopped = {r["name"]: r.get("setup_lines", []) for r in records
+               if r.get("kind") == "replica_stopped"}
     summary = {
         "replicas": last["replicas"], "gpus": last["gpus"], "vllm_version": last["vllm_version"],
         "h2d_ceiling_gbps": r1(ceiling, 2), "kv_bytes_per_token": kvpt,
@@ -152,9 +154,11 @@ def build(records):
                    for r in records if r.get("kind") == "error"],
         "warnings": [{"tier": r.get("tier"), "warning": r["warning"]}
                      for r in records if r.get("kind") == "warning"],
+        # Lines logged while serving (the CUDA worker's first load: first
+        # touch) are in the log only at stop: the stopped record's list wins.
         "replica_setup": [{"name": r["name"], "tier": r["tier"], "role": r["role"],
                            "ready_s": r["ready_s"], "gpu": r.get("gpu"),
-                           "setup_lines": r.get("setup_lines", [])}
+                           "setup_lines": stopped.get(r["name"], r.get("setup_lines", []))}
                           for r in records if r.get("kind") == "replica"],
         "ceilings": [{k: v for k, v in r.items() if k not in ("kind",)}
                      for r in records if r.get("kind") == "ceiling"],
@@ -450,7 +454,7 @@ def tables(s):
     w("\nEngine start (spawn to /health) and cxlkv setup lines per replica:\n")
     w("| replica | tier | ready s | cxlkv setup lines (ms) |\n|---|---|---|---|")
     for r in s["replica_setup"]:
-        lines = "; ".join(f"{x['line'][-80:]}" for x in r["setup_lines"][:3]) or "—"
+        lines = "; ".join(_setup(x) for x in r["setup_lines"][:6]) or "—"
         w(f"| {r['name']} | {r['tier']} | {r['ready_s']} | {lines.replace('|', '/')} |")
     o = s["oracle"]
     if o:
@@ -477,6 +481,14 @@ def tables(s):
     for e in s["warnings"]:
         w(f"\nWarning ({e['tier']}): {e['warning']}")
     return "\n".join(L) + "\n"
+
+
+def _setup(x):
+    """'registered ... 2.05 s' -> 'registered: 2050 ms' (the words around cxlkv's duration)."""
+    line = x["line"].split("cxlkv:", 1)[-1].strip()
+    if x.get("ms") is None:
+        return line[:60]
+    return f"{line[:60]}: {x['ms']:.0f} ms"
 
 
 def _gib(b):
