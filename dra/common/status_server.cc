@@ -1,0 +1,56 @@
+// Copyright cxlkv authors.
+#include "common/status_server.h"
+
+#include <httplib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "cxlkv/base/daemon.h"
+
+namespace cxlkv::dra {
+
+struct StatusServer::Rep {
+  httplib::Server http;
+  std::thread thread;
+  bool stopped = false;
+};
+
+StatusServer::StatusServer(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
+StatusServer::~StatusServer() { Stop(); }
+
+Status StatusServer::Start(const std::string& listen, Metrics* metrics, HealthCheck check,
+                           std::unique_ptr<StatusServer>* out, int* bound_port) {
+  std::string host;
+  int port = 0;
+  CXLKV_RETURN_IF_ERROR(base::ParseListenAddress(listen, &host, &port));
+  auto rep = std::make_unique<Rep>();
+  rep->http.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  rep->http.Get("/healthz", [check](const httplib::Request&, httplib::Response& res) {
+    std::string why = check ? check() : "";
+    res.status = why.empty() ? 200 : 503;
+    res.set_content(why.empty() ? "ok\n" : why + "\n", "text/plain; charset=utf-8");
+  });
+  int p = port == 0 ? rep->http.bind_to_any_port(host.c_str())
+                    : (rep->http.bind_to_port(host.c_str(), port) ? port : -1);
+  if (p <= 0) {
+    return Status::IOError("status server: listen " + listen + ": " + std::strerror(errno));
+  }
+  *bound_port = p;
+  Rep* r = rep.get();
+  rep->thread = std::thread([r] { r->http.listen_after_bind(); });
+  out->reset(new StatusServer(std::move(rep)));
+  return Status::OK();
+}
+
+void StatusServer::Stop() {
+  if (!rep_ || rep_->stopped) return;
+  rep_->stopped = true;
+  rep_->http.stop();
+  if (rep_->thread.joinable()) rep_->thread.join();
+}
+
+}  // namespace cxlkv::dra
