@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/metrics.h"
+#include "common/status_server.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/kube/config.h"
 #include "kubeletplugin/driver.h"
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
   cxlkv::dra::DriverOptions dopt;
   cxlkv::dra::StateOptions sopt;
   std::string state_dir = "/var/lib/cxlkv-dra", hostd_url = "http://127.0.0.1:8091";
-  std::string kubeconfig, log_level = "info";
+  std::string kubeconfig, log_level = "info", http_listen = "0.0.0.0:9095";
   int hostd_timeout_ms = 3000, health_interval_ms = 5000, cleanup_interval_s = 600;
   app.add_option("--driver-name", dopt.driver_name, "DRA driver name")
       ->envname("CXLKV_DRA_DRIVER_NAME");
@@ -56,11 +58,17 @@ int main(int argc, char** argv) {
       ->envname("CXLKV_DRA_CLEANUP_INTERVAL");
   app.add_option("--boot-id-file", sopt.boot_id_path, "this boot's id")
       ->envname("CXLKV_BOOT_ID_FILE");
+  app.add_option("--http-listen", http_listen,
+                 "ADDR:PORT serving /metrics and /healthz (\"\" = off)")
+      ->envname("CXLKV_DRA_HTTP_LISTEN");
   app.add_option("--log-level", log_level)->envname("CXLKV_LOG_LEVEL");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   sopt.driver_name = dopt.driver_name;
   sopt.checkpoint_path = state_dir + "/checkpoint.json";
+  cxlkv::dra::Metrics metrics;
+  cxlkv::dra::DeclarePluginMetrics(&metrics);
+  sopt.metrics = &metrics;
 
   // Block the stop signals before any thread starts; main waits for them.
   sigset_t sigs;
@@ -110,6 +118,19 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::unique_ptr<cxlkv::dra::StatusServer> status_server;
+  if (!http_listen.empty()) {
+    int port = 0;
+    cxlkv::dra::Driver* d = driver.get();
+    s = cxlkv::dra::StatusServer::Start(
+        http_listen, &metrics, [d] { return d->Check(); }, &status_server, &port);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cxlkv-dra-kubeletplugin: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    spdlog::info("serving /metrics and /healthz on port {}", port);
+  }
+
   // Periodic cleanup of claims deleted behind our back, until a stop signal.
   auto next_cleanup = std::chrono::steady_clock::now() + std::chrono::seconds(cleanup_interval_s);
   for (;;) {
@@ -125,6 +146,7 @@ int main(int argc, char** argv) {
       next_cleanup = std::chrono::steady_clock::now() + std::chrono::seconds(cleanup_interval_s);
     }
   }
+  if (status_server) status_server->Stop();
   driver->Stop();
   health.Stop();
   return 0;

@@ -4,9 +4,12 @@
 #include <grpcpp/grpcpp.h>
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "dra_v1.grpc.pb.h"
@@ -267,6 +270,21 @@ Status Listen(const std::string& path, const std::vector<grpc::Service*>& servic
   return Status::OK();
 }
 
+// "" when a Unix socket at path accepts a connection.
+std::string ProbeSocket(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::string("socket: ") + std::strerror(errno);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  std::string err;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    err = std::strerror(errno);
+  }
+  ::close(fd);
+  return err;
+}
+
 }  // namespace
 
 struct Driver::Rep {
@@ -347,6 +365,15 @@ void Driver::Stop() {
 
 const std::string& Driver::registration_socket() const { return rep_->reg_path; }
 const std::string& Driver::dra_socket() const { return rep_->dra_path; }
+std::string Driver::Check() const {
+  if (rep_->stopped) return "stopped";
+  std::string e = ProbeSocket(rep_->reg_path);
+  if (!e.empty()) return "registration socket " + rep_->reg_path + ": " + e;
+  e = ProbeSocket(rep_->dra_path);
+  if (!e.empty()) return "DRA socket " + rep_->dra_path + ": " + e;
+  return "";
+}
+
 bool Driver::registered() const { return rep_->registration->registered(); }
 std::string Driver::registration_error() const { return rep_->registration->error(); }
 

@@ -55,6 +55,11 @@ class Driver {
   bool registered() const;
   std::string registration_error() const;
 
+  // For /healthz: "" when both sockets exist and accept a connection, else
+  // what failed ("registration socket <path>: <errno text>"). Registration by
+  // the kubelet is not required (a plugin waiting for its kubelet is alive).
+  std::string Check() const;
+
   struct Rep;
 
  private:

@@ -1,9 +1,15 @@
 // Copyright cxlkv authors.
 #include "kubeletplugin/state.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #include "common/claim_status.h"
@@ -30,9 +36,100 @@ bool SafeId(const std::string& id) {
 
 std::string Key(const ClaimRef& c) { return c.ns + "/" + c.name; }
 
+// The claim as log lines name it: key=value pairs a log pipeline can index.
+std::string LogClaim(const ClaimRef& c) {
+  return "claim=" + c.name + " namespace=" + c.ns + " uid=" + c.uid;
+}
+
+// CXLKV_FAILPOINT lists failpoints by name (comma separated, an optional
+// ":kill" suffix); this library only knows kill.
+bool FailpointSet(const char* name) {
+  static const std::string env = [] {
+    const char* v = std::getenv("CXLKV_FAILPOINT");
+    return std::string(v ? v : "");
+  }();
+  size_t n = std::strlen(name);
+  for (size_t pos = 0; pos < env.size();) {
+    size_t end = env.find(',', pos);
+    if (end == std::string::npos) end = env.size();
+    std::string item = env.substr(pos, end - pos);
+    if (item.compare(0, n, name) == 0 && (item.size() == n || item.substr(n) == ":kill")) {
+      return true;
+    }
+    pos = end + 1;
+  }
+  return false;
+}
+
+// An exclusive flock(2) on <checkpoint>.lock for one scope: serializes the
+// plugin instances of a rolling update on one node.
+class ProcessLock {
+ public:
+  Status Acquire(const std::string& checkpoint_path) {
+    const std::string path = checkpoint_path + ".lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) return Status::IOError("open " + path + ": " + std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) return Status::IOError("flock " + path + ": " + std::strerror(errno));
+    }
+    return Status::OK();
+  }
+  ~ProcessLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+constexpr const char* kOps = "cxlkv_dra_plugin_operations_total";
+constexpr const char* kDuration = "cxlkv_dra_plugin_operation_duration_seconds";
+constexpr const char* kInFlight = "cxlkv_dra_plugin_operations_in_flight";
+constexpr const char* kPrepared = "cxlkv_dra_plugin_prepared_claims";
+
+// Counts an operation in flight for its lifetime.
+class InFlight {
+ public:
+  InFlight(Metrics* m, const char* op) : m_(m), op_(op) {
+    if (m_) m_->Add(kInFlight, {{"operation", op_}}, 1);
+  }
+  ~InFlight() {
+    if (m_) m_->Add(kInFlight, {{"operation", op_}}, -1);
+  }
+
+ private:
+  Metrics* const m_;
+  const char* const op_;
+};
+
 int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
 }  // namespace
+
+void DeclarePluginMetrics(Metrics* m) {
+  m->Declare(kOps, Metrics::Kind::kCounter,
+             "Claims the kubelet plugin handled, by operation (prepare, unprepare, cleanup) and "
+             "result (success, not_ready, error).");
+  m->Declare(kDuration, Metrics::Kind::kHistogram,
+             "Seconds one claim's operation took, lock wait included.", Metrics::LatencyBuckets());
+  m->Declare(kInFlight, Metrics::Kind::kGauge, "Claim operations running or waiting now.");
+  m->Declare(kPrepared, Metrics::Kind::kGauge,
+             "Claims in the checkpoint (prepared or being prepared on this node).");
+}
+
+const char* DeviceState::ResultOf(const std::string& error) {
+  if (error.empty()) return "success";
+  if (error.rfind("not ready yet", 0) == 0) return "not_ready";
+  return "error";
+}
+
+void DeviceState::Record(const char* op, const char* result,
+                         std::chrono::steady_clock::time_point start) {
+  if (opt_.metrics == nullptr) return;
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  opt_.metrics->Add(kOps, {{"operation", op}, {"result", result}});
+  opt_.metrics->Observe(kDuration, {{"operation", op}, {"result", result}}, secs);
+}
 
 Status DeviceState::Open(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd,
                          std::unique_ptr<DeviceState>* out) {
@@ -41,6 +138,8 @@ Status DeviceState::Open(const StateOptions& opt, kube::Client* kube, const Host
     return Status::InvalidArgument("device state: checkpoint path is required");
   }
   std::unique_ptr<DeviceState> st(new DeviceState(opt, kube, hostd));
+  ProcessLock plock;
+  CXLKV_RETURN_IF_ERROR(plock.Acquire(opt.checkpoint_path));
   std::string boot_id;
   CXLKV_RETURN_IF_ERROR(ReadBootId(&boot_id, opt.boot_id_path));
   Status s = LoadCheckpoint(opt.checkpoint_path, &st->cp_);
@@ -68,7 +167,25 @@ Status DeviceState::Open(const StateOptions& opt, kube::Client* kube, const Host
   return Status::OK();
 }
 
-Status DeviceState::SaveLocked() { return SaveCheckpoint(opt_.checkpoint_path, cp_); }
+Status DeviceState::SaveLocked() {
+  Status s = SaveCheckpoint(opt_.checkpoint_path, cp_);
+  if (s.ok() && opt_.metrics != nullptr) {
+    opt_.metrics->Set(kPrepared, {}, static_cast<double>(cp_.claims.size()));
+  }
+  return s;
+}
+
+Status DeviceState::ReloadLocked() {
+  Checkpoint cp;
+  Status s = LoadCheckpoint(opt_.checkpoint_path, &cp);
+  if (s.IsNotFound()) {
+    cp_.claims.clear();
+    return Status::OK();
+  }
+  CXLKV_RETURN_IF_ERROR(s);
+  cp_.claims = std::move(cp.claims);
+  return Status::OK();
+}
 
 Status DeviceState::NodeLocked(json* node) {
   // The node's labels rarely change; re-read them at most every 10 s so a
@@ -86,13 +203,25 @@ Status DeviceState::NodeLocked(json* node) {
 }
 
 PrepareResult DeviceState::Prepare(const ClaimRef& claim) {
+  auto start = std::chrono::steady_clock::now();
+  InFlight inflight(opt_.metrics, "prepare");
   std::lock_guard<std::mutex> l(mu_);
   PrepareResult r;
-  r.error = PrepareLocked(claim, &r.devices);
+  ProcessLock plock;
+  Status ls = plock.Acquire(opt_.checkpoint_path);
+  if (ls.ok()) ls = ReloadLocked();
+  r.error =
+      ls.ok() ? PrepareLocked(claim, &r.devices) : "claim " + Key(claim) + ": " + ls.message();
+  const char* result = ResultOf(r.error);
   if (!r.error.empty()) {
     r.devices.clear();
-    spdlog::info("prepare claim {} ({}): {}", Key(claim), claim.uid, r.error);
+    if (std::strcmp(result, "not_ready") == 0) {
+      spdlog::info("prepare {} result=not_ready: {}", LogClaim(claim), r.error);
+    } else {
+      spdlog::warn("prepare {} result=error: {}", LogClaim(claim), r.error);
+    }
   }
+  Record("prepare", result, start);
   return r;
 }
 
@@ -185,6 +314,11 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
     entry.updated_unix = NowUnix();
     Status s = SaveLocked();
     if (!s.ok()) return s.message();
+    if (FailpointSet("dra.prepare.after_started")) {
+      spdlog::warn("failpoint dra.prepare.after_started: SIGKILL ({})", LogClaim(ref));
+      spdlog::default_logger()->flush();
+      std::raise(SIGKILL);
+    }
   }
   HostRegion region;
   Status s = hostd_->RewriteSpec(memory_id, &region);
@@ -208,7 +342,7 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
     entry.updated_unix = NowUnix();
     s = SaveLocked();
     if (!s.ok()) return s.message();
-    spdlog::info("prepared claim {} ({}): region {} as {}", key, ref.uid, memory_id,
+    spdlog::info("prepare {} result=success region={} cdi={}", LogClaim(ref), memory_id,
                  region.cdi_device);
   }
   *out = std::move(devices);
@@ -216,17 +350,35 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
 }
 
 std::string DeviceState::Unprepare(const ClaimRef& claim) {
+  auto start = std::chrono::steady_clock::now();
+  InFlight inflight(opt_.metrics, "unprepare");
   std::lock_guard<std::mutex> l(mu_);
+  ProcessLock plock;
+  Status ls = plock.Acquire(opt_.checkpoint_path);
+  if (ls.ok()) ls = ReloadLocked();
+  if (!ls.ok()) {
+    std::string err = "unprepare claim " + Key(claim) + ": " + ls.message();
+    spdlog::warn("unprepare {} result=error: {}", LogClaim(claim), err);
+    Record("unprepare", "error", start);
+    return err;
+  }
   auto it = cp_.claims.find(claim.uid);
-  if (it == cp_.claims.end()) return "";
+  if (it == cp_.claims.end()) {
+    Record("unprepare", "success", start);
+    return "";
+  }
   ClaimEntry gone = it->second;
   cp_.claims.erase(it);
   Status s = SaveLocked();
   if (!s.ok()) {
     cp_.claims[claim.uid] = gone;
-    return "unprepare claim " + Key(claim) + ": " + s.message();
+    std::string err = "unprepare claim " + Key(claim) + ": " + s.message();
+    spdlog::warn("unprepare {} result=error: {}", LogClaim(claim), err);
+    Record("unprepare", "error", start);
+    return err;
   }
-  spdlog::info("unprepared claim {} ({}), region {}", Key(claim), claim.uid, gone.memory_id);
+  spdlog::info("unprepare {} result=success region={}", LogClaim(claim), gone.memory_id);
+  Record("unprepare", "success", start);
   return "";
 }
 
@@ -235,6 +387,9 @@ Status DeviceState::Cleanup(int* dropped) {
   std::vector<ClaimRef> refs;
   {
     std::lock_guard<std::mutex> l(mu_);
+    ProcessLock plock;
+    CXLKV_RETURN_IF_ERROR(plock.Acquire(opt_.checkpoint_path));
+    CXLKV_RETURN_IF_ERROR(ReloadLocked());
     for (const auto& [uid, e] : cp_.claims) refs.push_back({e.ns, uid, e.name});
   }
   Status first;
@@ -248,6 +403,9 @@ Status DeviceState::Cleanup(int* dropped) {
     }
     if (!gone) continue;
     std::lock_guard<std::mutex> l(mu_);
+    ProcessLock plock;
+    CXLKV_RETURN_IF_ERROR(plock.Acquire(opt_.checkpoint_path));
+    CXLKV_RETURN_IF_ERROR(ReloadLocked());
     auto it = cp_.claims.find(ref.uid);
     if (it == cp_.claims.end()) continue;
     ClaimEntry e = it->second;
@@ -258,13 +416,19 @@ Status DeviceState::Cleanup(int* dropped) {
       return s;
     }
     ++*dropped;
-    spdlog::info("dropped checkpoint entry of deleted claim {} ({})", Key(ref), ref.uid);
+    spdlog::info("cleanup {} result=success: dropped the checkpoint entry of a deleted claim",
+                 LogClaim(ref));
+    if (opt_.metrics) opt_.metrics->Add(kOps, {{"operation", "cleanup"}, {"result", "success"}});
   }
   return first;
 }
 
 std::vector<ClaimEntry> DeviceState::Prepared() {
   std::lock_guard<std::mutex> l(mu_);
+  // Renames make every read see a whole file; no flock needed to read. A
+  // failed read keeps the last known entries.
+  Status s = ReloadLocked();
+  if (!s.ok()) spdlog::warn("prepared claims: {}", s.ToString());
   std::vector<ClaimEntry> out;
   for (const auto& [uid, e] : cp_.claims) out.push_back(e);
   return out;

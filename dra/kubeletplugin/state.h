@@ -18,9 +18,20 @@
 // the checkpoint alone. Errors are per claim and fast (every remote call is
 // bounded well under the kubelet's fixed 45 s), so the kubelet retries.
 // Unprepare forgets the claim; an unknown claim is success.
+// Log lines name the claim as `claim=<name> namespace=<ns> uid=<uid>`.
+//
+// Failpoint (tests only): CXLKV_FAILPOINT=dra.prepare.after_started makes the
+// process SIGKILL itself right after PrepareStarted is durable and before
+// hostd is asked, so a crash test hits that exact window (the name follows
+// src/region/failpoint.h's convention).
 //
 // Thread-safety: Prepare, Unprepare, Cleanup and Prepared serialize on one
-// mutex (as the Go helper serializes gRPC calls by default).
+// mutex (as the Go helper serializes gRPC calls by default). Across
+// processes: two plugin pods of a rolling update share the state dir, so
+// every mutating call holds an exclusive flock(2) on
+// <checkpoint>.lock and re-reads the checkpoint first; the file, not a
+// process's memory, is the truth, and neither instance overwrites what the
+// other recorded.
 #ifndef CXLKV_DRA_KUBELETPLUGIN_STATE_H_
 #define CXLKV_DRA_KUBELETPLUGIN_STATE_H_
 
@@ -30,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/status.h"
 #include "kubeletplugin/checkpoint.h"
@@ -45,7 +57,19 @@ struct StateOptions {
   // Where hostd writes CDI specs; the spec file <cdi_dir>/<memoryId>.json is
   // checked after every rewrite. "" skips the check.
   std::string cdi_dir = "/var/run/cdi";
+  // Where operation counters, latencies and gauges go (see
+  // DeclarePluginMetrics); nullptr = none. REQUIRES: outlives the state.
+  Metrics* metrics = nullptr;
 };
+
+// Declares the plugin's metrics in *m:
+//   cxlkv_dra_plugin_operations_total{operation,result}  counter
+//   cxlkv_dra_plugin_operation_duration_seconds{operation,result}  histogram
+//   cxlkv_dra_plugin_operations_in_flight{operation}  gauge
+//   cxlkv_dra_plugin_prepared_claims  gauge (checkpoint entries)
+// operation: prepare | unprepare | cleanup; result: success | not_ready
+// (a "not ready yet" answer the kubelet retries) | error.
+void DeclarePluginMetrics(Metrics* m);
 
 // What the kubelet sends for one claim.
 struct ClaimRef {
@@ -71,6 +95,9 @@ class DeviceState {
                      std::unique_ptr<DeviceState>* out);
 
   PrepareResult Prepare(const ClaimRef& claim);
+  // One NodePrepareResources claim's outcome, for metrics: "success",
+  // "not_ready" or "error".
+  static const char* ResultOf(const std::string& error);
   // "" = success (also for a claim this node never prepared).
   std::string Unprepare(const ClaimRef& claim);
 
@@ -91,6 +118,10 @@ class DeviceState {
   std::string PrepareLocked(const ClaimRef& claim, std::vector<PreparedDevice>* devices);
   Status NodeLocked(nlohmann::json* node);
   Status SaveLocked();
+  // Replaces cp_.claims with the file's (another instance may have written
+  // it). Corruption/Unsupported as LoadCheckpoint.
+  Status ReloadLocked();
+  void Record(const char* op, const char* result, std::chrono::steady_clock::time_point start);
 
   // Immutable after construction.
   const StateOptions opt_;
