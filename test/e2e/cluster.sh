@@ -14,6 +14,9 @@
 #   CXLKV_E2E_GATES       feature gates for apiserver/controller-manager/scheduler,
 #                         default "DRAConsumableCapacity=true,DRADeviceBindingConditions=true"
 #   CXLKV_E2E_NODES       number of fake nodes (default 2), named fake-node-<i>
+#   CXLKV_E2E_BINDING_TIMEOUT  the scheduler's DynamicResources bindingTimeout
+#                         (e.g. 8s; default: the scheduler's own, 600 s), set
+#                         through a KubeSchedulerConfiguration file
 #   CXLKV_E2E_DIR         state dir (certs, kubeconfigs, logs, pids, etcd data);
 #                         default /tmp/cxlkv-e2e-<hash of this clone's path>
 set -euo pipefail
@@ -177,12 +180,29 @@ cmd_up() {
     --root-ca-file="$DIR/pki/ca.crt" --use-service-account-credentials=true \
     --controllers='*' --leader-elect=false \
     --feature-gates="$GATES" --v=1
+  local sched_cfg=()
+  if [ -n "${CXLKV_E2E_BINDING_TIMEOUT:-}" ]; then
+    # With --config the scheduler ignores --kubeconfig and --leader-elect:
+    # the file carries them.
+    cat >"$DIR/scheduler-config.yaml" <<YAML
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: "$DIR/scheduler.kubeconfig"}
+leaderElection: {leaderElect: false}
+profiles:
+  - schedulerName: default-scheduler
+    pluginConfig:
+      - name: DynamicResources
+        args: {bindingTimeout: $CXLKV_E2E_BINDING_TIMEOUT}
+YAML
+    sched_cfg=(--config="$DIR/scheduler-config.yaml")
+  fi
   start_proc kube-scheduler "$bin/kube-scheduler" \
     --kubeconfig="$DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig="$DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig="$DIR/scheduler.kubeconfig" \
     --bind-address=127.0.0.1 --secure-port=0 --leader-elect=false \
-    --feature-gates="$GATES" --v=1
+    "${sched_cfg[@]}" --feature-gates="$GATES" --v=1
 
   log "registering $NODES fake nodes"
   start_proc fakenodes "$bin/cxlkv-fakenodes" --kubeconfig="$DIR/admin.kubeconfig" \
