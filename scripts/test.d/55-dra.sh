@@ -11,10 +11,16 @@
 # both nodes get the same CDI device; the containers are `cxlkv replay`
 # workers that attach through CXL_DAX_DEVICE and see each other's stores;
 # deleting the pods and the claim frees the region and removes the finalizer.
-# Then: plugin restart with a new boot id and a wiped CDI dir (prepare redoes
-# the work), and a create/delete loop of claims with pods (10; 50 with
-# CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint entry.
-# Warm (Kubernetes and the fake kubelet cached): about 160 s on 2 cores (measured 158 s).
+# Then: every plugin's /healthz and /metrics; health through kubelet's DRA
+# manager; a node reboot (new boot id, CDI dir wiped: prepare redoes the work);
+# the plugin SIGKILLed mid-prepare (failpoint dra.prepare.after_started) and
+# restarted; a rolling update with two plugin processes (per-pod sockets, one
+# shared checkpoint); a create/delete loop of claims with pods (10; 50 with
+# CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint
+# entry. Last, on a control plane of its own with a short bindingTimeout,
+# Kubernetes' binding-condition scenarios ported to our controller
+# (test/e2e/dra-binding-conditions.sh).
+# Warm (Kubernetes and the fake kubelet cached): about 300 s on 2 cores.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -46,7 +52,7 @@ if [ "$(id -u)" != 0 ] || ! unshare --mount true 2>/dev/null; then
   skipped=1; exit 0
 fi
 echo "== dra: build (build/: driver, fabricd, hostd, cxlkv CLI; the fake kubelet)"
-cxlkv_build_main cxlkv-dra-kubeletplugin cxlkv-dra-controller cxlkv-fabricd cxlkv-hostd cxlkv ||
+cxlkv_build_main cxlkv-dra-kubeletplugin cxlkv-dra-controller cxlkv-fabricd cxlkv-hostd cxlkv_cli ||
   { failed=1; exit 1; }
 FK=$(test/e2e/fakekubelet/build.sh) || { failed=1; exit 1; }
 
@@ -74,8 +80,8 @@ KCFG=$KUBECONFIG
 
 FPORT=$(port)
 F=http://127.0.0.1:$FPORT
-declare -A HPORT
-for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
+declare -A HPORT MPORT
+for n in "${NODES[@]}"; do HPORT[$n]=$(port); MPORT[$n]=$(port); done
 cat >"$E/fabricd.yaml" <<YAML
 stateDir: $E/fabricd
 backingDir: $BACKING
@@ -97,11 +103,13 @@ YAML
 start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
 wait_until 20 curl -sf "$F/cfm/v1/appliances" || { bad "fabricd did not start"; exit 1; }
 
-plugin_start() {  # plugin_start <node>
-  local n=$1 d=$E/$1
-  start "plugin-$n" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KCFG" \
+plugin_start() {  # plugin_start <node> [name suffix] [extra flags...]: /metrics on MPORT
+  local n=$1 sfx=${2:-} d=$E/$1
+  shift; [ $# -gt 0 ] && shift
+  start "plugin-$n$sfx" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KCFG" \
     --kubelet-root-dir "$d/kubelet" --state-dir "$d/dra-plugin" --cdi-dir "$d/cdi" \
-    --hostd-url "http://127.0.0.1:${HPORT[$n]}" --boot-id-file "$d/boot_id" --health-interval-ms 1000
+    --hostd-url "http://127.0.0.1:${HPORT[$n]}" --boot-id-file "$d/boot_id" --health-interval-ms 1000 \
+    --http-listen "127.0.0.1:${MPORT[$n]}" "$@"
 }
 kubelet_start() {  # kubelet_start <node>: kubelet's plugin and DRA managers for one node
   local n=$1 d=$E/$1
@@ -114,7 +122,7 @@ for n in "${NODES[@]}"; do
   cat /proc/sys/kernel/random/boot_id >"$d/boot_id"
   start "hostd-$n" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
     --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
-    --allowed-backing-dir "$BACKING" --resync-interval 5
+    --allowed-backing-dir "$BACKING" --resync-interval 10
   plugin_start "$n"
   kubelet_start "$n"
 done
@@ -140,6 +148,13 @@ assert d["capacity"]["memory"]["value"] == str(8 << 30) and d["capacity"]["memor
 assert "bindsToNode" not in d, d
 ' && ok "slice: one blade device, cabled hosts, consumable memory in 1 GiB steps, binding condition, no bindsToNode" \
   || bad "slice shape"
+
+healthz_ok=0
+for n in "${NODES[@]}"; do
+  wait_until 20 curl -sf "http://127.0.0.1:${MPORT[$n]}/healthz" && healthz_ok=$((healthz_ok + 1))
+done
+[ "$healthz_ok" = 3 ] && ok "every plugin's /healthz answers 200 (both sockets accept)" ||
+  bad "/healthz: $healthz_ok of 3 plugins healthy"
 
 kubectl apply -f - >/dev/null <<'YAML'
 apiVersion: resource.k8s.io/v1
@@ -230,6 +245,24 @@ wait_until 20 no_regions &&
 left=$(find "$E"/fake-node-*/cdi -name "$CDI.json" | wc -l)
 [ "$left" = 0 ] && ok "every node's CDI spec removed" || bad "$left CDI specs left"
 
+metric() {  # metric <node> <series>: its value on that node's plugin, 0 when absent
+  curl -s "http://127.0.0.1:${MPORT[$1]}/metrics" | awk -v k="$2" '$1 == k {print $2; f=1} END {if (!f) print 0}'
+}
+m_ok=0
+for i in 0 1; do
+  p=$(metric "fake-node-$i" 'cxlkv_dra_plugin_operations_total{operation="prepare",result="success"}')
+  u=$(metric "fake-node-$i" 'cxlkv_dra_plugin_operations_total{operation="unprepare",result="success"}')
+  h=$(metric "fake-node-$i" 'cxlkv_dra_plugin_operation_duration_seconds_count{operation="prepare",result="success"}')
+  g=$(metric "fake-node-$i" 'cxlkv_dra_plugin_prepared_claims')
+  echo "dra: fake-node-$i /metrics: prepare success $p (histogram count $h), unprepare success $u, prepared claims $g"
+  [ "$p" -ge 1 ] && [ "$h" = "$p" ] && [ "$u" -ge 1 ] && [ "$g" = 0 ] && m_ok=$((m_ok + 1))
+done
+[ "$m_ok" = 2 ] && ok "/metrics counted the prepares and unprepares with latencies; no claim left prepared" ||
+  bad "/metrics did not show scenario 1's operations"
+grep -q 'prepare claim=kv namespace=default uid=.* result=success' "$E/logs/plugin-fake-node-0.log" &&
+  ok "plugin logs name claim and namespace (claim=kv namespace=default uid=... result=success)" ||
+  bad "no structured prepare line in the plugin log"
+
 echo "== dra: node reboot (new boot id, CDI dir wiped) while a pod holds a claim"
 claim_yaml kv2 1Gi | kubectl apply -f - >/dev/null
 pod_yaml sleeper kv2 fake-node-2 sh -c 'test -s "$CXL_DAX_DEVICE" && echo attached && exec sleep 600' | kubectl apply -f - >/dev/null
@@ -250,12 +283,13 @@ if wait_until 20 is_health fake-node-2 Healthy; then
   ok "kubelet recorded the blade device Healthy on fake-node-2 (health stream)"
 else bad "health on fake-node-2: '$(health fake-node-2)'"; fi
 # The region vanishes from this host (hostd drops it); hostd's own resync
-# (every 5 s) materializes it again.
+# materializes it again (every 10 s here: long enough for the 1 s health
+# poll to see it gone on a loaded machine).
 curl -s -X DELETE "http://127.0.0.1:${HPORT[fake-node-2]}/cxlkv/v1/regions/$MEM2" >/dev/null
 if wait_until 10 is_health fake-node-2 Unhealthy; then
   ok "region gone from fake-node-2: kubelet recorded the device Unhealthy"
 else bad "after removing the region: health '$(health fake-node-2)'"; fi
-wait_until 20 is_health fake-node-2 Healthy && ok "hostd's resync restored it: Healthy again" ||
+wait_until 30 is_health fake-node-2 Healthy && ok "hostd's resync restored it: Healthy again" ||
   bad "health did not recover: '$(health fake-node-2)'"
 # The reboot: kubelet, plugin and containers stop; tmpfs state (the CDI dir)
 # is lost; the boot id changes. hostd keeps running: it is hostd's business
@@ -276,6 +310,75 @@ kubectl delete pod sleeper --wait=false >/dev/null
 wait_until 60 gone pod sleeper || bad "sleeper not torn down"
 kubectl delete resourceclaim kv2 --wait=false >/dev/null
 wait_until 60 gone resourceclaim kv2 || bad "kv2 stuck"
+
+ckpt_states() {  # ckpt_states <node>: the checkpoint entries' states, space separated
+  python3 -c 'import json,sys; print(" ".join(sorted(c["state"] for c in json.load(open(sys.argv[1]))["data"]["claims"].values())))' \
+    "$E/$1/dra-plugin/checkpoint.json" 2>/dev/null
+}
+# Exited (a zombie until reaped counts as exited: kill -0 would still succeed).
+dead() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
+echo "== dra: plugin SIGKILLed mid-prepare (failpoint dra.prepare.after_started), then restarted"
+kill "$PID_plugin_fake_node_0"; wait "$PID_plugin_fake_node_0" 2>/dev/null
+export CXLKV_FAILPOINT=dra.prepare.after_started
+plugin_start fake-node-0 -crash
+unset CXLKV_FAILPOINT
+claim_yaml kv3 1Gi | kubectl apply -f - >/dev/null
+pod_yaml crashy kv3 fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && echo attached && exec sleep 600' | kubectl apply -f - >/dev/null
+if wait_until 90 dead "$PID_plugin_fake_node_0_crash"; then
+  wait "$PID_plugin_fake_node_0_crash" 2>/dev/null; rc=$?
+  [ "$rc" = 137 ] && [ "$(ckpt_states fake-node-0)" = PrepareStarted ] &&
+    ok "the plugin died by SIGKILL (rc $rc) with the claim PrepareStarted in its checkpoint" ||
+    bad "after the failpoint: rc $rc, checkpoint '$(ckpt_states fake-node-0)'"
+else bad "the failpoint never fired"; fi
+running crashy && bad "crashy ran although prepare never finished"
+plugin_start fake-node-0
+CLOG=$E/fake-node-0/logs/default_crashy_main.log
+if wait_until 60 running crashy && wait_until 10 grep -q attached "$CLOG"; then
+  ok "restarted plugin redid the prepare: container attached, checkpoint $(ckpt_states fake-node-0)"
+else bad "after the restart: crashy $(phase crashy)"; fi
+kubectl delete pod crashy --wait=false >/dev/null
+wait_until 60 gone pod crashy || bad "crashy not torn down"
+kubectl delete resourceclaim kv3 --wait=false >/dev/null
+wait_until 60 gone resourceclaim kv3 || bad "kv3 stuck"
+
+echo "== dra: rolling update: two plugin processes with per-pod sockets on fake-node-1"
+kill "$PID_plugin_fake_node_1"; wait "$PID_plugin_fake_node_1" 2>/dev/null
+plugin_start fake-node-1 -a --pod-uid 11111111-aaaa-4aaa-8aaa-000000000001
+wait_until 20 grep -q "kubelet registered driver" "$E/logs/plugin-fake-node-1-a.log" ||
+  bad "plugin A was not registered"
+claim_yaml roll 1Gi | kubectl apply -f - >/dev/null
+pod_yaml roll-1 roll fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE" && echo attached && exec sleep 600' | kubectl apply -f - >/dev/null
+wait_until 90 running roll-1 && ok "plugin A prepared roll-1" || bad "roll-1: $(phase roll-1)"
+# Plugin B starts beside A (maxSurge 1): other socket names, the same state dir.
+MPORT_A=${MPORT[fake-node-1]}; MPORT[fake-node-1]=$(port)
+plugin_start fake-node-1 -b --pod-uid 22222222-bbbb-4bbb-8bbb-000000000002
+if wait_until 20 grep -q "kubelet registered driver" "$E/logs/plugin-fake-node-1-b.log"; then
+  n_reg=$(ls "$E"/fake-node-1/kubelet/plugins_registry/ | grep -c -- '-reg.sock$')
+  [ "$n_reg" = 2 ] && ok "kubelet registered plugin B while A serves: 2 registration sockets" ||
+    bad "$n_reg registration sockets while both run"
+else bad "kubelet did not register plugin B"; fi
+curl -sf "http://127.0.0.1:$MPORT_A/healthz" >/dev/null && curl -sf "http://127.0.0.1:${MPORT[fake-node-1]}/healthz" >/dev/null &&
+  ok "both instances healthy side by side" || bad "an instance is unhealthy while both run"
+kill "$PID_plugin_fake_node_1_a"; wait "$PID_plugin_fake_node_1_a" 2>/dev/null
+running roll-1 && ok "plugin A stopped; roll-1 keeps running" || bad "roll-1 after A stopped: $(phase roll-1)"
+# B unprepares what A prepared: it reads the shared checkpoint, not its memory.
+kubectl delete pod roll-1 --wait=false >/dev/null
+wait_until 60 gone pod roll-1 || bad "roll-1 not torn down"
+if wait_until 20 grep -q "unprepare claim=roll namespace=default .* result=success region=" "$E/logs/plugin-fake-node-1-b.log" &&
+    [ "$(ckpt_entries fake-node-1)" = 0 ]; then
+  ok "plugin B unprepared the claim plugin A had prepared; checkpoint empty"
+else bad "plugin B: $(grep -c "claim=roll" "$E/logs/plugin-fake-node-1-b.log") roll lines, $(ckpt_entries fake-node-1) entries"; fi
+kubectl delete resourceclaim roll --wait=false >/dev/null
+wait_until 60 gone resourceclaim roll || bad "roll stuck"
+claim_yaml roll2 1Gi | kubectl apply -f - >/dev/null
+pod_yaml roll-2 roll2 fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
+wait_until 90 succeeded roll-2 && grep -q "prepare claim=roll2 namespace=default .* result=success" "$E/logs/plugin-fake-node-1-b.log" &&
+  ok "plugin B alone prepares new pods" || bad "roll-2 with plugin B: $(phase roll-2)"
+kubectl delete pod roll-2 --wait=false >/dev/null
+wait_until 60 gone pod roll-2
+kubectl delete resourceclaim roll2 --wait=false >/dev/null
+wait_until 60 gone resourceclaim roll2 || bad "roll2 stuck"
 
 LOOPS=10; [ "$CXLKV_FULL" = 1 ] && LOOPS=50
 echo "== dra: $LOOPS claims with pods created and deleted"
@@ -301,9 +404,19 @@ echo "dra: loop of $LOOPS in $((SECONDS - t0))s: $leaked leaked regions, $stuck 
 dups=$(cat "$E"/logs/controller-*.log | grep -o "claim default/[a-z0-9-]*: composed region" | sort | uniq -d | wc -l)
 total=$(cat "$E"/logs/controller-*.log | grep -c "composed region")
 by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "composed region" "$E/logs/controller-1.log")
-[ "$dups" = 0 ] && [ "$total" = $((LOOPS + 2)) ] &&
+# Claims composed before the loop: kv, kv2, kv3, roll, roll2.
+[ "$dups" = 0 ] && [ "$total" = $((LOOPS + 5)) ] &&
   ok "two racing controllers: each of $total claims composed exactly once (ctl-0 $by0, ctl-1 $by1)" ||
-  bad "racing controllers: $total composes for $((LOOPS + 2)) claims, $dups claims composed twice"
+  bad "racing controllers: $total composes for $((LOOPS + 5)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
+
+echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+PIDS=(); bash "$CLUSTER" down >/dev/null 2>&1; unset CXLKV_E2E_DIR
+bash test/e2e/dra-binding-conditions.sh 2>&1 | tee "$E/logs/binding-conditions.out"
+read -r bp bf bs < <(sed -n 's/^dra-binding: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
+  "$E/logs/binding-conditions.out" | tail -1)
+passed=$((passed + ${bp:-0})); failed=$((failed + ${bf:-1})); skipped=$((skipped + ${bs:-0}))
 [ "$failed" -eq 0 ]
