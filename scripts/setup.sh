@@ -39,8 +39,12 @@ DRA_PKGS=(
 BENCH_PKGS=(
   python3-matplotlib     # bench/ttft report: the PNG plots (run by the system python3)
 )
+IMAGES_PKGS=(
+  debootstrap            # images stage (--full): the Dockerfile's steps in a Debian rootfs
+)
 
-want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}" "${BENCH_PKGS[@]}")
+want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}" "${BENCH_PKGS[@]}"
+  "${IMAGES_PKGS[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
