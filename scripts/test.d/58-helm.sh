@@ -24,8 +24,8 @@
 #     node's write goes through.
 # Not here: running the chart's pods as processes (needs the fake kubelet to
 # start pods from their specs; issue 13 item 2).
-# Warm (Kubernetes and Helm cached, binaries built): about 45 s on 2 cores (measured
-# 44 s for 69 checks; 61 s with a compile running beside it).
+# Warm (Kubernetes and Helm cached, binaries built): about 50 s on 2 cores (measured
+# 52 s for 71 checks).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -75,6 +75,10 @@ plugin = by[("DaemonSet", "cxlkv-kubeletplugin")]
 need(plugin["spec"]["updateStrategy"] == {"type": "RollingUpdate",
      "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "plugin rollout maxSurge 1 / 0")
 need(plugin["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical", "plugin priority")
+pc = plugin["spec"]["template"]["spec"]["containers"][0]
+need({"name": "CXLKV_DRA_HTTP_LISTEN", "value": "0.0.0.0:9095"} in pc["env"], "plugin --http-listen")
+need(pc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"} and
+     pc["readinessProbe"]["httpGet"]["path"] == "/healthz", "plugin probes on /healthz")
 ctl = by[("Deployment", "cxlkv-controller")]["spec"]["template"]["spec"]
 need(ctl["priorityClassName"] == "system-cluster-critical", "controller priority")
 need(ctl["securityContext"]["runAsNonRoot"] is True, "controller non-root")
@@ -84,7 +88,7 @@ hostd = by[("DaemonSet", "cxlkv-hostd")]["spec"]["template"]["spec"]
 need(hostd["automountServiceAccountToken"] is False, "hostd gets no token")
 need("privileged" not in hostd["containers"][0]["securityContext"], "file-backend hostd unprivileged")
 PY
-then ok "rendered objects: kinds, rollout, priorities, non-root controller, DeviceClass CEL, hostd without token"
+then ok "rendered objects: kinds, rollout, priorities, plugin /healthz probes, non-root controller, DeviceClass CEL, hostd without token"
 else bad "rendered objects"; fi
 
 # Every env var a rendered container sets must be one its binary reads
@@ -138,8 +142,12 @@ refused "the default namespace" 'refusing to install into the "default" namespac
 refused "hostd.port=70000" "/hostd/port': maximum" --namespace "$NS" "${URL[@]}" --set hostd.port=70000
 refused "controller.metricsPort=0" "/controller/metricsPort': minimum" --namespace "$NS" "${URL[@]}" \
   --set controller.metricsPort=0
+refused "kubeletPlugin.httpPort=0" "/kubeletPlugin/httpPort': 'oneOf' failed" --namespace "$NS" "${URL[@]}" \
+  --set kubeletPlugin.httpPort=0
 refused "an unknown key" "additional properties 'replica' not allowed" \
   --namespace "$NS" "${URL[@]}" --set controller.replica=2
+refused "a ServiceMonitor with nothing to scrape" "serviceMonitor.enabled=true needs kubeletPlugin.httpPort" \
+  --namespace "$NS" "${URL[@]}" --set serviceMonitor.enabled=true --set kubeletPlugin.httpPort=null
 refused "no fabric manager URL" "fabricManager.url is required" --namespace "$NS"
 refused "a URL that is not http(s)" "/fabricManager/url': 'ftp://x' does not match" --namespace "$NS" \
   --set fabricManager.url=ftp://x
