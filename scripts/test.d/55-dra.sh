@@ -15,12 +15,14 @@
 # manager; a node reboot (new boot id, CDI dir wiped: prepare redoes the work);
 # the plugin SIGKILLed mid-prepare (failpoint dra.prepare.after_started) and
 # restarted; a rolling update with two plugin processes (per-pod sockets, one
-# shared checkpoint); a create/delete loop of claims with pods (10; 50 with
+# shared checkpoint); prepare refusing a region still prepared for another
+# claim (the test plays a faulty controller); a create/delete loop of claims with pods (10; 50 with
 # CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint
 # entry. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
 # (test/e2e/dra-binding-conditions.sh).
-# Warm (Kubernetes and the fake kubelet cached): about 260 s on 2 cores (measured 258 s).
+# Warm (Kubernetes and the fake kubelet cached): about 290 s on 2 cores (measured 258 s
+# before the refusal case, which adds about 30 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -380,6 +382,52 @@ wait_until 60 gone pod roll-2
 kubectl delete resourceclaim roll2 --wait=false >/dev/null
 wait_until 60 gone resourceclaim roll2 || bad "roll2 stuck"
 
+echo "== dra: prepare refuses a region still prepared on this node for another claim"
+claim_yaml own 1Gi | kubectl apply -f - >/dev/null
+pod_yaml holder own fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600' | kubectl apply -f - >/dev/null
+wait_until 90 running holder || bad "holder: $(phase holder)"
+MEMO=$(kubectl get resourceclaim own -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["devices"][0]["data"]["memoryId"])')
+# The controllers stop; the test plays a faulty one that hands claim thief
+# the region claim own holds on fake-node-0. The plugin is the last line of
+# defence.
+kill "$PID_controller_0" "$PID_controller_1"; wait "$PID_controller_0" "$PID_controller_1" 2>/dev/null
+claim_yaml thief 1Gi | kubectl apply -f - >/dev/null
+pod_yaml thief thief fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
+is_allocated() { [ -n "$(kubectl get resourceclaim "$1" -o jsonpath='{.status.allocation.allocationTimestamp}')" ]; }
+wait_until 60 is_allocated thief || bad "thief never allocated"
+kubectl get resourceclaim thief -o json | python3 -c '
+import json, sys, time
+c = json.load(sys.stdin)
+now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+devs = []
+for r in c["status"]["allocation"]["devices"]["results"]:
+    d = {"driver": r["driver"], "pool": r["pool"], "device": r["device"],
+         "conditions": [{"type": "cxlkv.dev/composed", "status": "True", "reason": "Faulty",
+                         "message": "a faulty controller reused a region", "lastTransitionTime": now}],
+         "data": {"memoryId": sys.argv[1], "hosts": {"fake-node-0": {"state": "Materialized"}}}}
+    if "shareID" in r: d["shareID"] = r["shareID"]
+    devs.append(d)
+print(json.dumps({"status": {"devices": devs}}))
+' "$MEMO" >"$E/thief-status.json"
+kubectl patch resourceclaim thief --subresource=status --type=merge -p "$(cat "$E/thief-status.json")" >/dev/null ||
+  bad "could not write thief's status"
+PLOG0=$E/logs/plugin-fake-node-0.log
+if wait_until 60 grep -q "prepare claim=thief namespace=default .* result=error: region $MEMO is still prepared on node fake-node-0 for claim default/own" "$PLOG0"; then
+  running thief || succeeded thief && bad "thief ran on another claim's region" ||
+    ok "prepare refused region $MEMO for claim thief: still prepared for claim own"
+else bad "no refusal in the plugin log: $(grep "claim=thief" "$PLOG0" | tail -2)"; fi
+# The real controllers come back: thief gets a region of its own and runs.
+for c in 0 1; do
+  start "controller-${c}r" "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
+    --identity "ctl-$c" --slice-period 5
+done
+wait_until 90 succeeded thief && ok "the controller composed thief's own region; prepare then succeeded" ||
+  bad "thief after the controllers came back: $(phase thief)"
+kubectl delete pod holder thief --wait=false >/dev/null
+wait_until 60 gone pod holder && wait_until 60 gone pod thief || bad "holder/thief not torn down"
+kubectl delete resourceclaim own thief --wait=false >/dev/null
+wait_until 60 gone resourceclaim own && wait_until 60 gone resourceclaim thief || bad "own/thief stuck"
+
 LOOPS=10; [ "$CXLKV_FULL" = 1 ] && LOOPS=50
 echo "== dra: $LOOPS claims with pods created and deleted"
 t0=$SECONDS
@@ -404,10 +452,10 @@ echo "dra: loop of $LOOPS in $((SECONDS - t0))s: $leaked leaked regions, $stuck 
 dups=$(cat "$E"/logs/controller-*.log | grep -o "claim default/[a-z0-9-]*: composed region" | sort | uniq -d | wc -l)
 total=$(cat "$E"/logs/controller-*.log | grep -c "composed region")
 by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "composed region" "$E/logs/controller-1.log")
-# Claims composed before the loop: kv, kv2, kv3, roll, roll2.
-[ "$dups" = 0 ] && [ "$total" = $((LOOPS + 5)) ] &&
+# Claims composed before the loop: kv, kv2, kv3, roll, roll2, own, thief.
+[ "$dups" = 0 ] && [ "$total" = $((LOOPS + 7)) ] &&
   ok "two racing controllers: each of $total claims composed exactly once (ctl-0 $by0, ctl-1 $by1)" ||
-  bad "racing controllers: $total composes for $((LOOPS + 5)) claims, $dups claims composed twice"
+  bad "racing controllers: $total composes for $((LOOPS + 7)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
 
