@@ -23,17 +23,22 @@ NAMES = {"T0": "recompute (no reuse)", "T1": "GPU prefix cache", "T2": "vLLM nat
          "T4": "cxlkv shared region"}
 
 
-def t4_transfer_config(region_path, region_size, poison=False):
+def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint=None):
     extra = {"spec_name": "PoisonableSpec" if poison else "CxlkvOffloadingSpec",
              "spec_module_path": "poison" if poison else "cxlkv.vllm",
              "region_path": region_path, "region_size": int(region_size),
              "block_size": GRANULARITY}
+    if model_fingerprint:
+        # Dummy weights have no files for cxlkv to fingerprint (it refuses
+        # rather than guess): the harness names the model's identity.
+        extra["model_fingerprint"] = model_fingerprint
     return {"kv_connector": "CxlkvOffloadingConnector",
             "kv_connector_module_path": "cxlkv.vllm.connector", "kv_role": "kv_both",
             "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra}
 
 
-def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False):
+def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
+          model_fingerprint=None):
     """The tier's own server flags (the common ones are added by replica.py)."""
     if tier == "T0":
         return ["--no-enable-prefix-caching"]
@@ -47,5 +52,5 @@ def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False):
         if not region_path or not region_size:
             raise ValueError("T4 needs a region path and size")
         return ["--no-enable-prefix-caching", "--kv-transfer-config",
-                json.dumps(t4_transfer_config(region_path, region_size, poison))]
+                json.dumps(t4_transfer_config(region_path, region_size, poison, model_fingerprint))]
     raise ValueError(f"unknown tier {tier!r}; one of {', '.join(TIERS)}")

@@ -26,6 +26,7 @@ arguments, 1 when an engine failed to start or a request failed.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -217,7 +218,12 @@ class Harness:
                 self.log.append({"kind": "start_failed", "phase": phase, "rep": rep,
                                  "tier": tier, "call": self.call, "error": msg, "log_tail": ""})
                 raise StartError(msg, "")
-            flags = tiermod.flags("T4", region_path=region, region_size=size, poison=poison)
+            fingerprint = None
+            if model_dir == self.grid_model and a.model == "qwen7b":  # load_format=dummy
+                with open(os.path.join(model_dir, "config.json"), "rb") as f:
+                    fingerprint = "dummy-" + hashlib.sha256(f.read()).hexdigest()[:24]
+            flags = tiermod.flags("T4", region_path=region, region_size=size, poison=poison,
+                                  model_fingerprint=fingerprint)
         extra_env = {}
         if poison:
             extra_env["CXLKV_TTFT_POISON_FILE"] = self.poison_flag
