@@ -8,7 +8,9 @@
 #   eval "$(bash /tmp/vb/install.sh)"   # vLLM 0.26 from ../shared/tools/vllm-gpu-bundle.sh
 #   scripts/gpu-vllm.sh [pytest -k expression]
 #
-# Needs .deps/ (scripts/gpu-deps.sh) for nlohmann_json and pkg-config.
+# Needs .deps/ (scripts/gpu-deps.sh) for nlohmann_json and pkg-config. Setting
+# CMAKE_PREFIX_PATH hides the image's pybind11 from CMake, so pybind11_DIR is
+# passed too (seen on the H200 image, 2026-12-01).
 # PYTHONHASHSEED is set (0.26 draws NONE_HASH at random otherwise, and
 # cxlkv refuses to start without it). Logs: build-gpu/logs-vllm (and $OUT).
 # Ends with "gpu-vllm: N passed, N failed, N skipped".
@@ -25,7 +27,8 @@ fi
 t0=$(date +%s)
 if ! python3 -m pip install -q --no-build-isolation --no-deps --target "$SITE" --upgrade . \
     -Ccmake.define.CXLKV_CUDA=ON -Cbuild-dir="$ROOT/build-gpu/wheel" \
-    ${ROOT:+-Ccmake.define.CMAKE_PREFIX_PATH=$ROOT/.deps/prefix} > "$LOGS/pip.log" 2>&1; then
+    -Ccmake.define.CMAKE_PREFIX_PATH="$ROOT/.deps/prefix" \
+    -Ccmake.define.pybind11_DIR="$(python3 -m pybind11 --cmakedir)" > "$LOGS/pip.log" 2>&1; then
   tail -40 "$LOGS/pip.log"
   echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (pip install --no-build-isolation failed)"
   exit 1
