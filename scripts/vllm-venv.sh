@@ -47,7 +47,8 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # CUDA 13 wheels at versions the next step installs explicitly.
 log "torch $TORCH_VERSION"
 "${pip[@]}" install --no-deps "torch==$TORCH_VERSION" >&2
-log "torch's runtime dependencies (the CUDA 13 shared libraries it links)"
+log "torch's runtime dependencies (the CUDA 13 shared libraries it links; pip then reports" \
+  "\"torch $TORCH_VERSION requires triton ... which is not installed\": expected, triton is left out)"
 "${pip[@]}" install filelock "typing-extensions>=4.10.0" "setuptools==78.1.1" "sympy>=1.13.3" \
   "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
   "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.3" \
