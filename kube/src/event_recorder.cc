@@ -2,12 +2,11 @@
 #include "cxlkv/kube/event_recorder.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/kube/leader_election.h"  // FormatMicroTime
 #include "cxlkv/kube/typed.h"
 
@@ -18,18 +17,18 @@ struct EventRecorder::Rep {
   Client* const client;
   const EventRecorderOptions opts;
 
-  std::mutex mu;  // guards the fields below
-  std::condition_variable cv;
-  std::deque<Json> queue;
-  int in_flight = 0;
-  bool stopping = false;
+  base::Mutex mu;
+  base::CondVar cv;
+  std::deque<Json> queue CXLKV_GUARDED_BY(mu);
+  int in_flight CXLKV_GUARDED_BY(mu) = 0;
+  bool stopping CXLKV_GUARDED_BY(mu) = false;
+  std::mt19937_64 rng CXLKV_GUARDED_BY(mu){std::random_device{}()};
   std::atomic<int64_t> written{0};
   std::atomic<int64_t> dropped{0};
   std::thread thread;
-  std::mt19937_64 rng{std::random_device{}()};
 
   void Run();
-  std::string Suffix() {
+  std::string Suffix() CXLKV_REQUIRES(mu) {
     static const char* kHex = "0123456789abcdef";
     std::string s;
     uint64_t r = rng();
@@ -54,10 +53,10 @@ EventRecorder::EventRecorder(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {
 
 EventRecorder::~EventRecorder() {
   {
-    std::lock_guard<std::mutex> l(rep_->mu);
+    base::MutexLock l(&rep_->mu);
     rep_->stopping = true;
   }
-  rep_->cv.notify_all();
+  rep_->cv.SignalAll();
   rep_->thread.join();
 }
 
@@ -72,7 +71,7 @@ void EventRecorder::Record(const Json& regarding, Type type, const std::string& 
   if (!obj_ns.empty()) ref["namespace"] = obj_ns;
   if (meta.contains("uid")) ref["uid"] = meta["uid"];
   if (meta.contains("resourceVersion")) ref["resourceVersion"] = meta["resourceVersion"];
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   if (rep_->stopping || rep_->queue.size() >= rep_->opts.queue_limit) {
     rep_->dropped++;
     return;
@@ -90,15 +89,15 @@ void EventRecorder::Record(const Json& regarding, Type type, const std::string& 
       {"type", type == Type::kWarning ? "Warning" : "Normal"},
   };
   rep_->queue.push_back(std::move(ev));
-  rep_->cv.notify_all();
+  rep_->cv.SignalAll();
 }
 
 void EventRecorder::Rep::Run() {
   for (;;) {
     Json ev;
     {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return stopping || !queue.empty(); });
+      base::MutexLock l(&mu);
+      while (!stopping && queue.empty()) cv.Wait(&mu);
       if (queue.empty()) return;  // stopping and drained
       ev = std::move(queue.front());
       queue.pop_front();
@@ -113,17 +112,23 @@ void EventRecorder::Rep::Run() {
       if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
     }
     {
-      std::lock_guard<std::mutex> l(mu);
+      base::MutexLock l(&mu);
       in_flight--;
       (ok ? written : dropped)++;
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
 }
 
 bool EventRecorder::Flush(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(rep_->mu);
-  return rep_->cv.wait_for(l, timeout, [&] { return rep_->queue.empty() && rep_->in_flight == 0; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  base::MutexLock l(&rep_->mu);
+  while (!rep_->queue.empty() || rep_->in_flight != 0) {
+    if (!rep_->cv.WaitUntil(&rep_->mu, deadline)) {
+      return rep_->queue.empty() && rep_->in_flight == 0;
+    }
+  }
+  return true;
 }
 
 int64_t EventRecorder::written() const { return rep_->written; }

@@ -65,7 +65,7 @@ Transport::~Transport() {
 
 void* Transport::Acquire() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    base::MutexLock l(&mu_);
     if (!idle_.empty()) {
       void* h = idle_.back();
       idle_.pop_back();
@@ -79,7 +79,7 @@ void Transport::Release(void* handle) {
   // curl_easy_reset clears options but keeps the connection and TLS session
   // caches, which is the point of pooling.
   curl_easy_reset(static_cast<CURL*>(handle));
-  std::lock_guard<std::mutex> l(mu_);
+  base::MutexLock l(&mu_);
   if (idle_.size() < 8) {
     idle_.push_back(handle);
     return;

@@ -10,11 +10,11 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/kube/config.h"
 #include "cxlkv/kube/status.h"
@@ -53,8 +53,8 @@ class Transport {
 
   const Config config_;
   const ClientOptions options_;
-  std::mutex mu_;
-  std::vector<void*> idle_;  // guarded by mu_: CURL* handles ready for reuse
+  base::Mutex mu_;
+  std::vector<void*> idle_ CXLKV_GUARDED_BY(mu_);  // CURL* handles ready for reuse
 };
 
 // Turns a non-2xx response into a Status carrying the apiserver's reason and

@@ -2,11 +2,10 @@
 #include "cxlkv/kube/informer.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/kube/typed.h"
 
 namespace cxlkv::kube {
@@ -25,30 +24,32 @@ struct Informer::Rep {
   std::thread loop_thread;
   std::thread resync_thread;
 
-  mutable std::mutex mu;  // guards the fields below
-  mutable std::condition_variable cv;
-  std::map<std::string, Json> cache;
-  std::string rv;
-  bool synced = false;
-  Counters counters;
+  mutable base::Mutex mu;
+  mutable base::CondVar cv;
+  std::map<std::string, Json> cache CXLKV_GUARDED_BY(mu);
+  std::string rv CXLKV_GUARDED_BY(mu);
+  bool synced CXLKV_GUARDED_BY(mu) = false;
+  Counters counters CXLKV_GUARDED_BY(mu);
 
   // Held while a handler runs, so handlers never overlap (loop vs resync).
-  std::mutex handler_mu;
+  base::Mutex handler_mu;
 
   void Loop();
   void ResyncLoop();
   Status Relist();
-  // REQUIRES: handler_mu held.
   void DeliverListDiff(const std::map<std::string, Json>& old,
-                       const std::map<std::string, Json>& fresh);
+                       const std::map<std::string, Json>& fresh) CXLKV_REQUIRES(handler_mu);
   void Apply(const WatchEvent& ev);
   std::string last_rv() {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     return rv;
   }
   void SleepFor(std::chrono::milliseconds d) {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait_for(l, d, [&] { return stop.load(); });
+    const auto deadline = std::chrono::steady_clock::now() + d;
+    base::MutexLock l(&mu);
+    while (!stop.load()) {
+      if (!cv.WaitUntil(&mu, deadline)) break;
+    }
   }
 };
 
@@ -67,26 +68,30 @@ void Informer::Start() {
 
 void Informer::Stop() {
   {
-    std::lock_guard<std::mutex> l(rep_->mu);
+    base::MutexLock l(&rep_->mu);
     rep_->stop = true;
   }
-  rep_->cv.notify_all();
+  rep_->cv.SignalAll();
   if (rep_->loop_thread.joinable()) rep_->loop_thread.join();
   if (rep_->resync_thread.joinable()) rep_->resync_thread.join();
 }
 
 bool Informer::HasSynced() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   return rep_->synced;
 }
 
 bool Informer::WaitForSync(std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> l(rep_->mu);
-  return rep_->cv.wait_for(l, timeout, [&] { return rep_->synced; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  base::MutexLock l(&rep_->mu);
+  while (!rep_->synced) {
+    if (!rep_->cv.WaitUntil(&rep_->mu, deadline)) return rep_->synced;
+  }
+  return true;
 }
 
 bool Informer::Get(const std::string& key, Json* out) const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   auto it = rep_->cache.find(key);
   if (it == rep_->cache.end()) return false;
   *out = it->second;
@@ -94,19 +99,19 @@ bool Informer::Get(const std::string& key, Json* out) const {
 }
 
 std::vector<Json> Informer::List() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   std::vector<Json> v;
   for (const auto& [k, obj] : rep_->cache) v.push_back(obj);
   return v;
 }
 
 std::string Informer::last_resource_version() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   return rep_->rv;
 }
 
 Informer::Counters Informer::counters() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   return rep_->counters;
 }
 
@@ -126,23 +131,23 @@ Status Informer::Rep::Relist() {
   for (auto& obj : items) fresh.emplace(ObjectKey(obj), std::move(obj));
   std::map<std::string, Json> old;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     old.swap(cache);
     cache = fresh;
     rv = list_rv;
     counters.lists++;
   }
   {
-    std::lock_guard<std::mutex> h(handler_mu);
+    base::MutexLock h(&handler_mu);
     DeliverListDiff(old, fresh);
   }
   // Synced only after the handlers saw the first list, so a caller that
   // waited for sync can rely on its add handler having run for every object.
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     synced = true;
   }
-  cv.notify_all();
+  cv.SignalAll();
   return Status::OK();
 }
 
@@ -171,7 +176,7 @@ void Informer::Rep::Apply(const WatchEvent& ev) {
   Json old;
   bool existed;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     auto it = cache.find(key);
     existed = it != cache.end();
     if (existed) old = it->second;
@@ -183,7 +188,7 @@ void Informer::Rep::Apply(const WatchEvent& ev) {
     if (!obj_rv.empty()) rv = obj_rv;
     counters.events++;
   }
-  std::lock_guard<std::mutex> h(handler_mu);
+  base::MutexLock h(&handler_mu);
   if (ev.type == "DELETED") {
     if (handlers.on_delete) handlers.on_delete(obj);
   } else if (existed) {
@@ -196,13 +201,13 @@ void Informer::Rep::Apply(const WatchEvent& ev) {
 void Informer::Rep::Loop() {
   bool need_list = opts.start_resource_version.empty();
   if (!need_list) {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     rv = opts.start_resource_version;
   }
   auto backoff = opts.backoff_initial;
   auto fail = [&](const Status&) {
     {
-      std::lock_guard<std::mutex> l(mu);
+      base::MutexLock l(&mu);
       counters.errors++;
     }
     SleepFor(backoff);
@@ -227,7 +232,7 @@ void Informer::Rep::Loop() {
     wo.timeout_seconds = opts.watch_timeout_seconds;
     bool gone = false, error_event = false, got_events = false;
     {
-      std::lock_guard<std::mutex> l(mu);
+      base::MutexLock l(&mu);
       counters.watches++;
     }
     Status s = client->Watch(
@@ -235,7 +240,7 @@ void Informer::Rep::Loop() {
         [&](const WatchEvent& ev) {
           if (ev.type == "BOOKMARK") {
             std::string b = ev.object["metadata"].value("resourceVersion", "");
-            std::lock_guard<std::mutex> l(mu);
+            base::MutexLock l(&mu);
             if (!b.empty()) rv = b;
             return true;
           }
@@ -255,7 +260,7 @@ void Informer::Rep::Loop() {
         &stop);
     if (stop) break;
     if (gone || s.IsGone()) {
-      std::lock_guard<std::mutex> l(mu);
+      base::MutexLock l(&mu);
       counters.gone++;
       need_list = true;
       continue;
@@ -274,11 +279,11 @@ void Informer::Rep::ResyncLoop() {
     if (stop) break;
     std::vector<Json> objs;
     {
-      std::lock_guard<std::mutex> l(mu);
+      base::MutexLock l(&mu);
       if (!synced) continue;
       for (const auto& [k, obj] : cache) objs.push_back(obj);
     }
-    std::lock_guard<std::mutex> h(handler_mu);
+    base::MutexLock h(&handler_mu);
     for (const auto& obj : objs) {
       if (handlers.on_update) handlers.on_update(obj, obj);
     }

@@ -2,12 +2,11 @@
 #include "cxlkv/kube/leader_election.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
-#include <mutex>
 #include <thread>
 
+#include "cxlkv/base/mutex.h"
 #include "cxlkv/kube/typed.h"
 
 namespace cxlkv::kube {
@@ -34,12 +33,13 @@ struct LeaderElector::Rep {
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<bool> leading{false};
-  mutable std::mutex mu;  // guards the fields below
-  std::condition_variable cv;
-  std::string observed_holder;
-  std::string observed_record;  // holder + renewTime + duration, to detect change
-  Clock::time_point observed_at{};
-  Clock::time_point last_renew{};
+  mutable base::Mutex mu;
+  base::CondVar cv;
+  std::string observed_holder CXLKV_GUARDED_BY(mu);
+  // holder + renewTime + duration, to detect change
+  std::string observed_record CXLKV_GUARDED_BY(mu);
+  Clock::time_point observed_at CXLKV_GUARDED_BY(mu){};
+  Clock::time_point last_renew CXLKV_GUARDED_BY(mu){};
 
   Json LeaseSpec(const Json& prev_spec, bool transition) const;
   bool TryAcquireOrRenew();
@@ -47,7 +47,7 @@ struct LeaderElector::Rep {
   void Run();
   void Observe(const std::string& holder, const std::string& record);
   std::string observed_holder_copy() {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     return observed_holder;
   }
 };
@@ -69,7 +69,7 @@ Json LeaderElector::Rep::LeaseSpec(const Json& prev, bool transition) const {
 void LeaderElector::Rep::Observe(const std::string& holder, const std::string& record) {
   bool changed_holder = false;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     if (record != observed_record) {
       observed_record = record;
       observed_at = Clock::now();
@@ -99,7 +99,7 @@ bool LeaderElector::Rep::TryAcquireOrRenew() {
   std::string holder = spec.value("holderIdentity", "");
   Observe(holder, spec.dump());
   if (!holder.empty() && holder != opts.identity) {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(&mu);
     // The record's own lease duration governs, as written by its holder.
     auto dur = std::chrono::seconds(spec.value("leaseDurationSeconds", 15));
     if (Clock::now() < observed_at + dur) return false;
@@ -129,14 +129,16 @@ void LeaderElector::Rep::Run() {
     auto now = Clock::now();
     if (ok) {
       {
-        std::lock_guard<std::mutex> l(mu);
+        base::MutexLock l(&mu);
         last_renew = now;
       }
       if (!leading.exchange(true) && opts.on_started_leading) opts.on_started_leading();
     } else if (leading) {
-      std::unique_lock<std::mutex> l(mu);
-      bool expired = now - last_renew >= opts.renew_deadline;
-      l.unlock();
+      bool expired;
+      {
+        base::MutexLock l(&mu);
+        expired = now - last_renew >= opts.renew_deadline;
+      }
       // Lost the record to another holder, or could not renew in time.
       std::string holder = observed_holder_copy();
       if (expired || (!holder.empty() && holder != opts.identity)) {
@@ -144,8 +146,11 @@ void LeaderElector::Rep::Run() {
         if (opts.on_stopped_leading) opts.on_stopped_leading();
       }
     }
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait_for(l, opts.retry_period, [&] { return stop.load(); });
+    const auto deadline = Clock::now() + opts.retry_period;
+    base::MutexLock l(&mu);
+    while (!stop.load()) {
+      if (!cv.WaitUntil(&mu, deadline)) break;
+    }
   }
   if (leading) {
     Release();
@@ -177,17 +182,17 @@ void LeaderElector::Start() {
 
 void LeaderElector::Stop() {
   {
-    std::lock_guard<std::mutex> l(rep_->mu);
+    base::MutexLock l(&rep_->mu);
     rep_->stop = true;
   }
-  rep_->cv.notify_all();
+  rep_->cv.SignalAll();
   if (rep_->thread.joinable()) rep_->thread.join();
 }
 
 bool LeaderElector::IsLeader() const { return rep_->leading; }
 
 std::string LeaderElector::leader() const {
-  std::lock_guard<std::mutex> l(rep_->mu);
+  base::MutexLock l(&rep_->mu);
   return rep_->observed_holder;
 }
 

@@ -5,6 +5,16 @@
 // the apiserver answered, the HTTP status plus the `reason` and `message` of
 // the apiserver's `kind: Status` body, unchanged.
 //
+// Why not cxlkv::Status (base/, include/cxlkv/status.h): that one is the
+// engine's, with seven codes that each mean one thing to a caller of a
+// region, and no room for an HTTP answer. A Kubernetes client's callers
+// decide on distinctions the API makes and base's codes do not: create of
+// an existing name (kAlreadyExists) vs a stale resourceVersion (kConflict)
+// vs a watch too old (kGone, relist), throttled vs forbidden, and they log
+// the apiserver's own reason and message. kube/ stays usable without the
+// engine (CXLKV_ROOMS=kube). Code on both sides (the DRA driver) converts at
+// the call with context: "get ResourceClaim ns/name: <kube status>".
+//
 // Thread-safety: a Status is a value; distinct objects may be used from
 // different threads without synchronisation.
 #ifndef CXLKV_KUBE_STATUS_H_
