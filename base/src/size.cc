@@ -4,14 +4,25 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 
 namespace cxlkv::base {
+namespace {
 
-Status ParseSize(const std::string& text, uint64_t* bytes) {
+// Length of the leading number: digits and points.
+size_t NumberPrefix(const std::string& text) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
     ++i;
+  return i;
+}
+
+}  // namespace
+
+Status ParseSize(const std::string& text, uint64_t* bytes) {
+  const size_t i = NumberPrefix(text);
   if (i == 0) return Status::InvalidArgument("size '" + text + "' does not start with a number");
   double num = 0;
   try {
@@ -46,6 +57,24 @@ Status ParseSize(const std::string& text, uint64_t* bytes) {
   double v = num * mul;
   if (!(v >= 0) || v > 9.2e18) return Status::InvalidArgument("size '" + text + "' out of range");
   *bytes = static_cast<uint64_t>(std::llround(v));
+  return Status::OK();
+}
+
+Status ParseQuantity(const std::string& q, int64_t* bytes) {
+  const size_t i = NumberPrefix(q);
+  if (i == 0) return Status::InvalidArgument("quantity \"" + q + "\": no number");
+  const double num = std::strtod(q.substr(0, i).c_str(), nullptr);
+  static const std::map<std::string, double> kSuffix = {
+      {"", 1},           {"k", 1e3},           {"M", 1e6},
+      {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
+      {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+  auto it = kSuffix.find(q.substr(i));
+  if (it == kSuffix.end()) return Status::InvalidArgument("quantity \"" + q + "\": unknown suffix");
+  const double v = num * it->second;
+  if (v != std::floor(v) || v < 0 || v > 9.2e18) {
+    return Status::InvalidArgument("quantity \"" + q + "\" is not a whole number of bytes");
+  }
+  *bytes = static_cast<int64_t>(v);
   return Status::OK();
 }
 

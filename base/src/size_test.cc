@@ -22,6 +22,21 @@ TEST(SizeTest, ParseSizeAcceptsBytesAndSuffixes) {
   EXPECT_TRUE(ParseSize("5 parsecs", &v).IsInvalidArgument());
 }
 
+TEST(SizeTest, ParseQuantityReadsKubernetesQuantitiesOfBytes) {
+  int64_t b = 0;
+  ASSERT_TRUE(ParseQuantity("2Gi", &b).ok());
+  EXPECT_EQ(b, int64_t{2} << 30);
+  ASSERT_TRUE(ParseQuantity("2G", &b).ok());  // decimal, unlike ParseSize's G
+  EXPECT_EQ(b, int64_t{2000000000});
+  ASSERT_TRUE(ParseQuantity("1.5Gi", &b).ok());
+  EXPECT_EQ(b, int64_t{3} << 29);
+  for (const char* q : {"", "Gi", "2GiB", "2 Gi", "0.5", "2m", "-1Gi", "1e3"}) {
+    b = 42;
+    EXPECT_TRUE(ParseQuantity(q, &b).IsInvalidArgument()) << q;
+    EXPECT_EQ(b, 42) << q;
+  }
+}
+
 TEST(SizeTest, FormatBytesPicksTheLargestEvenUnit) {
   EXPECT_EQ(FormatBytes(4096), "4 KiB");
   EXPECT_EQ(FormatBytes(896ull << 10), "896 KiB");

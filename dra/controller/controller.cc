@@ -14,6 +14,7 @@
 
 #include "common/claim_status.h"
 #include "common/node_selector.h"
+#include "cxlkv/base/size.h"
 #include "cxlkv/kube/event_recorder.h"
 #include "cxlkv/kube/informer.h"
 #include "cxlkv/kube/typed.h"
@@ -86,22 +87,7 @@ std::string PoolName(const fabric::Pool& p) { return p.appliance_id + "/" + p.bl
 }  // namespace
 
 Status ParseQuantityBytes(const std::string& q, int64_t* bytes) {
-  size_t i = 0;
-  while (i < q.size() && (std::isdigit(static_cast<unsigned char>(q[i])) || q[i] == '.')) ++i;
-  if (i == 0) return Status::InvalidArgument("quantity \"" + q + "\": no number");
-  double num = std::strtod(q.substr(0, i).c_str(), nullptr);
-  static const std::map<std::string, double> kSuffix = {
-      {"", 1},           {"k", 1e3},           {"M", 1e6},
-      {"G", 1e9},        {"T", 1e12},          {"Ki", 1024.0},
-      {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
-  auto it = kSuffix.find(q.substr(i));
-  if (it == kSuffix.end()) return Status::InvalidArgument("quantity \"" + q + "\": unknown suffix");
-  double v = num * it->second;
-  if (v != std::floor(v) || v < 0 || v > 9.2e18) {
-    return Status::InvalidArgument("quantity \"" + q + "\" is not a whole number of bytes");
-  }
-  *bytes = static_cast<int64_t>(v);
-  return Status::OK();
+  return base::ParseQuantity(q, bytes);
 }
 
 struct Controller::Rep {

@@ -1,9 +1,12 @@
 // Copyright cxlkv authors.
 //
-// Byte sizes as people write them: "4096", "512MiB", "1.5GiB", "10GB". One
-// parser for every command line that takes a size (the `cxlkv` CLI's
-// --region-size, --offset and --slot-size, and the CXL_DAX_SIZE /
-// CXL_DAX_OFFSET defaults it reads).
+// Byte sizes in the two spellings the tree reads, from one scanner: as
+// people write them on a command line ("4096", "512MiB", "1.5GiB", "10GB":
+// the `cxlkv` CLI's --region-size, --offset and --slot-size, and the
+// CXL_DAX_SIZE / CXL_DAX_OFFSET defaults it reads), and as Kubernetes writes
+// a resource.Quantity ("2Gi", "1536Mi", "2G": the DRA driver's
+// consumedCapacity). fabric/ and hostd/ carry sizes as integral MiB (the CFM
+// API's fields) and parse none.
 //
 // Thread-safety: pure functions.
 #ifndef CXLKV_BASE_SIZE_H_
@@ -23,6 +26,13 @@ namespace cxlkv::base {
 // leading number, an unknown suffix, or a value above 9.2e18 bytes; *bytes
 // is untouched then.
 Status ParseSize(const std::string& text, uint64_t* bytes);
+
+// Parses a Kubernetes quantity of bytes: a decimal number and one of the
+// suffixes "", k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024),
+// no space between. kInvalidArgument, naming the text, for no number, another
+// suffix (milli "m", exponents "e3", signs), or a value that is not a whole
+// number of bytes in [0, 9.2e18]; *bytes is untouched then.
+Status ParseQuantity(const std::string& q, int64_t* bytes);
 
 // "4 KiB", "896 KiB", "1.50 GiB": the largest power-of-1024 unit (B to PiB)
 // the value divides into evenly, or two decimals when it does not.
