@@ -391,6 +391,20 @@ PYBIND11_MODULE(_cxlkv, m) {
         py::arg("path"), py::kw_only(), py::arg("offset") = 0, py::arg("size") = 0,
         py::arg("liveness_timeout_ns") = LifecycleOptions{}.liveness_timeout_ns);
   }
+  // ScanSlots: one (slot, state name, generation, owner, ns, len, key) tuple
+  // per slot of [first, first + count); the fields are untrusted region bytes.
+  m.def(
+      "scan_slots",
+      [](const Region& r, uint64_t first, uint64_t count) {
+        std::vector<SlotView> views;
+        Raise(ScanSlots(r, first, count, &views));
+        py::list out;
+        for (const SlotView& v : views)
+          out.append(py::make_tuple(v.slot, SlotStateName(v.state), v.generation, v.owner, v.ns,
+                                    v.len, v.key));
+        return out;
+      },
+      py::arg("region"), py::arg("first"), py::arg("count"));
 
 #if defined(CXLKV_WITH_CUDA)
   py::enum_<GpuPath>(m, "GpuPath")

@@ -132,6 +132,13 @@ def load_part(region: Region, ns: int, key: BlockKey, parts: int, part_len: int,
 def crc32c_combine(crc_a: int, crc_b: int, len_b: int) -> int: ...
 
 # include/cxlkv/lifecycle.h
+def scan_slots(region: Region, first: int, count: int
+               ) -> list[tuple[int, str, int, int, int, int, BlockKey]]:
+    """(slot, state, generation, owner, ns, len, key) of slots [first, first+count),
+    clipped to the region; state is free|writing|ready|evicting|invalid. The
+    other fields are region bytes read as they are (untrusted). InvalidArgumentError
+    if first >= num_slots."""
+    ...
 def check_attached(path: str, *, offset: int = 0, size: int = 0,
                    liveness_timeout_ns: int = 5_000_000_000) -> dict: ...
 def destroy_region(path: str, *, offset: int = 0, size: int = 0,

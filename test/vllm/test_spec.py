@@ -10,10 +10,11 @@ import sys
 import pytest
 
 import cxlkv
+from cxlkv.vllm.keys import block_key
 from cxlkv.errors import InvalidArgumentError, UnsupportedError
 
 
-def _config(extra, world=1, rank=0, bytes_per_block=4096, bpc=1):
+def _config(extra, world=1, rank=0, bytes_per_block=4096, bpc=1, events=False):
     from vllm.v1.kv_offload import config as c
 
     fields = {f.name for f in dataclasses.fields(c.OffloadingParallelConfig)}
@@ -27,7 +28,7 @@ def _config(extra, world=1, rank=0, bytes_per_block=4096, bpc=1):
              "sliding_window_size_in_chunks": None}
     return c.OffloadingConfig(
         groups=(c.OffloadingGroupConfig(**{k: v for k, v in group.items() if k in group_fields}),),
-        worker_kv_bytes_per_block=bytes_per_block, enable_kv_cache_events=False,
+        worker_kv_bytes_per_block=bytes_per_block, enable_kv_cache_events=events,
         extra_config=extra, engine_id="e",
         model=c.OffloadingModelConfig(**{k: v for k, v in model.items() if k in model_fields}),
         cache=c.OffloadingCacheConfig(tokens_per_hash=32, blocks_per_chunk=bpc),
@@ -165,4 +166,82 @@ def test_lookup_pin_expires_without_prepare_load(region_path):
     m.on_schedule_end(None)
     assert m.pinned() == 0
     m.region.drop(ns, block_key(key))  # unpinned now
+    m.shutdown()
+
+
+def _replica(path, **kw):
+    """A manager and a worker of one replica (one 64 KiB page per block, a
+    region of about 35 slots)."""
+    import torch
+    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
+                                         CanonicalKVCacheTensor)
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    page = 64 << 10
+    spec = CxlkvOffloadingSpec(_config(_extra(path, region_size=5 << 19), bytes_per_block=page,
+                                       **kw))
+    kv = torch.randint(-128, 127, (4, page), dtype=torch.int8)
+    w = spec.get_worker(CanonicalKVCaches([CanonicalKVCacheTensor(kv, page)],
+                                          [[CanonicalKVCacheRef(0, page)]]))
+    return spec.get_manager(), w
+
+
+def _store(m, w, keys, job):
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec, ReqContext
+
+    ctx = ReqContext(req_id=f"s{job}")
+    stored = []
+    for key in keys:
+        out = m.prepare_store([key], ctx)
+        if out is None or not out.keys_to_store:
+            continue
+        assert w.submit_store(job, GPULoadStoreSpec([1], group_sizes=[1], block_indices=[0]),
+                              out.store_spec)
+        w.wait({job})
+        assert [r.success for r in w.get_finished()] == [True]
+        m.complete_store(out.keys_to_store, ctx)
+        stored += out.keys_to_store
+        job += 1
+    return stored
+
+
+def test_events_report_removals_by_another_replica(region_path):
+    """Replica A announces what it stored; after replica B's stores evict
+    those chunks, A's own events withdraw them (A never saw the evictions)."""
+    from vllm.v1.kv_offload.base import make_offload_key
+
+    a_m, a_w = _replica(region_path, events=True)
+    b_m, b_w = _replica(region_path, events=True)
+    slots = a_m.region.info().num_slots
+    a_keys = [make_offload_key(os.urandom(32), 0) for _ in range(3)]
+    assert _store(a_m, a_w, a_keys, 100) == a_keys
+    (ev,) = a_m.take_events()
+    assert (ev.removed, list(ev.keys)) == (False, a_keys)
+    assert a_m.take_events() == ()  # nothing new, nothing withdrawn
+    b_keys = [make_offload_key(os.urandom(32), 0) for _ in range(3 * slots)]
+    b_stored = _store(b_m, b_w, b_keys, 200)
+    assert len(b_stored) >= slots
+    gone = [k for k in a_keys if not a_m.region.lookup(a_m._ns(k), block_key(k))]
+    assert gone, "B's stores evicted A's chunks"
+    removed = [k for e in a_m.take_events() for k in e.keys if e.removed]
+    assert sorted(removed) == sorted(gone)
+    # B announced its own stores and withdrew those it evicted itself; it
+    # never announces A's chunks.
+    b_events = b_m.take_events()
+    b_announced = [k for e in b_events for k in e.keys if not e.removed]
+    assert set(b_announced) <= set(b_stored) and not set(b_announced) & set(a_keys)
+    for x in (a_w, b_w):
+        x.shutdown()
+    for x in (a_m, b_m):
+        x.shutdown()
+
+
+def test_no_events_tracked_when_kv_events_are_off(region_path):
+    from vllm.v1.kv_offload.base import make_offload_key
+
+    m, w = _replica(region_path)
+    _store(m, w, [make_offload_key(os.urandom(32), 0)], 1)
+    assert m.take_events() == () and not m._announced
+    w.shutdown()
     m.shutdown()

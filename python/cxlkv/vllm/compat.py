@@ -78,3 +78,18 @@ def current_vllm_config():
         return get_current_vllm_config()
     except Exception:  # noqa: BLE001 - outside a vLLM config context
         return None
+
+
+def offloading_event(keys, removed):
+    """An OffloadingEvent for chunks of the shared region, in this vLLM's shape.
+
+    0.32/0.33 take ``medium`` as the ``Medium`` enum (0.33 also has
+    ``metadata_only``, left False: these are public stores and removals);
+    0.26 takes it as the plain string. cxlkv's region is memory (CXL or
+    ``/dev/shm``), so the medium is CPU; locality is left unset (vLLM: None
+    means unspecified), since the region is local to every replica that maps it.
+    """
+    from vllm.v1.kv_offload import base
+
+    medium = base.Medium.CPU if hasattr(base, "Medium") else "CPU"
+    return base.OffloadingEvent(keys=list(keys), medium=medium, removed=bool(removed))

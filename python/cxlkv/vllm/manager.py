@@ -7,6 +7,17 @@ cxlkv/delegate.h for the reserve -> fill part by part -> commit protocol).
 All methods run on vLLM's scheduler thread; nothing here blocks or makes a
 syscall on the lookup path (the directory and pins are memory of the
 mapped region).
+
+KV events from a shared tier (when vLLM's KV events are on): a replica's
+manager does not see evictions made by other replicas, so it cannot keep a
+private index of "what I stored". Instead every chunk is announced once,
+by the replica that committed it (BlockStored), and that replica withdraws it
+(BlockRemoved) when it is no longer in the region, whoever evicted or dropped
+it: take_events tails the directory entries of the slots it announced
+(slot, generation and key as read from the region), a bounded batch per
+step. The fleet's events therefore describe each chunk of the shared tier
+once and never claim one that is gone for longer than the tail takes to come
+round (ceil(announced / _TAIL_BATCH) steps).
 """
 
 import collections
@@ -30,6 +41,7 @@ from .keys import block_key, group_of
 logger = logging.getLogger(__name__)
 
 _OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
+_TAIL_BATCH = 256        # announced slots re-read per take_events call
 
 
 class _Pin:
@@ -44,7 +56,7 @@ class _Pin:
 class CxlkvManager(OffloadingManager):
     """Built by CxlkvOffloadingSpec.get_manager."""
 
-    def __init__(self, region, namespaces, layout, settings, region_label):
+    def __init__(self, region, namespaces, layout, settings, region_label, kv_events=False):
         self.region = region
         self.namespaces = namespaces          # KV group index -> NamespaceId
         self.parts, self.part_len = layout    # one part per worker rank
@@ -58,6 +70,14 @@ class CxlkvManager(OffloadingManager):
         self.totals = collections.Counter()   # (metric, label) -> since start (tests, tools)
         self._region_base = self._region_counters()
         self._num_slots = region.info().num_slots
+        # KV events (module doc). Only when vLLM drains them (take_events is
+        # called only with KV events on), else they would pile up.
+        self._kv_events = bool(kv_events)
+        self._lease_slot = {}                 # OffloadKey -> slot of its open reservation
+        self._announced = {}                  # slot -> (generation, ns, BlockKey, OffloadKey)
+        self._announced_slot = {}             # OffloadKey -> slot
+        self._tail = collections.deque()      # announced slots, in tailing order
+        self._events = []                     # (removed, OffloadKey), oldest first
 
     # ---- helpers ----
     def _ns(self, key):
@@ -156,7 +176,9 @@ class CxlkvManager(OffloadingManager):
             if w.open:
                 self._leases[key] = w
                 to_store.append(key)
-                tokens.append(_cxlkv.export_write_token(self.region, w))
+                token = _cxlkv.export_write_token(self.region, w)
+                tokens.append(token)
+                self._lease_slot[key] = token[1]
                 k = block_key(key)
                 ids.append((self._ns(key), k.hi, k.lo))
                 continue
@@ -178,6 +200,7 @@ class CxlkvManager(OffloadingManager):
     def complete_store(self, keys, req_context, success=True):
         for key in keys:
             w = self._leases.pop(key, None)
+            slot = self._lease_slot.pop(key, None)
             if w is None:
                 continue
             if not success:
@@ -195,6 +218,8 @@ class CxlkvManager(OffloadingManager):
                 logger.warning("cxlkv: chunk not stored: %s", e)
                 continue
             self._count(metrics.STORES)
+            if self._kv_events:
+                self._announce(key, slot)
             self._own[key] = None
             if len(self._own) > _OWN_KEYS_CAP:
                 self._own.popitem(last=False)
@@ -217,7 +242,61 @@ class CxlkvManager(OffloadingManager):
         return False
 
     def take_events(self):
-        return ()
+        if not self._kv_events:
+            return ()
+        for _ in range(min(_TAIL_BATCH, len(self._tail))):
+            slot = self._tail.popleft()
+            if slot in self._announced and self._still_there(slot):
+                self._tail.append(slot)
+        if not self._events:
+            return ()
+        out, run = [], []
+        for removed, key in self._events:  # keep the order; one event per run
+            if run and run[0][0] != removed:
+                out.append(compat.offloading_event([k for _, k in run], run[0][0]))
+                run = []
+            run.append((removed, key))
+        out.append(compat.offloading_event([k for _, k in run], run[0][0]))
+        self._events = []
+        return out
+
+    # ---- KV events of the shared tier ----
+    def _view(self, slot):
+        (v,) = _cxlkv.scan_slots(self.region, slot, 1)
+        _slot, state, generation, _owner, ns, _len, key = v
+        return state, generation, ns, key
+
+    def _announce(self, key, slot):
+        old = self._announced_slot.get(key)
+        if old is not None:
+            self._still_there(old)  # a re-store after eviction: withdraw first
+        if slot is None:
+            return
+        state, generation, ns, bkey = self._view(slot)
+        if state != "ready" or ns != self._ns(key) or bkey != block_key(key):
+            return  # evicted again already: never announced
+        prev = self._announced.get(slot)
+        if prev is not None:  # our earlier chunk in this slot is gone
+            self._withdraw(slot)
+        self._announced[slot] = (generation, ns, bkey, key)
+        self._announced_slot[key] = slot
+        self._tail.append(slot)
+        self._events.append((False, key))
+
+    def _still_there(self, slot):
+        """True if the chunk announced in `slot` is still there; else withdraws it."""
+        generation, ns, bkey, _key = self._announced[slot]
+        state, g, n, k = self._view(slot)
+        if state == "ready" and g == generation and n == ns and k == bkey:
+            return True
+        self._withdraw(slot)
+        return False
+
+    def _withdraw(self, slot):
+        _g, _ns, _k, key = self._announced.pop(slot)
+        if self._announced_slot.get(key) == slot:
+            del self._announced_slot[key]
+        self._events.append((True, key))
 
     def reset_cache(self):
         # The region is shared with other replicas: a local reset drops only
@@ -252,6 +331,7 @@ class CxlkvManager(OffloadingManager):
         for w in self._leases.values():
             _cxlkv.abort_write(self.region, w)
         self._leases.clear()
+        self._lease_slot.clear()
         for req_id in list(self._pins):
             self._release(req_id)
 

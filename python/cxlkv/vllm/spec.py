@@ -102,8 +102,10 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         logger.info("cxlkv: region %s (%d slots of %d B), namespace %s", self.settings.region_path,
                     region.info().num_slots, self.slot_size, label)
         self._region = region
+        kv_events = bool(getattr(getattr(self, "kv_events_config", None),
+                                 "enable_kv_cache_events", False))
         return CxlkvManager(region, namespaces, (self.parts, self.part_len), self.settings,
-                            self.settings.region_path)
+                            self.settings.region_path, kv_events=kv_events)
 
     def get_worker(self, kv_caches):
         # KV on a GPU: copies by the GPU's copy engines (worker_cuda.py);
