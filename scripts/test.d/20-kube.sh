@@ -3,7 +3,8 @@
 #
 # Brings up test/e2e/cluster.sh (building Kubernetes on first use; cached
 # outside the clone afterwards), runs the e2e-labelled kube tests, checks the
-# test manifests with `kubectl apply --dry-run=server`, tears the cluster
+# test manifests and deployments/examples/vllm-*.yaml with
+# `kubectl apply --dry-run=server`, tears the cluster
 # down whatever happens, and prints "kube: N passed, N failed, N skipped".
 # The e2e tests are ctest's label kube.e2e; it builds just those in build/.
 # Warm (Kubernetes binaries cached in ~/.cache/cxlkv/k8s): about 80 s on 2 cores.
@@ -39,8 +40,10 @@ fi
 echo "kube: control plane up in $((SECONDS - t0))s"
 eval "$(bash "$CLUSTER" env)"
 
-echo "== kube: server-side dry-run of test manifests"
-for m in test/e2e/manifests/*.yaml; do
+echo "== kube: server-side dry-run of test manifests and of the Kubernetes examples"
+# deployments/examples/vllm-*.yaml: the vLLM replicas sharing one claim
+# (the other files there are daemon configs, not Kubernetes objects).
+for m in test/e2e/manifests/*.yaml deployments/examples/vllm-*.yaml; do
   [ -e "$m" ] || continue
   if kubectl apply --dry-run=server -f "$m"; then passed=$((passed + 1)); else
     echo "kube: dry-run FAILED for $m"; failed=$((failed + 1)); fi
