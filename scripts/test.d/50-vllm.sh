@@ -3,8 +3,12 @@
 # cxlkv region through cxlkv.vllm (test/vllm/test_engines.py): engine A stores
 # a 2K-token prompt, engine B (another process) gets an external hit on every
 # full chunk with byte-equal KV pages and A's tokens; the zeroed-KV control;
-# other weights under the same model name never share; mismatched hash seed /
-# algorithm refused at start; a corrupted slot recomputed, not used.
+# mismatched hash seed / algorithm refused at start; a corrupted slot
+# recomputed, not used; TP=2; the OpenAI server with cxlkv's metrics; an
+# engine SIGKILLed mid-store (reservations reclaimed, no half-written chunk
+# served, no stuck key, a restarted one loads exact bytes), the shared tier's
+# KV events through vLLM's ZMQ publisher (removals by another replica
+# reported), and other weights under a live replica's model name refused.
 # Also checks the packaging: cxlkv is built with
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).

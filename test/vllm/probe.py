@@ -10,12 +10,19 @@ see what really moved. It records, in $CXLKV_PROBE_DIR:
 With CXLKV_PROBE_ZERO_LOADS=1 it zeroes every loaded page after the load
 (the control showing that outputs depend on the KV).
 
+With CXLKV_PROBE_KILL_ARM=<file> and CXLKV_PROBE_KILL_AFTER=<n>: once <file>
+exists, the worker fills n chunks of its next store job and then SIGKILLs
+the engine's whole process group (the engine killed -9 mid-store), after
+writing kill-<pid>.json: the job's reservations (write tokens, keys) and how
+many chunks were filled.
+
 Select with spec_name="ProbeSpec", spec_module_path="probe" (this directory on
 PYTHONPATH). Not part of the product.
 """
 import ctypes
 import json
 import os
+import signal
 import threading
 
 from cxlkv.vllm import CxlkvOffloadingSpec
@@ -60,10 +67,31 @@ def _zero(w, g, ids):
             ctypes.memset(base + int(b) * stride, 0, page)
 
 
+def _kill_mid_store(w, dst_spec, n):
+    """Fills n chunks of this store job like the worker does, then SIGKILLs
+    the engine (all its processes) before the rest are filled or committed.
+    The CPU worker's fill_part only (the CUDA worker fills otherwise)."""
+    from cxlkv import _cxlkv
+
+    fill = _cxlkv.fill_part
+    filled = [0]
+
+    def fill_then_die(*args, **kw):
+        if filled[0] == n:
+            _write(f"kill-{os.getpid()}.json", {"tokens": [list(t) for t in dst_spec.tokens],
+                                                "keys": [list(k) for k in dst_spec.keys],
+                                                "filled": filled[0]})
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        fill(*args, **kw)
+        filled[0] += 1
+
+    _cxlkv.fill_part = fill_then_die
+
+
 class ProbeSpec(CxlkvOffloadingSpec):
     def get_manager(self):
         m = super().get_manager()
-        state = {"loads": {}, "stored": 0, "store_failed": 0}
+        state = {"loads": {}, "stored": 0, "store_failed": 0, "stored_keys": []}
         pid = os.getpid()
         prepare_load, complete_store = m.prepare_load, m.complete_store
 
@@ -80,7 +108,10 @@ class ProbeSpec(CxlkvOffloadingSpec):
 
         def probe_complete_store(keys, req_context, success=True):
             before = dict(m._counts)
+            own_before = set(m._own)
             complete_store(keys, req_context, success)
+            state["stored_keys"] += [bytes(k).hex() for k in keys
+                                     if k in m._own and k not in own_before]
             state["stored"] = state.get("stored", 0) + sum(
                 n for (name, _), n in m._counts.items() if name == "cxlkv:stored_chunks") - sum(
                 n for (name, _), n in before.items() if name == "cxlkv:stored_chunks")
@@ -102,9 +133,13 @@ class ProbeSpec(CxlkvOffloadingSpec):
         lock = threading.Lock()
         zero = os.environ.get("CXLKV_PROBE_ZERO_LOADS") == "1"
         store, load = w._store, w._load
+        arm = os.environ.get("CXLKV_PROBE_KILL_ARM")
+        kill_after = int(os.environ.get("CXLKV_PROBE_KILL_AFTER", "0"))
 
         def probe_store(job_id, src_spec, dst_spec):
             chunks = list(w._chunks(src_spec))
+            if arm and os.path.exists(arm):
+                _kill_mid_store(w, dst_spec, kill_after)
             res = store(job_id, src_spec, dst_spec)
             for i, (g, ids, _skip) in enumerate(chunks):
                 with lock:

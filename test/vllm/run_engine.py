@@ -11,12 +11,63 @@ with kv_load_failure_policy=recompute; "plain": vLLM's OffloadingConnector),
 spec ("ProbeSpec" from probe.py, or "CxlkvOffloadingSpec"), extra (more
 extra-config keys), reset (reset the engine's own prefix cache before each
 round; default true), hash_algo, loop_s (repeat the rounds until this many
-seconds passed), tp (tensor-parallel size).
+seconds passed), tp (tensor-parallel size), kv_events (an ipc:// endpoint:
+vLLM's KV events are published there over ZMQ and this process subscribes,
+recording the events of the offloading tier, medium CPU, in the result),
+waits ({round index: file} to wait for before that round), signals ({round
+index: file} to create after it).
 """
 import json
 import os
 import sys
+import threading
 import time
+
+
+def _wait_file(path, timeout=900):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(f"run_engine: {path} did not appear in {timeout} s")
+        time.sleep(0.2)
+
+
+class EventTap:
+    """Subscribes to the engine's KV-event publisher (ZMQ PUB) and keeps the
+    events of the offloading tier (medium CPU; the GPU prefix cache's are
+    medium GPU) as {"removed": bool, "hashes": [...]}."""
+
+    def __init__(self, endpoint):
+        import msgspec
+        import zmq
+        from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVEventBatch
+
+        self.events, self._stop = [], threading.Event()
+        self._kinds = (BlockStored, BlockRemoved)
+        self._dec = msgspec.msgpack.Decoder(type=KVEventBatch)
+        self._sock = zmq.Context.instance().socket(zmq.SUB)
+        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self._sock.connect(endpoint)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        import zmq
+
+        while not self._stop.is_set():
+            if not self._sock.poll(100, zmq.POLLIN):
+                continue
+            _topic, _seq, payload = self._sock.recv_multipart()
+            for e in self._dec.decode(payload).events:
+                if isinstance(e, self._kinds) and e.medium == "CPU":
+                    self.events.append({"removed": isinstance(e, self._kinds[1]),
+                                        "hashes": [int(h) for h in e.block_hashes]})
+
+    def close(self, linger_s=3.0):
+        time.sleep(linger_s)  # the publisher sends from its own thread
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
 
 
 def main():
@@ -45,19 +96,30 @@ def main():
             gpu = {"gpu_memory_utilization": spec.get("gpu_memory_utilization", 0.08)}
     except ImportError:
         pass
+    more = {}
+    tap = None
+    if spec.get("kv_events"):
+        from vllm.config import KVEventsConfig
+
+        more["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                                                  endpoint=spec["kv_events"])
+        tap = EventTap(spec["kv_events"])
     t0 = time.time()
     llm = LLM(**gpu,model=spec["model"], dtype="bfloat16", max_model_len=4096, max_num_seqs=4,
               enforce_eager=True, kv_cache_memory_bytes=128 << 20, block_size=32,
               enable_prefix_caching=True, tensor_parallel_size=spec.get("tp", 1),
               prefix_caching_hash_algo=spec.get("hash_algo", "sha256"),
-              kv_transfer_config=ktc)
+              kv_transfer_config=ktc, **more)
     started = time.time() - t0
     params = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0, ignore_eos=True)
     prompts = spec["prompts"]
     results = []
     deadline = time.time() + spec.get("loop_s", 0)
+    waits, signals = spec.get("waits", {}), spec.get("signals", {})
     while True:
-        for rnd in spec.get("rounds", [list(range(len(prompts)))]):
+        for n, rnd in enumerate(spec.get("rounds", [list(range(len(prompts)))])):
+            if str(n) in waits:
+                _wait_file(waits[str(n)])
             if spec.get("reset", True):
                 llm.reset_prefix_cache()  # the engine's own (GPU) cache only
             t = time.time()
@@ -68,10 +130,17 @@ def main():
                 results.append({"prompt": i, "prompt_len": len(prompts[i]),
                                 "tokens": list(o.outputs[0].token_ids),
                                 "cached": int(o.num_cached_tokens or 0), "seconds": dt})
+            if str(n) in signals:
+                open(signals[str(n)], "w").close()
         if time.time() >= deadline:
             break
+    events = []
+    if tap is not None:
+        tap.close()
+        events = tap.events
     with open(spec["out"], "w") as f:
-        json.dump({"started_s": started, "results": results, "pid": os.getpid()}, f)
+        json.dump({"started_s": started, "results": results, "pid": os.getpid(),
+                   "events": events}, f)
 
 
 if __name__ == "__main__":

@@ -245,3 +245,30 @@ def test_no_events_tracked_when_kv_events_are_off(region_path):
     assert m.take_events() == () and not m._announced
     w.shutdown()
     m.shutdown()
+
+
+def test_other_weights_under_one_name_refused_while_a_replica_is_attached(region_path):
+    """The model-name claim: a second engine serving "test-model" with other
+    weights is refused at start while the first is attached (message names
+    both fingerprints); once the first is gone, the new weights take the
+    name over, in a namespace of their own (no hit on the old weights' KV)."""
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    first = CxlkvOffloadingSpec(_config(_extra(region_path))).get_manager()
+    key = make_offload_key(os.urandom(32), 0)
+    first.region.store(first.namespaces[0], block_key(key), b"x")
+    again = CxlkvOffloadingSpec(_config(_extra(region_path))).get_manager()  # same weights: fine
+    other = _extra(region_path, model_fingerprint="e" * 32)
+    with pytest.raises(InvalidArgumentError) as e:
+        CxlkvOffloadingSpec(_config(other)).get_manager()
+    msg = str(e.value)
+    assert "model_fingerprint mismatch" in msg and "f" * 32 in msg and "e" * 32 in msg, msg
+    first.shutdown()
+    with pytest.raises(InvalidArgumentError):  # `again` still holds the name
+        CxlkvOffloadingSpec(_config(other)).get_manager()
+    again.shutdown()
+    new = CxlkvOffloadingSpec(_config(other)).get_manager()
+    assert new.lookup(key, ReqContext(req_id="r")).name == "MISS"
+    new.shutdown()

@@ -164,3 +164,58 @@ def block_key(offload_key):
 
 def group_of(offload_key):
     return int.from_bytes(offload_key[-4:], "big")
+
+
+# The served-model-name claims: one small block per model name, in a
+# namespace of its own, whose payload is the fingerprint of the weights that
+# the replicas attached under that name serve. Each replica's manager holds
+# a pin on its name's claim while it is attached (released at shutdown, or
+# by the region's reclaim when the process dies), so a live claim is never
+# evicted and can be told from a stale one (Region.drop refuses pinned slots).
+CLAIM_NAMESPACE = ("cxlkv:served-model-names", "", "claim/v1")
+_CLAIM_CAP = 256
+
+
+def claim_model_name(region, name, fingerprint):
+    """Pins this engine's claim on model name `name` in the region; returns the PinSet.
+
+    Replicas behind one model name are interchangeable to a router: it sends a
+    prefix to whichever replica announced it. A replica whose weights differ
+    (another fine-tune under the same name, a stale snapshot) would never hit
+    the others' KV (another namespace) while looking like them: the silent
+    zero-hit failure. So, while any replica that serves `name` with other
+    weights is attached, this one is refused (InvalidArgumentError naming both
+    fingerprints). A claim nobody holds any more (all its replicas gone) is
+    replaced, so new weights under an old name start once the old ones left.
+    """
+    from .. import BlockKey, NamespaceDesc
+    from ..errors import BusyError, CorruptionError, InvalidArgumentError, NotFoundError
+
+    ns = region.register_namespace(NamespaceDesc(*CLAIM_NAMESPACE, 0, 0))
+    key = BlockKey.from_bytes(hashlib.sha256(b"cxlkv-model-name\n" + name.encode()).digest())
+    mine = str(fingerprint).encode()[:_CLAIM_CAP]
+    for _ in range(16):
+        pins = region.pin_prefix(ns, [key])
+        if len(pins):
+            buf = bytearray(_CLAIM_CAP)
+            try:
+                theirs = bytes(buf[:region.load(ns, key, buf)])
+            except (CorruptionError, NotFoundError, InvalidArgumentError):
+                theirs = None  # damaged (dropped by load) or not a claim: replace it
+            if theirs == mine:
+                return pins
+            pins.release()
+            try:
+                region.drop(ns, key)
+            except BusyError:
+                shown = theirs.decode("utf-8", "replace") if theirs is not None else "?"
+                raise InvalidArgumentError(
+                    f"cxlkv: model_fingerprint mismatch for model name {name!r}: a replica "
+                    f"attached to this region serves it with weights {shown}, this engine's are "
+                    f"{fingerprint}; replicas under one name must serve the same weights (serve "
+                    "these under another name, or use another region)") from None
+            except NotFoundError:
+                pass
+            continue
+        region.store(ns, key, mine)  # stored, duplicate or lost race: look again
+    raise BusyError(f"cxlkv: could not claim model name {name!r} in the region (contended)")

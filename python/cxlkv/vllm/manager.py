@@ -56,8 +56,10 @@ class _Pin:
 class CxlkvManager(OffloadingManager):
     """Built by CxlkvOffloadingSpec.get_manager."""
 
-    def __init__(self, region, namespaces, layout, settings, region_label, kv_events=False):
+    def __init__(self, region, namespaces, layout, settings, region_label, kv_events=False,
+                 claim=None):
         self.region = region
+        self._claim = claim                   # PinSet on the model-name claim (keys.py)
         self.namespaces = namespaces          # KV group index -> NamespaceId
         self.parts, self.part_len = layout    # one part per worker rank
         self.payload_len = _cxlkv.parted_payload_len(self.parts, self.part_len)
@@ -153,7 +155,21 @@ class CxlkvManager(OffloadingManager):
         return CxlkvLoadSpec(entries)
 
     def complete_load(self, keys, req_context):
-        self._release(req_context.req_id, list(keys))
+        # Still pinned here, so a chunk that left the region since
+        # prepare_load was dropped by a reader's failed check (LoadPart drops
+        # a slot whose CRC fails), or was gone already: the worker reported
+        # its blocks and vLLM recomputes them. Counted as fallbacks.
+        keys = list(keys)
+        held = self._pins.get(req_context.req_id, {})
+        for key in keys:
+            p = held.get(key)
+            if p is None:
+                continue
+            if len(p.pins) == 0:
+                self._count(metrics.LOAD_FALLBACKS, label="missing")
+            elif not self.region.lookup(self._ns(key), block_key(key)):
+                self._count(metrics.LOAD_FALLBACKS, label="crc")
+        self._release(req_context.req_id, keys)
 
     def touch(self, keys, req_context):
         return  # recency comes from lookups (the region's CLOCK bit)
@@ -334,6 +350,8 @@ class CxlkvManager(OffloadingManager):
         self._lease_slot.clear()
         for req_id in list(self._pins):
             self._release(req_id)
+        if self._claim is not None:
+            self._claim.release()
 
     # For tests and tools.
     def pinned(self):

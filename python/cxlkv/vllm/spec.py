@@ -98,6 +98,12 @@ class CxlkvOffloadingSpec(OffloadingSpec):
 
         region = self._open(manager=True)
         fp = keys.model_fingerprint(self.config.model.name, self.settings.model_fingerprint)
+        served = os.path.basename(str(self.config.model.name).rstrip("/"))
+        try:
+            claim = keys.claim_model_name(region, served, fp)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(
+                f"cxlkv: this engine cannot use region {self.settings.region_path}: {e}") from e
         namespaces, label = self._namespaces(region, fp)
         logger.info("cxlkv: region %s (%d slots of %d B), namespace %s", self.settings.region_path,
                     region.info().num_slots, self.slot_size, label)
@@ -105,7 +111,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         kv_events = bool(getattr(getattr(self, "kv_events_config", None),
                                  "enable_kv_cache_events", False))
         return CxlkvManager(region, namespaces, (self.parts, self.part_len), self.settings,
-                            self.settings.region_path, kv_events=kv_events)
+                            self.settings.region_path, kv_events=kv_events, claim=claim)
 
     def get_worker(self, kv_caches):
         # KV on a GPU: copies by the GPU's copy engines (worker_cuda.py);
