@@ -13,10 +13,12 @@
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
-# and compiles the binding (about 3 min). Warm: about 700 s on 2 cores shared
-# with other work (11 engine starts of 40-70 s each, two at a time where they
-# only read; measured 616 s and 757 s). The 30 s two-engine soak runs only
-# under scripts/test.sh --full (CXLKV_FULL=1).
+# and compiles the binding (about 3 min). Warm: about 300 s on 2 idle cores, estimated
+# (13 engine starts, two at a time where they can be: 201 s measured with the
+# first 10 in the whole default run; the kill/events scenario adds 3 starts
+# and runs its engines side by side), far more when other work shares the
+# cores (2116 s measured at a load average of 13-30). The 30 s two-engine soak
+# runs only under scripts/test.sh --full (CXLKV_FULL=1).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
