@@ -444,7 +444,7 @@ class Harness:
                             self.oracle_tasks(tier)))
         if "load" in a.phases:
             for tier in ("T2", "T4"):
-                if tier == "T2" and self.platform == "cpu":
+                if tier not in a.tiers or (tier == "T2" and self.platform == "cpu"):
                     continue
                 cells = [("load", p, c, f"load/{tier}/{p}/c{c}") for p in a.load_prefixes
                          for c in a.load_concurrency]
