@@ -31,6 +31,9 @@ import urllib.request
 # cudaHostRegister, first touch / prefault), whatever exact words the worker
 # uses: kept per replica for the report, never parsed for control flow.
 _SETUP = re.compile(r"cxlkv.*?(attach|regist|first[ _-]?touch|prefault|populat)", re.I)
+# An exception's message line, as a traceback or vLLM's error logging prints it:
+# "...] cxlkv.errors.IOError: reserve ..." or "ValueError: ..." at line start.
+_EXC = re.compile(r"(?:^|\] |\) )(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception): ")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\b")
 
 
@@ -143,6 +146,19 @@ class Replica:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def root_cause(self):
+        """The first exception message in the engine log (the worker's or
+        EngineCore's own, above the API server's generic 'Engine core
+        initialization failed'), or None."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if _EXC.search(line) and "initialization failed" not in line:
+                        return line.strip()[-400:]
+        except OSError:
+            pass
+        return None
 
     def setup_lines(self):
         """cxlkv setup lines of the engine log, each with the first duration in it (ms)."""

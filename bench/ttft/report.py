@@ -148,7 +148,8 @@ def build(records):
         "repetitions": reps_table,
         "control": control,
         "skipped": [{"tier": r["tier"], "reason": r["reason"]} for r in latest(records, "skip")],
-        "start_failures": [{"tier": r["tier"], "phase": r["phase"], "error": r["error"]}
+        "start_failures": [{"tier": r["tier"], "phase": r["phase"], "error": r["error"],
+                            "cause": r.get("cause") or _cause(r.get("log_tail", ""))}
                            for r in records if r.get("kind") == "start_failed"],
         "errors": [{"tier": r.get("tier"), "phase": r.get("phase"), "error": r["error"]}
                    for r in records if r.get("kind") == "error"],
@@ -171,6 +172,18 @@ def build(records):
                                  {r["prefix"]: r.get("query_len", last.get("query_len") or 0)
                                   for r in grid})
     return summary
+
+
+def _cause(tail):
+    """The engine log's root cause: its last line naming cxlkv or an Error, trimmed."""
+    lines = [x.strip() for x in tail.splitlines() if x.strip()]
+    for x in reversed(lines):
+        if "cxlkv" in x and ("rror" in x or "refus" in x or "cannot" in x or "no " in x):
+            return x[-300:]
+    for x in reversed(lines):
+        if "Error" in x and "Engine core initialization failed" not in x:
+            return x[-300:]
+    return None
 
 
 def _row(rows, t, arm, p):
@@ -346,7 +359,8 @@ def tables(s):
     for sk in s["skipped"]:
         w(f"\n{sk['tier']} skipped: {sk['reason']}.")
     for e in s["start_failures"]:
-        w(f"\n{e['tier']} ({e['phase']}) did not start: {e['error']}.")
+        w(f"\n{e['tier']} ({e['phase']}) did not start: {e['error']}"
+          f"{'; the engine log says: `' + e['cause'] + '`' if e.get('cause') else ''}.")
     w("\n## Table 3: cross arm, median TTFT (ms); ours | paper\n")
     w("| prefix | T0 | T1 | T2 | T4 | T4 vs T0 | T4 hit | cross/same T1 | cross/same T4 |")
     w("|---|---|---|---|---|---|---|---|---|")

@@ -249,8 +249,10 @@ class Harness:
         except StartError as e:
             for r in reps:
                 r.stop(grace=10)
+            cause = next((c for c in (r.root_cause() for r in reps) if c), None)
             self.log.append({"kind": "start_failed", "phase": phase, "rep": rep, "tier": tier,
-                             "call": self.call, "error": str(e), "log_tail": e.log_tail[-4000:]})
+                             "call": self.call, "error": str(e), "cause": cause,
+                             "log_tail": e.log_tail[-4000:]})
             if region and os.path.exists(region):
                 os.unlink(region)
             raise
