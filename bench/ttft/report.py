@@ -175,13 +175,12 @@ def build(records):
 
 
 def _cause(tail):
-    """The engine log's root cause: its last line naming cxlkv or an Error, trimmed."""
-    lines = [x.strip() for x in tail.splitlines() if x.strip()]
-    for x in reversed(lines):
-        if "cxlkv" in x and ("rror" in x or "refus" in x or "cannot" in x or "no " in x):
-            return x[-300:]
-    for x in reversed(lines):
-        if "Error" in x and "Engine core initialization failed" not in x:
+    """For logs from before replicas recorded their cause: the last exception
+    message in the log tail that is not the API server's generic one."""
+    from replica import _EXC
+
+    for x in reversed([x.strip() for x in tail.splitlines()]):
+        if _EXC.search(x) and "initialization failed" not in x:
             return x[-300:]
     return None
 
