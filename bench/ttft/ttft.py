@@ -174,8 +174,12 @@ class Harness:
                           "t2_cpu_gib": a.t2_gib, "region_bytes": a.region_size,
                           "cpu_kv_cache_bytes": a.cpu_kv_bytes if self.platform == "cpu" else None,
                           "dev_shm_bytes": _fs_size("/dev/shm")},
-               "tier_flags": {t: tiermod.flags(t, t2_gib=a.t2_gib, region_path="<region>",
-                                               region_size=a.region_size) for t in tiermod.TIERS},
+               # A template (each replica record has its exact argv): T4's region
+               # is fresh per start; dummy weights name their fingerprint.
+               "tier_flags": {t: tiermod.flags(
+                   t, t2_gib=a.t2_gib, region_path="<region>", region_size=a.region_size,
+                   model_fingerprint="<dummy-sha256(config.json)>" if a.model == "qwen7b"
+                   else None) for t in tiermod.TIERS},
                "query_len": a.query_len, "max_tokens": a.max_tokens,
                "max_model_len": a.max_model_len, "granularity": tiermod.GRANULARITY}
         self.vllm = rec["vllm_version"]
