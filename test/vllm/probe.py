@@ -156,10 +156,9 @@ class ProbeSpec(CxlkvOffloadingSpec):
             chunks = list(w._chunks(dst_spec))
             failed_before = w.counts["load_failed"]
             res = load(job_id, src_spec, dst_spec)
-            failed = set(w.take_failed_block_ids()) if w.report_load_errors else set()
-            if failed:
-                with w._mu:  # give them back for get_block_ids_with_load_errors
-                    w._failed_blocks |= failed
+            # This job's failed blocks (vLLM sees them with the job's result).
+            with w._mu:
+                failed = set(w._job_failed.get(job_id, ())) if w.report_load_errors else set()
             for i, (g, ids, _skip) in enumerate(chunks):
                 with lock:
                     n = seq["load"]

@@ -44,6 +44,10 @@ class CxlkvWorker(OffloadingWorker):
         self._jobs = {}  # job_id -> Future of TransferResult
         self._mu = threading.Lock()
         self._failed_blocks = set()
+        # Blocks of load jobs not yet reported finished: they reach vLLM
+        # (get_block_ids_with_load_errors) only with their job's result, so
+        # the scheduler never sees a failure before the load it belongs to.
+        self._job_failed = {}  # job_id -> set of GPU block ids
         # Set by CxlkvOffloadingConnector: failed loads become recomputes.
         self.report_load_errors = False
         self.counts = {"stored": 0, "store_lost": 0, "loaded": 0, "load_failed": 0}
@@ -83,7 +87,11 @@ class CxlkvWorker(OffloadingWorker):
 
     def get_finished(self):
         done = [j for j, f in self._jobs.items() if f.done()]
-        return [self._jobs.pop(j).result() for j in done]
+        out = [self._jobs.pop(j).result() for j in done]
+        with self._mu:
+            for j in done:
+                self._failed_blocks |= self._job_failed.pop(j, set())
+        return out
 
     def wait(self, job_ids):
         futures = [self._jobs[j] for j in job_ids if j in self._jobs]
@@ -96,6 +104,10 @@ class CxlkvWorker(OffloadingWorker):
         with self._mu:
             out, self._failed_blocks = self._failed_blocks, set()
         return out
+
+    def _fail_blocks(self, job_id, ids):
+        with self._mu:
+            self._job_failed.setdefault(job_id, set()).update(int(b) for b in ids)
 
     # ---- transfers (on the transfer thread) ----
     def _chunks(self, gpu_spec, per_group_chunks=None):
@@ -153,8 +165,7 @@ class CxlkvWorker(OffloadingWorker):
                                self.rank, i, job_id, e,
                                "recomputing it" if self.report_load_errors
                                else "failing the job (use CxlkvOffloadingConnector to recompute)")
-                with self._mu:
-                    self._failed_blocks.update(int(b) for b in ids)
+                self._fail_blocks(job_id, ids)
                 ok = False
             except Error:
                 raise

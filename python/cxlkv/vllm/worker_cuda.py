@@ -166,8 +166,7 @@ class CxlkvCudaWorker(CxlkvWorker):
                                self.rank, keys[c].hex(), job_id, code, msg,
                                "recomputing it" if self.report_load_errors
                                else "failing the job (use CxlkvOffloadingConnector to recompute)")
-                with self._mu:
-                    self._failed_blocks.update(int(b) for b in real[c])
+                self._fail_blocks(job_id, real[c])
                 ok_all = False
         elapsed = time.perf_counter() - t0
         if self.first_load_s is None:
