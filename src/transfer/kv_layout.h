@@ -101,6 +101,11 @@ class KvPieces {
 
  private:
   void Clear();
+  // Both builds: ids [0, n) in chunks of blocks_per_chunk (the last may be
+  // shorter); ids with to_scratch(i) go to distinct scratch pages.
+  template <typename ToScratch>
+  Status Emit(const KvLayerLayout& layout, const int64_t* ids, size_t n, ToScratch to_scratch,
+              uint64_t scratch, uint64_t scratch_bytes);
   std::vector<uint64_t> ptr_, len_;
   std::vector<uint32_t> first_;  // num_chunks + 1 (absolute piece indices)
   std::vector<uint64_t> chunk_len_;
