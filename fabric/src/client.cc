@@ -134,6 +134,7 @@ Status FabricClient::ListPools(std::vector<Pool>* pools) {
         if (linked.rfind(prefix, 0) == 0) {
           std::string rest = linked.substr(prefix.size());
           p.hosts.push_back(rest.substr(0, rest.find('/')));
+          p.ports.push_back({LastSegment(puri), p.hosts.back()});
         }
       }
       pools->push_back(std::move(p));
@@ -196,6 +197,21 @@ Status FabricClient::List(const std::string& aid, const std::string& bid,
     regions->push_back(std::move(r));
   }
   return Status::OK();
+}
+
+Status FabricClient::AddHost(const std::string& aid, const std::string& bid, const std::string& mid,
+                             const std::string& host_id, MemoryRegion* region) {
+  std::vector<Pool> pools;
+  CXLKV_RETURN_IF_ERROR(ListPools(&pools));
+  for (const auto& p : pools) {
+    if (p.appliance_id != aid || p.blade_id != bid) continue;
+    for (const auto& port : p.ports) {
+      if (port.host_id == host_id) return Assign(aid, bid, mid, port.port_id, true, region);
+    }
+    return Status::InvalidArgument("host " + host_id + " is not cabled to blade " + aid + "/" +
+                                   bid);
+  }
+  return Status::NotFound("no blade " + aid + "/" + bid);
 }
 
 Status FabricClient::Assign(const std::string& aid, const std::string& bid, const std::string& mid,

@@ -267,4 +267,14 @@ Status LocalComposer::List(const std::string& aid, const std::string& bid,
   return Status::OK();
 }
 
+Status LocalComposer::AddHost(const std::string& aid, const std::string& bid,
+                              const std::string& mid, const std::string& host_id,
+                              MemoryRegion* region) {
+  if (host_id != opt_.node_id) {
+    return Status::InvalidArgument("local pool " + bid + " reaches only node " + opt_.node_id +
+                                   ", not " + host_id);
+  }
+  return Get(aid, bid, mid, region);
+}
+
 }  // namespace cxlkv::fabric

@@ -44,6 +44,11 @@ class FabricClient : public Composer {
   Status List(const std::string& appliance_id, const std::string& blade_id,
               std::vector<MemoryRegion>* regions) override;
 
+  // The port cabled to host_id (from the blade's ports), then Assign.
+  Status AddHost(const std::string& appliance_id, const std::string& blade_id,
+                 const std::string& memory_id, const std::string& host_id,
+                 MemoryRegion* region) override;
+
   // PATCH .../memory/{id}: assign (or unassign) one more port.
   Status Assign(const std::string& appliance_id, const std::string& blade_id,
                 const std::string& memory_id, const std::string& port, bool assign,

@@ -26,6 +26,13 @@ struct Pool {
   int64_t total_mib = 0;
   int64_t allocated_mib = 0;
   std::vector<std::string> hosts;  // hosts that can map regions of this pool
+  // Which blade port each cabled host is behind (fabric pools; empty for a
+  // local pool), in the manager's port order.
+  struct Port {
+    std::string port_id;
+    std::string host_id;
+  };
+  std::vector<Port> ports;
 };
 
 struct ComposeResult {
@@ -60,6 +67,16 @@ class Composer {
   // Fills *regions with every region of the pool.
   virtual Status List(const std::string& appliance_id, const std::string& blade_id,
                       std::vector<MemoryRegion>* regions) = 0;
+
+  // Maps an existing region to one more host (a later consumer of a shared
+  // claim): the manager assigns the port that host is cabled to and has the
+  // host's agent materialize the region; *region gets the result (that
+  // host's mapping may be Failed: materialization is per host). A host the
+  // region already reaches is OK. InvalidArgument: the host is not cabled to
+  // the pool; NotFound: no such region; IOError: the manager failed.
+  virtual Status AddHost(const std::string& appliance_id, const std::string& blade_id,
+                         const std::string& memory_id, const std::string& host_id,
+                         MemoryRegion* region) = 0;
 };
 
 }  // namespace cxlkv::fabric

@@ -70,6 +70,10 @@ class LocalComposer : public Composer {
   Status List(const std::string& appliance_id, const std::string& blade_id,
               std::vector<MemoryRegion>* regions) override;
 
+  // This node only (OK, nothing to do); any other host: InvalidArgument.
+  Status AddHost(const std::string& appliance_id, const std::string& blade_id,
+                 const std::string& memory_id, const std::string& host_id,
+                 MemoryRegion* region) override;
   static constexpr const char* kApplianceId = "local";
 
  private:
