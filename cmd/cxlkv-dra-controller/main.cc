@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "controller/controller.h"
 #include "cxlkv/fabric/client.h"
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   cxlkv::dra::ControllerOptions opt;
   cxlkv::fabric::ClientOptions fopt;
   std::string kubeconfig, log_level = "info";
-  int slice_period_s = 30;
+  double resync_period_s = 30, lease_duration_s = 15;
   app.add_option("--driver-name", opt.driver_name)->envname("CXLKV_DRA_DRIVER_NAME");
   app.add_option("--identity", opt.identity, "this replica's name in the owner annotation")
       ->required()
@@ -33,15 +34,28 @@ int main(int argc, char** argv) {
   app.add_option("--fabric-ca", fopt.ca_file)->envname("CXLKV_FABRIC_CA");
   app.add_option("--qos", opt.qos, "DIMM channels interleaved per region (1, 2, 4, 8)")
       ->envname("CXLKV_DRA_QOS");
-  app.add_option("--slice-period", slice_period_s, "seconds between slice publications")
-      ->envname("CXLKV_DRA_SLICE_PERIOD");
   app.add_option("--workers", opt.workers)->envname("CXLKV_DRA_WORKERS");
+  app.add_option("--resync-period,--slice-period", resync_period_s,
+                 "seconds between orphan sweeps + slice publications (the Lease holder), and "
+                 "between re-checks of owned claims")
+      ->envname("CXLKV_DRA_RESYNC_PERIOD");
+  app.add_option("--lease-namespace", opt.lease_namespace, "namespace of the singleton-jobs Lease")
+      ->envname("POD_NAMESPACE");
+  app.add_option("--lease-name", opt.lease_name)->envname("CXLKV_DRA_LEASE_NAME");
+  app.add_option("--lease-duration", lease_duration_s, "seconds")
+      ->envname("CXLKV_DRA_LEASE_DURATION");
+  app.add_option("--metrics-listen", opt.metrics_listen,
+                 "host:port for /metrics and /healthz (\"\" = off)")
+      ->envname("CXLKV_DRA_METRICS_LISTEN");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig (default: in-cluster)")
       ->envname("KUBECONFIG");
   app.add_option("--log-level", log_level)->envname("CXLKV_LOG_LEVEL");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
-  opt.slice_period = std::chrono::seconds(slice_period_s);
+  opt.resync_period = std::chrono::milliseconds(static_cast<int64_t>(resync_period_s * 1000));
+  opt.lease_duration = std::chrono::milliseconds(static_cast<int64_t>(lease_duration_s * 1000));
+  // Tests only (test/e2e/dra-controller-cases.sh): see ControllerOptions::failpoint.
+  if (const char* fp = std::getenv("CXLKV_DRA_FAILPOINT")) opt.failpoint = fp;
 
   sigset_t sigs;
   sigemptyset(&sigs);

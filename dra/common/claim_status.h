@@ -5,7 +5,9 @@
 // blade device (driver, pool, device, shareID):
 //
 //   conditions: cxlkv.dev/composed (the binding condition), and
-//               cxlkv.dev/compose-failed (the binding failure condition)
+//               cxlkv.dev/compose-failed (the binding failure condition),
+//               cxlkv.dev/fabric-reachable (False while the controller cannot
+//               reach the fabric manager for this claim; informational)
 //   data: {
 //     "memoryId":    "<fabric memory id = allocation id = CDI device name>",
 //     "applianceId": "...", "bladeId": "...",
@@ -28,6 +30,7 @@ namespace cxlkv::dra {
 inline constexpr const char* kDefaultDriverName = "cxlkv.dev";
 inline constexpr const char* kConditionComposed = "cxlkv.dev/composed";
 inline constexpr const char* kConditionComposeFailed = "cxlkv.dev/compose-failed";
+inline constexpr const char* kConditionFabricReachable = "cxlkv.dev/fabric-reachable";
 inline constexpr const char* kFinalizer = "cxlkv.dev/free-memory";
 inline constexpr const char* kOwnerAnnotation = "cxlkv.dev/owner";
 inline constexpr const char* kHostMaterialized = "Materialized";

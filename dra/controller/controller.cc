@@ -1,12 +1,17 @@
 // Copyright cxlkv authors.
 #include "controller/controller.h"
 
+#include <httplib.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -14,9 +19,11 @@
 
 #include "common/claim_status.h"
 #include "common/node_selector.h"
+#include "controller/metrics.h"
 #include "cxlkv/base/size.h"
 #include "cxlkv/kube/event_recorder.h"
 #include "cxlkv/kube/informer.h"
+#include "cxlkv/kube/leader_election.h"
 #include "cxlkv/kube/typed.h"
 #include "cxlkv/kube/workqueue.h"
 
@@ -84,6 +91,42 @@ RegionRef ParseRegionRef(const std::string& text) {
 
 std::string PoolName(const fabric::Pool& p) { return p.appliance_id + "/" + p.blade_id; }
 
+constexpr const char* kTaintFabricUnreachable = "cxlkv.dev/fabric-unreachable";
+
+// The tag a compose carries (the fabric manager's claimUid): the driver,
+// the claim UID and the allocation it is for, so a cleared and redone
+// allocation is a different compose and the sweep can tell which regions
+// back a live allocation.
+std::string ComposeTag(const std::string& driver, const std::string& uid, const std::string& ts) {
+  return driver + "/" + uid + "@" + ts;
+}
+
+// Splits a tag made by ComposeTag; false for any other tag (a region some
+// other user of the fabric composed: never swept).
+bool ParseComposeTag(const std::string& driver, const std::string& tag, std::string* uid,
+                     std::string* ts) {
+  const std::string prefix = driver + "/";
+  if (tag.rfind(prefix, 0) != 0) return false;
+  auto at = tag.find('@', prefix.size());
+  if (at == std::string::npos) return false;
+  *uid = tag.substr(prefix.size(), at - prefix.size());
+  *ts = tag.substr(at + 1);
+  return !uid->empty();
+}
+
+// The driver's results in a claim's allocation (empty when not allocated).
+json OurResults(const json& claim, const std::string& driver) {
+  json ours = json::array();
+  if (!claim.contains("status")) return ours;
+  const json& st = claim["status"];
+  if (!st.contains("allocation") || !st["allocation"].is_object()) return ours;
+  if (!st["allocation"].contains("devices")) return ours;
+  for (const auto& r : st["allocation"]["devices"].value("results", json::array())) {
+    if (r.value("driver", "") == driver) ours.push_back(r);
+  }
+  return ours;
+}
+
 }  // namespace
 
 Status ParseQuantityBytes(const std::string& q, int64_t* bytes) {
@@ -98,15 +141,36 @@ struct Controller::Rep {
   kube::WorkQueue queue{kube::WorkQueueOptions{std::chrono::milliseconds(200),
                                                std::chrono::milliseconds(10000), 50, 100}};
   std::unique_ptr<kube::EventRecorder> events;
+  std::unique_ptr<kube::LeaderElector> elector;
+  ControllerMetrics metrics;
+  httplib::Server http;
+  int http_port = 0;
   std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;                         // guarded by mu
+  bool resync_now = false;                   // guarded by mu: leadership just won
   std::map<std::string, int> free_failures;  // by claim UID; guarded by mu
+  // Resync state (the resync thread only).
+  std::vector<fabric::Pool> last_pools;  // the last pools the manager listed
+  bool fabric_down = false;
+  std::atomic<bool> fabric_reachable{true};  // read by /healthz
 
   void Enqueue(const json& obj) { queue.Add(kube::ObjectKey(obj)); }
   void Worker();
   Status Sync(const std::string& key, bool* requeue_soon);
+  Status ResyncPass();
+  Status PublishSlices(const std::vector<fabric::Pool>& pools,
+                       const std::map<std::string, int64_t>& unusable_bytes, bool fabric_down);
+  // The reserving pods' nodes, in reservedFor order, when every consumer is
+  // a pod whose node is known; *all_known false otherwise.
+  std::vector<std::string> ConsumerNodes(const json& claim, bool* all_known);
+  Status AddConsumerHosts(const json& claim, const RegionRef& ref, fabric::MemoryRegion* region);
+  Status MarkFabricDown(const json& claim, const json& ours, const Status& why);
+  Status Timed(const char* op, const std::function<Status()>& fn) {
+    ControllerMetrics::Op m(&metrics, op);
+    return m.Done(fn());
+  }
   Status Release(json& claim);
   Status Own(const json& claim);
   Status Compose(json& claim, const json& ours, RegionRef* ref);
@@ -139,29 +203,39 @@ Status Controller::New(const ControllerOptions& opt, kube::Client* kube, fabric:
 Controller::Controller(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 Controller::~Controller() { Stop(); }
 
-Status Controller::PublishSlices() {
-  std::vector<fabric::Pool> pools;
-  CXLKV_RETURN_IF_ERROR(rep_->composer->ListPools(&pools).WithContext("list pools"));
-  const std::string& drv = rep_->opt.driver_name;
+Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
+                                      const std::map<std::string, int64_t>& unusable_bytes,
+                                      bool down) {
+  const std::string& drv = opt.driver_name;
+  Status first_error;
   for (const auto& p : pools) {
-    const int64_t step = p.block_mib * rep_->opt.qos * kMiB;
+    const int64_t step = p.block_mib * opt.qos * kMiB;
     json hosts = p.hosts;
+    auto u = unusable_bytes.find(PoolName(p));
+    const int64_t unusable = u == unusable_bytes.end() ? 0 : u->second;
+    const int64_t capacity = std::max<int64_t>(0, p.total_mib * kMiB - unusable);
     json device = {
         {"name", p.blade_id},
         {"attributes",
          {{"appliance", {{"string", p.appliance_id}}},
           {"blade", {{"string", p.blade_id}}},
-          {"qos", {{"int", rep_->opt.qos}}},
+          {"qos", {{"int", opt.qos}}},
           {"blockSizeBytes", {{"int", p.block_mib * kMiB}}}}},
         {"capacity",
          {{"memory",
-           {{"value", std::to_string(p.total_mib * kMiB)},
+           {{"value", std::to_string(capacity)},
             {"requestPolicy",
              {{"default", std::to_string(step)},
               {"validRange", {{"min", std::to_string(step)}, {"step", std::to_string(step)}}}}}}}}},
         {"allowMultipleAllocations", true},
         {"bindingConditions", {kConditionComposed}},
         {"bindingFailureConditions", {kConditionComposeFailed}}};
+    if (down) {
+      // A taint applies on every host: right for a blade-wide fault such as
+      // an unreachable manager (nothing new can be composed anywhere).
+      device["taints"] = {
+          {{"key", kTaintFabricUnreachable}, {"value", "true"}, {"effect", "NoSchedule"}}};
+    }
     std::string name = drv + "-" + p.appliance_id + "-" + p.blade_id;
     json slice = {
         {"metadata", {{"name", name}}},
@@ -173,57 +247,262 @@ Status Controller::PublishSlices() {
              {{{"matchExpressions",
                 {{{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", hosts}}}}}}}}},
           {"devices", {device}}}}};
-    auto slices = kube::ResourceSliceClient(rep_->kube);
+    auto slices = kube::ResourceSliceClient(kube);
     json cur;
     kube::Status ks = slices.Get(name, &cur);
     json stored;
+    bool was_tainted = false;
     if (ks.IsNotFound()) {
       ks = slices.Create(slice, &stored);
     } else if (ks.ok()) {
-      if (cur["spec"] == slice["spec"]) continue;
+      // The apiserver stamps timeAdded on taints: compare without it.
+      json cur_spec = cur["spec"];
+      for (auto& d : cur_spec["devices"]) {
+        if (!d.contains("taints")) continue;
+        was_tainted = true;
+        for (auto& t : d["taints"]) t.erase("timeAdded");
+      }
+      json want_spec = slice["spec"];
+      want_spec["pool"]["generation"] = cur_spec["pool"].value("generation", int64_t{1});
+      if (cur_spec == want_spec) continue;
       slice["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"];
       int64_t gen = cur["spec"]["pool"].value("generation", int64_t{1});
       slice["spec"]["pool"]["generation"] = gen + 1;
       ks = slices.Update(slice, &stored);
     }
-    if (!ks.ok()) return Status::IOError("publish slice " + name + ": " + ks.ToString());
+    if (!ks.ok()) {
+      // Another writer (a replica that just lost the Lease) gives 409: the
+      // next pass retries.
+      if (first_error.ok())
+        first_error = Status::IOError("publish slice " + name + ": " + ks.ToString());
+      continue;
+    }
     // A disabled gate makes the apiserver drop fields silently: compare.
     const json& got = stored["spec"]["devices"][0];
     if (!got.contains("allowMultipleAllocations") || !got.contains("bindingConditions") ||
         !got["capacity"]["memory"].contains("requestPolicy")) {
+      metrics.SetAnnotationMode(true);
       spdlog::error(
           "slice {}: the apiserver dropped consumable-capacity or binding-condition "
           "fields (feature gates off?)",
           name);
+      Event(stored, true, "FieldsDropped",
+            "the apiserver dropped consumable-capacity or binding-condition fields of " + name);
     }
-    spdlog::info("published slice {} (pool {}, hosts {})", name, PoolName(p), hosts.dump());
+    if (down && !was_tainted) {
+      Event(stored, true, "FabricUnreachable",
+            "fabric manager unreachable: device " + p.blade_id + " tainted " +
+                kTaintFabricUnreachable + ":NoSchedule");
+    } else if (!down && was_tainted) {
+      Event(stored, false, "FabricReachable",
+            "fabric manager reachable again: taint " + std::string(kTaintFabricUnreachable) +
+                " removed");
+    }
+    spdlog::info("published slice {} (pool {}, hosts {}, capacity {} MiB{})", name, PoolName(p),
+                 hosts.dump(), capacity / kMiB, down ? ", tainted fabric-unreachable" : "");
   }
-  return Status::OK();
+  return first_error;
+}
+
+Status Controller::Resync() { return rep_->ResyncPass(); }
+
+Status Controller::Rep::ResyncPass() {
+  ControllerMetrics::Op op(&metrics, "resync");
+  // Pools and regions first, claims second: a region composed after this
+  // listing is not looked at, and a region listed here belongs to a claim
+  // that is already allocated when the claims are listed below.
+  std::vector<fabric::Pool> pools;
+  Status s = Timed("list", [&] { return composer->ListPools(&pools); });
+  std::map<std::string, std::vector<fabric::MemoryRegion>> regions;  // by pool name
+  for (size_t i = 0; s.ok() && i < pools.size(); ++i) {
+    s = Timed("list", [&] {
+      return composer->List(pools[i].appliance_id, pools[i].blade_id, &regions[PoolName(pools[i])]);
+    });
+  }
+  if (!s.ok()) {
+    const bool was_down = fabric_down;
+    fabric_down = true;
+    fabric_reachable = false;
+    metrics.SetFabricReachable(false);
+    if (!was_down) spdlog::error("fabric manager unreachable: {}", s.ToString());
+    // Keep the last capacities (unknown now) but taint every device, so the
+    // scheduler admits nothing the controller could not compose.
+    Status ps = PublishSlices(last_pools, {}, true);
+    if (!ps.ok()) spdlog::warn("{}", ps.ToString());
+    return op.Done(s.WithContext("resync"));
+  }
+  if (fabric_down) spdlog::info("fabric manager reachable again");
+  fabric_down = false;
+  fabric_reachable = true;
+  metrics.SetFabricReachable(true);
+  last_pools = pools;
+
+  std::vector<Json> claims;
+  std::string rv;
+  kube::Status ks = kube::ResourceClaimClient(kube, "").ListAll({}, 500, &claims, &rv);
+  if (!ks.ok()) return op.Done(Status::IOError("resync: list claims: " + ks.ToString()));
+  std::map<std::string, std::string> live;   // claim UID -> allocationTimestamp
+  std::map<std::string, std::string> named;  // memory id -> claim (annotation)
+  for (const auto& c : claims) {
+    const std::string uid = c["metadata"].value("uid", "");
+    if (!OurResults(c, opt.driver_name).empty()) {
+      live[uid] = c["status"]["allocation"].value("allocationTimestamp", "");
+    }
+    RegionRef ref = ParseRegionRef(Annotation(c, kRegionAnnotation));
+    if (ref.ok()) named[ref.memory_id] = kube::ObjectKey(c);
+  }
+  std::map<std::string, int64_t> unusable;
+  int leaked = 0, freed = 0;
+  for (const auto& p : pools) {
+    const std::string pool = PoolName(p);
+    int64_t composed = 0;
+    for (const auto& r : regions[pool]) {
+      const int64_t bytes = r.size_mib * kMiB;
+      std::string uid, ts;
+      const bool ours = ParseComposeTag(opt.driver_name, r.claim_uid, &uid, &ts);
+      auto it = live.find(uid);
+      if (ours && it != live.end() && it->second == ts) {
+        composed += bytes;  // backs a live allocation: the scheduler counts it
+        continue;
+      }
+      if (ours && named.count(r.id) == 0) {
+        // An orphan: its claim is gone, or reallocated and no annotation
+        // names this region any more (its owner died, or gave up freeing).
+        Status fs = Timed("free", [&] { return composer->Free(p.appliance_id, p.blade_id, r.id); });
+        if (fs.ok() || fs.IsNotFound()) {
+          ++freed;
+          spdlog::info("resync: freed orphaned region {} ({} MiB, tag {})", r.id, r.size_mib,
+                       r.claim_uid);
+          continue;
+        }
+        ++leaked;
+        spdlog::warn("resync: region {} has no claim and could not be freed: {}", r.id,
+                     fs.ToString());
+      }
+      // Pending free, leaked, or not ours: it holds blade memory the
+      // scheduler does not know about.
+      unusable[pool] += bytes;
+    }
+    metrics.SetPoolBytes(pool, composed, unusable[pool]);
+  }
+  metrics.AddOrphansFreed(freed);
+  metrics.SetLeakedRegions(leaked);
+  return op.Done(PublishSlices(pools, unusable, false));
 }
 
 Status Controller::Start() {
-  CXLKV_RETURN_IF_ERROR(PublishSlices());
   Rep* r = rep_.get();
+  // resource.k8s.io/v1 only: the v1beta* shapes differ and are off by
+  // default in 1.37; say so rather than fail on the first write.
+  Json group;
+  kube::Status ks = r->kube->Raw("GET", "/apis/resource.k8s.io", "", "", "", &group);
+  if (ks.IsNotFound()) {
+    return Status::Unsupported(
+        "the apiserver does not serve resource.k8s.io at all: DRA needs Kubernetes 1.34+ "
+        "(resource.k8s.io/v1)");
+  }
+  if (!ks.ok()) return Status::IOError("discover resource.k8s.io: " + ks.ToString());
+  std::string served;
+  bool v1 = false;
+  for (const auto& v : group.value("versions", json::array())) {
+    const std::string ver = v.value("version", "");
+    served += (served.empty() ? "" : ", ") + ver;
+    if (ver == "v1") v1 = true;
+  }
+  if (!v1) {
+    return Status::Unsupported("the apiserver serves resource.k8s.io " +
+                               (served.empty() ? std::string("with no versions") : served) +
+                               " but not v1; cxlkv needs resource.k8s.io/v1 (Kubernetes 1.34+)");
+  }
+  if (!r->opt.metrics_listen.empty()) {
+    const std::string& l = r->opt.metrics_listen;
+    auto colon = l.rfind(':');
+    if (colon == std::string::npos) {
+      return Status::InvalidArgument("metrics address \"" + l + "\" is not host:port");
+    }
+    std::string host = l.substr(0, colon);
+    if (host.empty()) host = "0.0.0.0";
+    const int port = std::atoi(l.c_str() + colon + 1);
+    r->http.Get("/metrics", [r](const httplib::Request&, httplib::Response& res) {
+      res.set_content(r->metrics.Render(), "text/plain; version=0.0.4");
+    });
+    r->http.Get("/healthz", [r](const httplib::Request&, httplib::Response& res) {
+      // Alive and working; the fabric manager's state is reported, not
+      // fatal (restarting the controller would not bring it back).
+      json j = {{"ok", true},
+                {"fabricReachable", r->fabric_reachable.load()},
+                {"leader", r->elector && r->elector->IsLeader()}};
+      res.set_content(j.dump(), "application/json");
+    });
+    r->http_port =
+        port == 0 ? r->http.bind_to_any_port(host) : (r->http.bind_to_port(host, port) ? port : -1);
+    if (r->http_port <= 0) return Status::IOError("metrics: cannot listen on " + l);
+    r->threads.emplace_back([r] { r->http.listen_after_bind(); });
+  }
   kube::InformerHandlers h;
   h.on_add = [r](const Json& o) { r->Enqueue(o); };
   h.on_update = [r](const Json&, const Json& o) { r->Enqueue(o); };
   h.on_delete = [r](const Json& o) { r->Enqueue(o); };
   kube::InformerOptions io;
-  io.resync_period = std::chrono::seconds(30);
+  io.resync_period = r->opt.resync_period;
   r->informer = std::make_unique<kube::Informer>(r->kube, kube::ResourceClaims(), io, h);
   r->informer->Start();
   for (int i = 0; i < r->opt.workers; ++i) r->threads.emplace_back([r] { r->Worker(); });
-  r->threads.emplace_back([this, r] {
+
+  kube::LeaderElectionOptions lo;
+  lo.ns = r->opt.lease_namespace;
+  lo.lease_name = r->opt.lease_name;
+  lo.identity = r->opt.identity;
+  lo.lease_duration = r->opt.lease_duration;
+  lo.renew_deadline = r->opt.lease_duration * 2 / 3;
+  lo.retry_period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(200),
+                                                        r->opt.lease_duration / 7);
+  lo.on_started_leading = [r] {
+    spdlog::info("{} holds Lease {}/{}: resync and slices run here", r->opt.identity,
+                 r->opt.lease_namespace, r->opt.lease_name);
+    r->metrics.SetLeader(true);
+    {
+      std::lock_guard<std::mutex> l(r->mu);
+      r->resync_now = true;
+    }
+    r->cv.notify_all();
+  };
+  lo.on_stopped_leading = [r] {
+    spdlog::warn("{} lost Lease {}/{}", r->opt.identity, r->opt.lease_namespace, r->opt.lease_name);
+    r->metrics.SetLeader(false);
+  };
+  Status es = kube::LeaderElector::New(r->kube, lo, &r->elector).ok()
+                  ? Status::OK()
+                  : Status::InvalidArgument("lease options");
+  if (!es.ok()) return es;
+  r->elector->Start();
+  r->threads.emplace_back([r] {
+    // While the manager is unreachable: 1 s, 2 s, 4 s, ... up to the period.
+    std::chrono::milliseconds wait = r->opt.resync_period;
+    std::chrono::milliseconds backoff{0};
     std::unique_lock<std::mutex> l(r->mu);
-    while (!r->cv.wait_for(l, r->opt.slice_period, [r] { return r->stop; })) {
+    for (;;) {
+      r->cv.wait_for(l, wait, [r] { return r->stop || r->resync_now; });
+      if (r->stop) return;
+      r->resync_now = false;
+      wait = r->opt.resync_period;
+      if (!r->elector->IsLeader()) continue;
       l.unlock();
-      Status s = PublishSlices();
-      if (!s.ok()) spdlog::warn("{}", s.ToString());
+      Status s = r->ResyncPass();
       l.lock();
+      if (!s.ok()) spdlog::warn("{}", s.ToString());
+      if (r->fabric_down) {
+        backoff = backoff.count() == 0 ? std::chrono::milliseconds(1000) : backoff * 2;
+        wait = std::min(backoff, r->opt.resync_period);
+      } else {
+        backoff = std::chrono::milliseconds(0);
+      }
     }
   });
   return Status::OK();
 }
+
+int Controller::metrics_port() const { return rep_->http_port > 0 ? rep_->http_port : 0; }
 
 void Controller::Stop() {
   if (!rep_) return;
@@ -235,6 +514,8 @@ void Controller::Stop() {
   rep_->cv.notify_all();
   rep_->queue.ShutDown();
   if (rep_->informer) rep_->informer->Stop();
+  if (rep_->elector) rep_->elector->Stop();
+  rep_->http.stop();
   for (auto& t : rep_->threads) t.join();
   rep_->threads.clear();
   if (rep_->events) rep_->events->Flush(std::chrono::seconds(2));
@@ -277,6 +558,119 @@ Status Controller::Rep::PatchClaim(const json& claim, const json& ops, json* out
   return Status::OK();
 }
 
+std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool* all_known) {
+  std::vector<std::string> nodes;
+  *all_known = true;
+  const std::string ns = claim["metadata"].value("namespace", "");
+  const json reserved = claim["status"].value("reservedFor", json::array());
+  if (reserved.empty()) *all_known = false;
+  for (const auto& c : reserved) {
+    if (c.value("resource", "") != "pods" || c.value("apiGroup", "") != "") {
+      *all_known = false;  // a PodGroup or another consumer kind
+      continue;
+    }
+    json pod;
+    kube::Status ks = kube::PodClient(kube, ns).Get(c.value("name", ""), &pod);
+    if (!ks.ok() || pod["metadata"].value("uid", "") != c.value("uid", "")) {
+      *all_known = false;
+      continue;
+    }
+    // The scheduler writes status.nominatedNodeName before PreBind
+    // (NominatedNodeNameForExpectation, on in 1.37); spec.nodeName once bound.
+    std::string node = pod["spec"].value("nodeName", "");
+    if (node.empty() && pod.contains("status")) node = pod["status"].value("nominatedNodeName", "");
+    if (node.empty()) {
+      *all_known = false;
+      continue;
+    }
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+  }
+  return nodes;
+}
+
+Status Controller::Rep::MarkFabricDown(const json& claim, const json& ours, const Status& why) {
+  // The claim keeps its data and its composed condition; only the
+  // informational fabric-reachable condition turns False (once: the Event
+  // and the write happen on the transition, not on every retry).
+  const json down = {{"type", kConditionFabricReachable},
+                     {"status", "False"},
+                     {"reason", "FabricUnreachable"},
+                     {"message", why.ToString().substr(0, 512)},
+                     {"lastTransitionTime", Now3339()}};
+  json devices = json::array();
+  bool changed = false, have_ours = false;
+  for (const auto& d : claim["status"].value("devices", json::array())) {
+    if (d.value("driver", "") != opt.driver_name) {
+      devices.push_back(d);
+      continue;
+    }
+    have_ours = true;
+    json e = d;
+    json conds = json::array();
+    bool already = false;
+    for (const auto& c : e.value("conditions", json::array())) {
+      if (c.value("type", "") != kConditionFabricReachable) {
+        conds.push_back(c);
+      } else if (c.value("status", "") == "False") {
+        already = true;
+        conds.push_back(c);
+      }
+    }
+    if (!already) {
+      conds.push_back(down);
+      changed = true;
+    }
+    e["conditions"] = conds;
+    devices.push_back(e);
+  }
+  if (!have_ours) {
+    for (const auto& r : ours) {
+      json e = {{"driver", opt.driver_name}, {"pool", r["pool"]}, {"device", r["device"]}};
+      if (r.contains("shareID")) e["shareID"] = r["shareID"];
+      e["conditions"] = {down};
+      devices.push_back(e);
+    }
+    changed = true;
+  }
+  if (!changed) return Status::OK();
+  Event(claim, true, "FabricUnreachable", "fabric manager unreachable: " + why.ToString());
+  json out;
+  return Timed("status_patch", [&] {
+    return PatchClaim(
+        claim, json::array({{{"op", "add"}, {"path", "/status/devices"}, {"value", devices}}}),
+        &out, "status");
+  });
+}
+
+Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref,
+                                         fabric::MemoryRegion* region) {
+  bool all_known = false;
+  std::vector<std::string> nodes = ConsumerNodes(claim, &all_known);
+  std::vector<std::string> selector;
+  const json& alloc = claim["status"]["allocation"];
+  if (alloc.contains("nodeSelector")) selector = SelectorHostnames(alloc["nodeSelector"]);
+  for (const auto& n : nodes) {
+    bool mapped = false;
+    for (const auto& m : region->mappings) mapped = mapped || m.host_id == n;
+    if (mapped) continue;
+    if (!selector.empty() && std::find(selector.begin(), selector.end(), n) == selector.end()) {
+      continue;  // not cabled: the plugin refuses prepare there (k/k#140087)
+    }
+    Status s = Timed("add_host", [&] {
+      return composer->AddHost(ref.appliance_id, ref.blade_id, ref.memory_id, n, region);
+    });
+    if (!s.ok()) {
+      Event(claim, true, "AddHostFailed",
+            "add host " + n + " to region " + ref.memory_id + ": " + s.ToString());
+      return s.WithContext("add host " + n + " to region " + ref.memory_id);
+    }
+    Event(claim, false, "HostAdded",
+          "region " + ref.memory_id + " added to host " + n + " for a later consumer");
+    spdlog::info("claim {}: added host {} to region {}", kube::ObjectKey(claim), n, ref.memory_id);
+  }
+  return Status::OK();
+}
+
 Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   auto slash = key.find('/');
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
@@ -285,14 +679,8 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   if (ks.IsNotFound()) return Status::OK();  // gone; a finalizer would have kept it
   if (!ks.ok()) return Status::IOError("get claim " + key + ": " + ks.ToString());
 
-  json ours = json::array();
+  json ours = OurResults(claim, opt.driver_name);
   const json& status = claim.contains("status") ? claim["status"] : json::object();
-  const bool allocated = status.contains("allocation") && status["allocation"].is_object();
-  if (allocated && status["allocation"].contains("devices")) {
-    for (const auto& r : status["allocation"]["devices"].value("results", json::array())) {
-      if (r.value("driver", "") == opt.driver_name) ours.push_back(r);
-    }
-  }
   const bool deleting = claim["metadata"].contains("deletionTimestamp");
   const bool reserved = !status.value("reservedFor", json::array()).empty();
   RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
@@ -305,7 +693,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   }
   if (deleting) return Status::OK();  // consumers still hold it
   if (owner.empty()) {
-    CXLKV_RETURN_IF_ERROR(Own(claim));
+    CXLKV_RETURN_IF_ERROR(Timed("own", [&] { return Own(claim); }));
     *requeue_soon = true;
     return Status::OK();
   }
@@ -314,21 +702,35 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     // A cleared and redone allocation: a new compose; the old region goes.
     spdlog::info("claim {}: allocation changed ({} -> {}), freeing region {}", key,
                  ref.allocation_timestamp, ts, ref.memory_id);
-    Status fs = composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id);
+    Status fs = Timed(
+        "free", [&] { return composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id); });
+    if (fs.IsIOError()) {
+      Status ms = MarkFabricDown(claim, ours, fs);
+      if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
+    }
     if (!fs.ok() && !fs.IsNotFound()) return fs.WithContext("free old region " + ref.memory_id);
     ref = RegionRef();
   }
   if (!ref.ok()) {
     Status s = Compose(claim, ours, &ref);
+    if (s.IsIOError()) {
+      Status ms = MarkFabricDown(claim, ours, s);
+      if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
+    }
     if (!s.ok()) return s;
     *requeue_soon = true;
     return Status::OK();
   }
   fabric::MemoryRegion region;
-  Status s = composer->Get(ref.appliance_id, ref.blade_id, ref.memory_id, &region);
+  Status s = Timed(
+      "get", [&] { return composer->Get(ref.appliance_id, ref.blade_id, ref.memory_id, &region); });
   if (s.IsNotFound()) {
-    // The region vanished (appliance power cycle): the policy is to compose
-    // again for this allocation; consumers see "not ready yet" meanwhile.
+    // The region vanished (appliance power cycle). The policy: compose again
+    // for this allocation; the claim's composed condition turns False
+    // (reason Recomposing) until the new region is materialized everywhere,
+    // prepare answers "not ready yet" meanwhile, and running consumers keep
+    // a device whose bytes are gone (their node's health stream reports it
+    // Unhealthy) until they are restarted onto the new region.
     Event(claim, true, "RegionLost",
           "region " + ref.memory_id + " is gone from the fabric; composing again");
     json out;
@@ -340,7 +742,12 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     *requeue_soon = true;
     return Status::OK();
   }
+  if (s.IsIOError()) {
+    Status ms = MarkFabricDown(claim, ours, s);
+    if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
+  }
   if (!s.ok()) return s.WithContext("get region " + ref.memory_id);
+  CXLKV_RETURN_IF_ERROR(AddConsumerHosts(claim, ref, &region));
   bool all = false;
   CXLKV_RETURN_IF_ERROR(WriteStatus(claim, ours, ref, region, &all));
   *requeue_soon = !all;
@@ -392,21 +799,75 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
   }
   req.size_mib = (bytes + kMiB - 1) / kMiB;
   req.qos = opt.qos;
-  req.claim_uid = claim["metadata"].value("uid", "");
-  if (alloc.contains("nodeSelector"))
-    req.candidate_hosts = SelectorHostnames(alloc["nodeSelector"]);
-  req.share_count = std::max<int>(1, static_cast<int>(req.candidate_hosts.size()));
+  const std::string uid = claim["metadata"].value("uid", "");
+  const std::string ts = alloc.value("allocationTimestamp", "");
+  req.claim_uid = ComposeTag(opt.driver_name, uid, ts);
+  std::vector<std::string> selector;
+  if (alloc.contains("nodeSelector")) selector = SelectorHostnames(alloc["nodeSelector"]);
+  // Target hosts: the reserving pods' nodes when all are known (the
+  // scheduler wrote nominatedNodeName before PreBind), else every host the
+  // allocation allows. A later consumer elsewhere is added then
+  // (AddConsumerHosts).
+  bool all_known = false;
+  std::vector<std::string> nodes = ConsumerNodes(claim, &all_known);
+  bool in_selector = true;
+  for (const auto& n : nodes) {
+    if (!selector.empty() && std::find(selector.begin(), selector.end(), n) == selector.end()) {
+      in_selector = false;
+    }
+  }
+  req.candidate_hosts = all_known && in_selector && !nodes.empty() ? nodes : selector;
+  int share = static_cast<int>(req.candidate_hosts.size());
+  const std::string share_ann = Annotation(claim, "cxlkv.dev/share-count");
+  if (!share_ann.empty()) {
+    // Paper §2.2: the share count from the claim's annotation; the other
+    // allowed hosts follow the known ones as candidates.
+    share = std::atoi(share_ann.c_str());
+    if (share < 1) {
+      return Status::InvalidArgument("claim " + key + ": cxlkv.dev/share-count \"" + share_ann +
+                                     "\" is not a positive integer");
+    }
+    for (const auto& h : selector) {
+      if (std::find(req.candidate_hosts.begin(), req.candidate_hosts.end(), h) ==
+          req.candidate_hosts.end()) {
+        req.candidate_hosts.push_back(h);
+      }
+    }
+  }
+  req.share_count = std::max(1, share);
   fabric::ComposeResult res;
   const std::string appliance = pool.substr(0, slash), blade = pool.substr(slash + 1);
-  Status s = composer->Compose(appliance, blade, req, &res);
-  if (!s.ok()) {
-    Event(claim, true, "ComposeFailed", s.ToString());
-    return s.WithContext("compose for claim " + key);
+  // A region already tagged for this allocation is adopted: a controller
+  // killed between compose and recording the annotation composed it.
+  std::vector<fabric::MemoryRegion> existing;
+  Status s = Timed("list", [&] { return composer->List(appliance, blade, &existing); });
+  if (!s.ok()) return s.WithContext("list regions for claim " + key);
+  bool adopted = false;
+  for (const auto& r : existing) {
+    if (r.claim_uid == req.claim_uid) {
+      res.region = r;
+      adopted = true;
+      spdlog::info("claim {}: adopted region {} composed for this allocation before a restart", key,
+                   r.id);
+      break;
+    }
+  }
+  if (!adopted) {
+    s = Timed("compose", [&] { return composer->Compose(appliance, blade, req, &res); });
+    if (!s.ok()) {
+      Event(claim, true, "ComposeFailed", s.ToString());
+      return s.WithContext("compose for claim " + key);
+    }
+    if (opt.failpoint == "after-compose") {
+      spdlog::warn("failpoint after-compose: SIGKILL after composing region {}", res.region.id);
+      spdlog::default_logger()->flush();
+      ::kill(::getpid(), SIGKILL);
+    }
   }
   ref->appliance_id = appliance;
   ref->blade_id = blade;
   ref->memory_id = res.region.id;
-  ref->allocation_timestamp = alloc.value("allocationTimestamp", "");
+  ref->allocation_timestamp = ts;
   json ann = {{"applianceId", appliance},
               {"bladeId", blade},
               {"memoryId", res.region.id},
@@ -421,16 +882,19 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
   if (!s.ok()) {
     // The teardown parameters could not be recorded: do not leave the
     // region behind.
-    Status fs = composer->Free(appliance, blade, res.region.id);
+    Status fs = Timed("free", [&] { return composer->Free(appliance, blade, res.region.id); });
     if (!fs.ok())
       spdlog::error("claim {}: free unrecorded region {}: {}", key, res.region.id, fs.ToString());
     return s;
   }
+  if (adopted) return Status::OK();
+  std::string hosts;
+  for (const auto& h : req.candidate_hosts) hosts += (hosts.empty() ? "" : ",") + h;
   Event(claim, false, "Composed",
         "region " + res.region.id + " (" + std::to_string(res.region.size_mib) + " MiB) on " +
-            pool + " for " + std::to_string(req.share_count) + " host(s)");
-  spdlog::info("claim {}: composed region {} ({} MiB) on {}", key, res.region.id,
-               res.region.size_mib, pool);
+            pool + " for " + std::to_string(req.share_count) + " host(s) of " + hosts);
+  spdlog::info("claim {}: composed region {} ({} MiB) on {} for hosts {}", key, res.region.id,
+               res.region.size_mib, pool, hosts);
   return Status::OK();
 }
 
@@ -461,6 +925,13 @@ Status Controller::Rep::WriteStatus(const json& claim, const json& ours, const R
     if (d.value("driver", "") != opt.driver_name) devices.push_back(d);  // keep others'
   }
   bool changed = false;
+  std::string prev_ids;  // the region the status named before, if any
+  for (const auto& d : status.value("devices", json::array())) {
+    if (d.value("driver", "") == opt.driver_name && d.contains("data") && d["data"].is_object()) {
+      prev_ids = d["data"].value("memoryId", "");
+    }
+  }
+  bool became_true = false;
   for (const auto& r : ours) {
     json entry = {{"driver", opt.driver_name}, {"pool", r["pool"]}, {"device", r["device"]}};
     if (r.contains("shareID")) entry["shareID"] = r["shareID"];
@@ -472,36 +943,87 @@ Status Controller::Rep::WriteStatus(const json& claim, const json& ours, const R
         prev = d;
       }
     }
-    std::string cstatus = *all ? "True" : "False";
-    std::string since = Now3339();
+    // Binding conditions are evaluated once per claim (k/k#140036): once
+    // True for this region it stays True while a later consumer's host is
+    // added (the plugin gates prepare on that host's state in data.hosts).
+    // A new region (recomposed after a loss) starts False again.
+    bool was_true = false, was_unreachable = false;
+    std::string since = Now3339(), reach_since = since;
+    const bool same_region = prev.is_object() && prev.contains("data") &&
+                             prev["data"].is_object() &&
+                             prev["data"].value("memoryId", "") == region.id;
     if (prev.is_object()) {
       for (const auto& c : prev.value("conditions", json::array())) {
-        if (c.value("type", "") == kConditionComposed && c.value("status", "") == cstatus) {
+        if (c.value("type", "") == kConditionComposed && c.value("status", "") == "True" &&
+            same_region) {
+          was_true = true;
+        }
+        if (c.value("type", "") == kConditionFabricReachable) {
+          if (c.value("status", "") == "False") {
+            was_unreachable = true;
+          } else {
+            reach_since = c.value("lastTransitionTime", reach_since);
+          }
+        }
+      }
+    }
+    const bool ctrue = *all || was_true;
+    std::string cstatus = ctrue ? "True" : "False";
+    if (prev.is_object()) {
+      for (const auto& c : prev.value("conditions", json::array())) {
+        if (c.value("type", "") == kConditionComposed && c.value("status", "") == cstatus &&
+            (same_region || !ctrue)) {
           since = c.value("lastTransitionTime", since);
         }
       }
     }
+    std::string reason = *all ? "Materialized" : (ctrue ? "AddingHosts" : "Materializing");
+    if (!ctrue && !prev_ids.empty() && prev_ids != region.id) reason = "Recomposing";
     entry["conditions"] = {{{"type", kConditionComposed},
                             {"status", cstatus},
-                            {"reason", *all ? "Materialized" : "Materializing"},
+                            {"reason", reason},
                             {"message", *all ? "region " + region.id + " materialized on every host"
                                              : "waiting for " + pending},
-                            {"lastTransitionTime", since}}};
+                            {"lastTransitionTime", since}},
+                           {{"type", kConditionFabricReachable},
+                            {"status", "True"},
+                            {"reason", "Reachable"},
+                            {"message", "the fabric manager answered"},
+                            {"lastTransitionTime", reach_since}}};
+    if (was_unreachable) {
+      Event(claim, false, "FabricReachable", "fabric manager reachable again");
+    }
     entry["data"] = data;
     if (!prev.is_object() || prev.value("data", json()) != data ||
         prev.value("conditions", json()) != entry["conditions"]) {
       changed = true;
     }
+    if (*all && !was_true) became_true = true;
     devices.push_back(entry);
   }
   if (!changed) return Status::OK();
   json out;
-  CXLKV_RETURN_IF_ERROR(PatchClaim(
-      claim, json::array({{{"op", "add"}, {"path", "/status/devices"}, {"value", devices}}}), &out,
-      "status"));
-  if (*all) {
-    Event(claim, false, "Materialized",
-          "region " + region.id + " materialized on " + std::to_string(hosts.size()) + " host(s)");
+  CXLKV_RETURN_IF_ERROR(Timed("status_patch", [&] {
+    return PatchClaim(
+        claim, json::array({{{"op", "add"}, {"path", "/status/devices"}, {"value", devices}}}),
+        &out, "status");
+  }));
+  // One Event per host whose state became Materialized in this write.
+  json prev_hosts = json::object();
+  for (const auto& d : status.value("devices", json::array())) {
+    if (d.value("driver", "") == opt.driver_name && d.contains("data") && d["data"].is_object() &&
+        d["data"].value("memoryId", "") == region.id && d["data"].contains("hosts")) {
+      prev_hosts = d["data"]["hosts"];
+    }
+  }
+  for (const auto& [h, st] : hosts.items()) {
+    if (st.value("state", "") != kHostMaterialized) continue;
+    if (prev_hosts.contains(h) && prev_hosts[h].value("state", "") == kHostMaterialized) continue;
+    Event(claim, false, "Materialized", "region " + region.id + " materialized on host " + h);
+  }
+  if (became_true) {
+    spdlog::info("claim {}: region {} materialized on every host ({})", kube::ObjectKey(claim),
+                 region.id, hosts.size());
   }
   return Status::OK();
 }
@@ -512,7 +1034,8 @@ Status Controller::Rep::Release(json& claim) {
   RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
   bool leaked = false;
   if (ref.ok()) {
-    Status s = composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id);
+    Status s = Timed("free",
+                     [&] { return composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id); });
     if (!s.ok() && !s.IsNotFound()) {
       int n;
       {
@@ -520,6 +1043,7 @@ Status Controller::Rep::Release(json& claim) {
         n = ++free_failures[uid];
       }
       if (n < opt.max_free_attempts) {
+        metrics.AddFreeRetry();
         Event(claim, true, "FreeRetrying",
               "free region " + ref.memory_id + " failed (attempt " + std::to_string(n) +
                   "): " + s.ToString());

@@ -7,22 +7,44 @@
 //    (MiB-exact bytes) whose request policy steps in resource block x QoS,
 //    and the binding condition cxlkv.dev/composed (failure
 //    cxlkv.dev/compose-failed), no bindsToNode (it would pin a shared region
-//    to the first pod's node). Republished every `slice_period`.
+//    to the first pod's node). Capacity = the blade's memory minus every
+//    region that backs no live allocation (orphaned, pending free, leaked,
+//    foreign): the scheduler subtracts live claims itself, and must never
+//    admit what compose will refuse. While the fabric manager is
+//    unreachable the device carries the taint cxlkv.dev/fabric-unreachable
+//    NoSchedule; it is dropped on recovery.
+//  - Resync (one replica: the holder of the Lease `lease_name`), at start
+//    and every `resync_period` (backing off from 1 s while the fabric
+//    manager is unreachable): regions tagged by this driver whose (claim
+//    UID, allocationTimestamp) names no live allocation, and that no claim
+//    annotation still names, are freed (the orphan sweep); then the slices
+//    are published.
 //  - ResourceClaims allocated on our devices, per claim:
 //      unowned -> owned     JSON Patch [test resourceVersion, add owner
 //                           annotation, add finalizer]: a real compare-and-
 //                           set (two controllers: one wins, one gets 409);
 //      owned -> composed    compose through the Composer, keyed by (claim
-//                           UID, allocationTimestamp); the teardown
-//                           parameters go into the cxlkv.dev/region
-//                           annotation before status is written;
+//                           UID, allocationTimestamp) in the region's tag
+//                           (a region already tagged so is adopted: a
+//                           controller killed after compose leaks nothing);
+//                           target hosts = the reserving pods' nodes
+//                           (spec.nodeName, else status.nominatedNodeName)
+//                           when all are known, else the allocation's node
+//                           selector; the teardown parameters go into the
+//                           cxlkv.dev/region annotation before status;
 //      composed -> ready    status.devices[] (common/claim_status.h) with
 //                           cxlkv.dev/composed True once every target host
 //                           reports Materialized (polled until then);
+//                           a later consumer on another cabled host: the
+//                           host is added to the region (Composer::AddHost)
+//                           and its state shows in status data.hosts;
 //      deallocated/deleted  free the region, drop annotation and finalizer;
 //                           after 5 failed frees the finalizer is dropped
 //                           with a Warning Event (the region is leaked).
-//    Events on the claim: Composed, ComposeFailed, FreeRetrying, FreeFailed.
+//    Events on the claim: Composed, Materialized, HostAdded, ComposeFailed,
+//    FabricUnreachable, FabricReachable, RegionLost, FreeRetrying,
+//    FreeFailed, Freed.
+//  - /metrics and /healthz on `metrics_listen` (controller/metrics.h).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.
 #ifndef CXLKV_DRA_CONTROLLER_CONTROLLER_H_
@@ -44,12 +66,23 @@ struct ControllerOptions {
   std::string identity;
   // DIMM channels interleaved per region (CFM QoS): 1, 2, 4 or 8.
   int qos = 4;
-  std::chrono::milliseconds slice_period{30000};
   // How often a claim whose region is not yet materialized everywhere is
   // re-read from the fabric manager.
   std::chrono::milliseconds materialize_poll{500};
   int max_free_attempts = 5;
   int workers = 2;
+  // Orphan sweep + slice publishing period, and the informer's resync (each
+  // replica re-checks the regions of the claims it owns this often).
+  std::chrono::milliseconds resync_period{30000};
+  // The Lease that elects the one replica doing resync and slices.
+  std::string lease_namespace = "default";
+  std::string lease_name = "cxlkv-dra-controller";
+  std::chrono::milliseconds lease_duration{15000};
+  // "host:port" for /metrics and /healthz; "" = no HTTP server.
+  std::string metrics_listen;
+  // Tests only: "after-compose" SIGKILLs the process right after a compose
+  // returns, before the teardown parameters are recorded.
+  std::string failpoint;
 };
 
 class Controller {
@@ -59,14 +92,21 @@ class Controller {
                     std::unique_ptr<Controller>* out);
   ~Controller();  // Stop()
 
-  // Publishes the slices once (IOError when the fabric manager or the
-  // apiserver refuses), then starts the claim informer, the workers and the
-  // periodic slice publisher.
+  // Checks that the apiserver serves resource.k8s.io/v1 (Unsupported with
+  // the versions it does serve otherwise; IOError: apiserver unreachable),
+  // starts the metrics server (IOError: cannot listen), then the claim
+  // informer, the workers, the Lease contender and the resync loop.
   Status Start();
   void Stop();
 
-  // One slice pass (also run periodically). Exposed for tests.
-  Status PublishSlices();
+  // One resync pass: the orphan sweep, then the slices. IOError when the
+  // fabric manager or the apiserver fails (the slices then carry the
+  // fabric-unreachable taint where they could be written). Run by the
+  // Lease holder; exposed for tests.
+  Status Resync();
+
+  // The port /metrics listens on (0 when off); useful with "host:0".
+  int metrics_port() const;
 
   struct Rep;
 

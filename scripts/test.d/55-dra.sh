@@ -458,6 +458,7 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
   bad "racing controllers: $total composes for $((LOOPS + 7)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
+source "$ROOT/test/e2e/dra-controller-cases.sh"
 
 echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
