@@ -14,6 +14,7 @@
 
 #include "controller/controller.h"
 #include "cxlkv/fabric/client.h"
+#include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/kube/config.h"
 
 int main(int argc, char** argv) {
@@ -26,9 +27,26 @@ int main(int argc, char** argv) {
   app.add_option("--identity", opt.identity, "this replica's name in the owner annotation")
       ->required()
       ->envname("POD_NAME");
-  app.add_option("--fabric", fopt.base_url, "fabric manager URL")
-      ->required()
-      ->envname("CXLKV_FABRIC_URL");
+  cxlkv::fabric::LocalPoolOptions lopt;
+  lopt.name.clear();
+  auto* fabric_opt =
+      app.add_option("--fabric", fopt.base_url, "fabric manager URL")->envname("CXLKV_FABRIC_URL");
+  auto* local_opt =
+      app.add_option("--local-pool-dir", lopt.dir,
+                     "a node-local pool (tmpfs or hugetlbfs directory) instead of a fabric manager")
+          ->envname("CXLKV_LOCAL_POOL_DIR");
+  fabric_opt->excludes(local_opt);
+  app.add_option("--local-pool-mib", lopt.capacity_mib, "local pool size (0 = the file system's)")
+      ->envname("CXLKV_LOCAL_POOL_MIB");
+  app.add_option("--local-block-mib", lopt.block_mib, "local pool granularity (0 = fs block)")
+      ->envname("CXLKV_LOCAL_BLOCK_MIB");
+  app.add_option("--local-pool-name", lopt.name, "local pool (blade) id; default: the node name")
+      ->envname("CXLKV_LOCAL_POOL_NAME");
+  app.add_option("--local-node", lopt.node_id, "the node the local pool is on")
+      ->envname("NODE_NAME");
+  app.add_option("--local-state-dir", lopt.state_dir)->envname("CXLKV_LOCAL_STATE_DIR");
+  app.add_option("--local-hostd", opt.local_hostd_url, "the node's cxlkv-hostd (local pool)")
+      ->envname("CXLKV_HOSTD_URL");
   app.add_option("--fabric-user", fopt.username)->envname("CXLKV_FABRIC_USER");
   app.add_option("--fabric-password", fopt.password)->envname("CXLKV_FABRIC_PASSWORD");
   app.add_option("--fabric-ca", fopt.ca_file)->envname("CXLKV_FABRIC_CA");
@@ -44,6 +62,9 @@ int main(int argc, char** argv) {
   app.add_option("--lease-name", opt.lease_name)->envname("CXLKV_DRA_LEASE_NAME");
   app.add_option("--lease-duration", lease_duration_s, "seconds")
       ->envname("CXLKV_DRA_LEASE_DURATION");
+  app.add_option("--flow", opt.flow,
+                 "binding-conditions, paper (consumer wait + polls, the gate-off flow) or auto")
+      ->envname("CXLKV_DRA_FLOW");
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "host:port for /metrics and /healthz (\"\" = off)")
       ->envname("CXLKV_DRA_METRICS_LISTEN");
@@ -73,9 +94,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<cxlkv::fabric::FabricClient> fabric;
-  cxlkv::Status s = cxlkv::fabric::FabricClient::Open(fopt, &fabric);
+  std::unique_ptr<cxlkv::fabric::LocalComposer> local;
+  cxlkv::fabric::Composer* composer = nullptr;
+  cxlkv::Status s;
+  if (fopt.base_url.empty() == (local_opt->count() == 0)) {
+    s = cxlkv::Status::InvalidArgument("give exactly one of --fabric and --local-pool-dir");
+  } else if (!fopt.base_url.empty()) {
+    s = cxlkv::fabric::FabricClient::Open(fopt, &fabric);
+    composer = fabric.get();
+  } else if (lopt.node_id.empty() || opt.local_hostd_url.empty()) {
+    s = cxlkv::Status::InvalidArgument("a local pool needs --local-node and --local-hostd");
+  } else {
+    if (lopt.name.empty()) lopt.name = lopt.node_id;
+    s = cxlkv::fabric::LocalComposer::Open(lopt, &local);
+    composer = local.get();
+  }
   std::unique_ptr<cxlkv::dra::Controller> ctl;
-  if (s.ok()) s = cxlkv::dra::Controller::New(opt, kube.get(), fabric.get(), &ctl);
+  if (s.ok()) s = cxlkv::dra::Controller::New(opt, kube.get(), composer, &ctl);
   if (s.ok()) s = ctl->Start();
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-dra-controller: %s\n", s.ToString().c_str());

@@ -21,6 +21,7 @@
 #include "common/node_selector.h"
 #include "controller/metrics.h"
 #include "cxlkv/base/size.h"
+#include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/kube/event_recorder.h"
 #include "cxlkv/kube/informer.h"
 #include "cxlkv/kube/leader_election.h"
@@ -155,6 +156,19 @@ struct Controller::Rep {
   std::vector<fabric::Pool> last_pools;  // the last pools the manager listed
   bool fabric_down = false;
   std::atomic<bool> fabric_reachable{true};  // read by /healthz
+  // The paper's flow (no binding conditions): set at start by the flow
+  // option or the dry-run probe, or when a slice write drops them.
+  std::atomic<bool> paper{false};
+  std::map<std::string, std::chrono::steady_clock::time_point> first_seen;  // guarded by mu
+  json DeviceFor(const fabric::Pool& p, int64_t capacity, bool down) const;
+  Status ProbeGates();
+  // Frees a region; with a local pool the node's hostd drops its device
+  // and CDI spec first (the fabric manager does that for fabric regions).
+  Status FreeRegion(const std::string& aid, const std::string& bid, const std::string& mid);
+  // Local pool only: has the node's hostd materialize every mapping not yet
+  // Materialized (idempotent there) and records the outcome in *region.
+  void LocalMaterialize(fabric::MemoryRegion* region);
+  std::chrono::milliseconds Poll() const { return paper ? opt.paper_poll : opt.materialize_poll; }
 
   void Enqueue(const json& obj) { queue.Add(kube::ObjectKey(obj)); }
   void Worker();
@@ -167,6 +181,7 @@ struct Controller::Rep {
   std::vector<std::string> ConsumerNodes(const json& claim, bool* all_known);
   Status AddConsumerHosts(const json& claim, const RegionRef& ref, fabric::MemoryRegion* region);
   Status MarkFabricDown(const json& claim, const json& ours, const Status& why);
+  Status ComposeFailed(const json& claim, const json& ours, const Status& why);
   Status Timed(const char* op, const std::function<Status()>& fn) {
     ControllerMetrics::Op m(&metrics, op);
     return m.Done(fn());
@@ -203,40 +218,50 @@ Status Controller::New(const ControllerOptions& opt, kube::Client* kube, fabric:
 Controller::Controller(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 Controller::~Controller() { Stop(); }
 
+json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool down) const {
+  const int64_t step = p.block_mib * opt.qos * kMiB;
+  json device = {
+      {"name", p.blade_id},
+      {"attributes",
+       {{"appliance", {{"string", p.appliance_id}}},
+        {"blade", {{"string", p.blade_id}}},
+        {"qos", {{"int", opt.qos}}},
+        {"blockSizeBytes", {{"int", p.block_mib * kMiB}}}}},
+      {"capacity",
+       {{"memory",
+         {{"value", std::to_string(capacity)},
+          {"requestPolicy",
+           {{"default", std::to_string(step)},
+            {"validRange", {{"min", std::to_string(step)}, {"step", std::to_string(step)}}}}}}}}},
+      {"allowMultipleAllocations", true}};
+  if (!paper) {
+    device["bindingConditions"] = {kConditionComposed};
+    device["bindingFailureConditions"] = {kConditionComposeFailed};
+  }
+  if (down) {
+    // A taint applies on every host: right for a blade-wide fault such as
+    // an unreachable manager (nothing new can be composed anywhere).
+    device["taints"] = {
+        {{"key", kTaintFabricUnreachable}, {"value", "true"}, {"effect", "NoSchedule"}}};
+  }
+  return device;
+}
+
 Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
                                       const std::map<std::string, int64_t>& unusable_bytes,
                                       bool down) {
   const std::string& drv = opt.driver_name;
   Status first_error;
   for (const auto& p : pools) {
-    const int64_t step = p.block_mib * opt.qos * kMiB;
     json hosts = p.hosts;
     auto u = unusable_bytes.find(PoolName(p));
     const int64_t unusable = u == unusable_bytes.end() ? 0 : u->second;
     const int64_t capacity = std::max<int64_t>(0, p.total_mib * kMiB - unusable);
-    json device = {
-        {"name", p.blade_id},
-        {"attributes",
-         {{"appliance", {{"string", p.appliance_id}}},
-          {"blade", {{"string", p.blade_id}}},
-          {"qos", {{"int", opt.qos}}},
-          {"blockSizeBytes", {{"int", p.block_mib * kMiB}}}}},
-        {"capacity",
-         {{"memory",
-           {{"value", std::to_string(capacity)},
-            {"requestPolicy",
-             {{"default", std::to_string(step)},
-              {"validRange", {{"min", std::to_string(step)}, {"step", std::to_string(step)}}}}}}}}},
-        {"allowMultipleAllocations", true},
-        {"bindingConditions", {kConditionComposed}},
-        {"bindingFailureConditions", {kConditionComposeFailed}}};
-    if (down) {
-      // A taint applies on every host: right for a blade-wide fault such as
-      // an unreachable manager (nothing new can be composed anywhere).
-      device["taints"] = {
-          {{"key", kTaintFabricUnreachable}, {"value", "true"}, {"effect", "NoSchedule"}}};
-    }
+    json device = DeviceFor(p, capacity, down);
     std::string name = drv + "-" + p.appliance_id + "-" + p.blade_id;
+    // A local pool serves its own node only: a per-node slice (nodeName),
+    // as node-local drivers publish.
+    const bool local = p.appliance_id == fabric::LocalComposer::kApplianceId && p.hosts.size() == 1;
     json slice = {
         {"metadata", {{"name", name}}},
         {"spec",
@@ -247,6 +272,10 @@ Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
              {{{"matchExpressions",
                 {{{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", hosts}}}}}}}}},
           {"devices", {device}}}}};
+    if (local) {
+      slice["spec"].erase("nodeSelector");
+      slice["spec"]["nodeName"] = p.hosts[0];
+    }
     auto slices = kube::ResourceSliceClient(kube);
     json cur;
     kube::Status ks = slices.Get(name, &cur);
@@ -279,7 +308,14 @@ Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
     }
     // A disabled gate makes the apiserver drop fields silently: compare.
     const json& got = stored["spec"]["devices"][0];
-    if (!got.contains("allowMultipleAllocations") || !got.contains("bindingConditions") ||
+    if (!paper && !got.contains("bindingConditions")) {
+      paper = true;
+      spdlog::error("slice {}: the apiserver dropped bindingConditions: using the paper's flow",
+                    name);
+      Event(stored, true, "BindingConditionsOff",
+            "the apiserver dropped bindingConditions: consumers wait in prepare instead");
+    }
+    if (!got.contains("allowMultipleAllocations") ||
         !got["capacity"]["memory"].contains("requestPolicy")) {
       metrics.SetAnnotationMode(true);
       spdlog::error(
@@ -368,7 +404,7 @@ Status Controller::Rep::ResyncPass() {
       if (ours && named.count(r.id) == 0) {
         // An orphan: its claim is gone, or reallocated and no annotation
         // names this region any more (its owner died, or gave up freeing).
-        Status fs = Timed("free", [&] { return composer->Free(p.appliance_id, p.blade_id, r.id); });
+        Status fs = FreeRegion(p.appliance_id, p.blade_id, r.id);
         if (fs.ok() || fs.IsNotFound()) {
           ++freed;
           spdlog::info("resync: freed orphaned region {} ({} MiB, tag {})", r.id, r.size_mib,
@@ -414,6 +450,16 @@ Status Controller::Start() {
                                (served.empty() ? std::string("with no versions") : served) +
                                " but not v1; cxlkv needs resource.k8s.io/v1 (Kubernetes 1.34+)");
   }
+  if (r->opt.flow == "paper") {
+    r->paper = true;
+  } else if (r->opt.flow == "auto") {
+    CXLKV_RETURN_IF_ERROR(r->ProbeGates());
+  } else if (r->opt.flow != "binding-conditions") {
+    return Status::InvalidArgument("flow \"" + r->opt.flow +
+                                   "\": want binding-conditions, paper or auto");
+  }
+  spdlog::info("flow: {}",
+               r->paper ? "paper (consumer wait, prepare polls)" : "binding conditions");
   if (!r->opt.metrics_listen.empty()) {
     const std::string& l = r->opt.metrics_listen;
     auto colon = l.rfind(':');
@@ -502,6 +548,99 @@ Status Controller::Start() {
   return Status::OK();
 }
 
+Status Controller::Rep::FreeRegion(const std::string& aid, const std::string& bid,
+                                   const std::string& mid) {
+  ControllerMetrics::Op op(&metrics, "free");
+  if (!opt.local_hostd_url.empty()) {
+    httplib::Client c(opt.local_hostd_url);
+    c.set_connection_timeout(3);
+    c.set_read_timeout(10);
+    auto res = c.Delete("/cxlkv/v1/regions/" + mid);
+    if (!res) {
+      return op.Done(Status::IOError("hostd " + opt.local_hostd_url + ": remove region " + mid +
+                                     ": " + httplib::to_string(res.error())));
+    }
+    if (res->status != 200 && res->status != 204 && res->status != 404) {
+      return op.Done(Status::IOError("hostd: remove region " + mid + ": HTTP " +
+                                     std::to_string(res->status) + " " + res->body));
+    }
+  }
+  return op.Done(composer->Free(aid, bid, mid));
+}
+
+void Controller::Rep::LocalMaterialize(fabric::MemoryRegion* region) {
+  if (opt.local_hostd_url.empty()) return;
+  for (auto& m : region->mappings) {
+    if (m.materialization == fabric::Materialization::kMaterialized && !m.device.empty()) continue;
+    // The request the fabric manager sends a host agent (fabricd's
+    // Materialize), so hostd serves both alike.
+    json body = {{"allocationId", region->id},
+                 {"sizeBytes", region->size_mib * kMiB},
+                 {"offsetBytes", 0},
+                 {"backingPath", region->backing_path},
+                 {"applianceId", region->appliance_id},
+                 {"bladeId", region->blade_id}};
+    httplib::Client c(opt.local_hostd_url);
+    c.set_connection_timeout(3);
+    c.set_read_timeout(10);
+    ControllerMetrics::Op op(&metrics, "materialize");
+    auto res = c.Put("/cxlkv/v1/regions/" + region->id, body.dump(), "application/json");
+    if (!res) {
+      m.materialization = fabric::Materialization::kFailed;
+      m.error = "hostd " + opt.local_hostd_url + ": " + httplib::to_string(res.error());
+      (void)op.Done(Status::IOError(m.error));
+      continue;
+    }
+    json j = json::parse(res->body, nullptr, false);
+    if (res->status != 200 && res->status != 201) {
+      m.materialization = fabric::Materialization::kFailed;
+      m.error = "hostd: HTTP " + std::to_string(res->status) + " " +
+                (j.is_object() ? j.value("error", res->body) : res->body);
+      (void)op.Done(Status::IOError(m.error));
+      continue;
+    }
+    m.materialization = fabric::Materialization::kMaterialized;
+    m.error.clear();
+    if (j.is_object()) m.device = j.value("device", "");
+    (void)op.Done(Status::OK());
+  }
+}
+
+Status Controller::Rep::ProbeGates() {
+  // A server-side dry run of a slice with every field we use: what comes
+  // back tells which gates the apiserver has on, without persisting
+  // anything (DRADeviceBindingConditions, DRAConsumableCapacity).
+  fabric::Pool probe;
+  probe.appliance_id = "gate-probe";
+  probe.blade_id = "gate-probe";
+  probe.block_mib = 256;
+  probe.total_mib = 256 * opt.qos * 8;  // validation wants steps to fit
+  json slice = {{"metadata", {{"name", opt.driver_name + "-gate-probe"}}},
+                {"spec",
+                 {{"driver", opt.driver_name},
+                  {"pool", {{"name", "gate-probe"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                  {"nodeName", "gate-probe"},
+                  {"devices", {DeviceFor(probe, probe.total_mib * kMiB, false)}}}}};
+  kube::WriteOptions wo;
+  wo.dry_run = true;
+  json got;
+  kube::Status ks = kube::ResourceSliceClient(kube).Create(slice, &got, wo);
+  if (!ks.ok()) return Status::IOError("probe feature gates (dry-run slice): " + ks.ToString());
+  const json& d = got["spec"]["devices"][0];
+  if (!d.contains("bindingConditions")) {
+    paper = true;
+    spdlog::warn(
+        "the apiserver drops bindingConditions (DRADeviceBindingConditions off): "
+        "using the paper's flow");
+  }
+  if (!d.contains("allowMultipleAllocations") ||
+      !d["capacity"]["memory"].contains("requestPolicy")) {
+    metrics.SetAnnotationMode(true);
+    spdlog::error("the apiserver drops consumable-capacity fields (DRAConsumableCapacity off)");
+  }
+  return Status::OK();
+}
+
 int Controller::metrics_port() const { return rep_->http_port > 0 ? rep_->http_port : 0; }
 
 void Controller::Stop() {
@@ -531,7 +670,7 @@ void Controller::Rep::Worker() {
       queue.AddRateLimited(key);
     } else {
       queue.Forget(key);
-      if (soon) queue.AddAfter(key, opt.materialize_poll);
+      if (soon) queue.AddAfter(key, Poll());
     }
     queue.Done(key);
   }
@@ -642,6 +781,36 @@ Status Controller::Rep::MarkFabricDown(const json& claim, const json& ours, cons
   });
 }
 
+Status Controller::Rep::ComposeFailed(const json& claim, const json& ours, const Status& why) {
+  json devices = json::array();
+  for (const auto& d : claim["status"].value("devices", json::array())) {
+    if (d.value("driver", "") != opt.driver_name) devices.push_back(d);
+  }
+  const std::string msg = why.ToString().substr(0, 1024);
+  const std::string now = Now3339();
+  for (const auto& r : ours) {
+    json e = {{"driver", opt.driver_name}, {"pool", r["pool"]}, {"device", r["device"]}};
+    if (r.contains("shareID")) e["shareID"] = r["shareID"];
+    e["conditions"] = {{{"type", kConditionComposed},
+                        {"status", "False"},
+                        {"reason", "ComposeFailed"},
+                        {"message", msg},
+                        {"lastTransitionTime", now}},
+                       {{"type", kConditionComposeFailed},
+                        {"status", "True"},
+                        {"reason", why.IsNoSpace() ? "NoSpace" : "InvalidRequest"},
+                        {"message", msg},
+                        {"lastTransitionTime", now}}};
+    devices.push_back(e);
+  }
+  json out;
+  return Timed("status_patch", [&] {
+    return PatchClaim(
+        claim, json::array({{{"op", "add"}, {"path", "/status/devices"}, {"value", devices}}}),
+        &out, "status");
+  });
+}
+
 Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref,
                                          fabric::MemoryRegion* region) {
   bool all_known = false;
@@ -702,8 +871,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     // A cleared and redone allocation: a new compose; the old region goes.
     spdlog::info("claim {}: allocation changed ({} -> {}), freeing region {}", key,
                  ref.allocation_timestamp, ts, ref.memory_id);
-    Status fs = Timed(
-        "free", [&] { return composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id); });
+    Status fs = FreeRegion(ref.appliance_id, ref.blade_id, ref.memory_id);
     if (fs.IsIOError()) {
       Status ms = MarkFabricDown(claim, ours, fs);
       if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
@@ -711,11 +879,37 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     if (!fs.ok() && !fs.IsNotFound()) return fs.WithContext("free old region " + ref.memory_id);
     ref = RegionRef();
   }
+  if (!ref.ok() && paper && !reserved) {
+    // The paper's flow: wait (at most consumer_wait) for a consumer, so the
+    // region is composed for the nodes that will use it.
+    const std::string uid = claim["metadata"].value("uid", "") + "@" + ts;
+    bool wait = false;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto [it, fresh] = first_seen.emplace(uid, std::chrono::steady_clock::now());
+      wait = std::chrono::steady_clock::now() - it->second < opt.consumer_wait;
+      if (!wait) first_seen.erase(it);
+    }
+    if (wait) {
+      *requeue_soon = true;
+      return Status::OK();
+    }
+  }
   if (!ref.ok()) {
+    if (paper) {
+      std::lock_guard<std::mutex> l(mu);
+      first_seen.erase(claim["metadata"].value("uid", "") + "@" + ts);
+    }
     Status s = Compose(claim, ours, &ref);
     if (s.IsIOError()) {
       Status ms = MarkFabricDown(claim, ours, s);
       if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
+    }
+    if ((s.IsNoSpace() || s.IsInvalidArgument()) && !paper) {
+      // A compose this allocation cannot get: the binding failure condition
+      // makes the scheduler clear the allocation and try again (with its
+      // own backoff), rather than waiting out bindingTimeout.
+      return ComposeFailed(claim, ours, s);
     }
     if (!s.ok()) return s;
     *requeue_soon = true;
@@ -748,6 +942,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   }
   if (!s.ok()) return s.WithContext("get region " + ref.memory_id);
   CXLKV_RETURN_IF_ERROR(AddConsumerHosts(claim, ref, &region));
+  LocalMaterialize(&region);
   bool all = false;
   CXLKV_RETURN_IF_ERROR(WriteStatus(claim, ours, ref, region, &all));
   *requeue_soon = !all;
@@ -882,7 +1077,7 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
   if (!s.ok()) {
     // The teardown parameters could not be recorded: do not leave the
     // region behind.
-    Status fs = Timed("free", [&] { return composer->Free(appliance, blade, res.region.id); });
+    Status fs = FreeRegion(appliance, blade, res.region.id);
     if (!fs.ok())
       spdlog::error("claim {}: free unrecorded region {}: {}", key, res.region.id, fs.ToString());
     return s;
@@ -1034,8 +1229,7 @@ Status Controller::Rep::Release(json& claim) {
   RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
   bool leaked = false;
   if (ref.ok()) {
-    Status s = Timed("free",
-                     [&] { return composer->Free(ref.appliance_id, ref.blade_id, ref.memory_id); });
+    Status s = FreeRegion(ref.appliance_id, ref.blade_id, ref.memory_id);
     if (!s.ok() && !s.IsNotFound()) {
       int n;
       {
@@ -1056,6 +1250,27 @@ Status Controller::Rep::Release(json& claim) {
     } else {
       spdlog::info("claim {}: freed region {}", key, ref.memory_id);
     }
+  }
+  // Our status.devices entries describe a region that is gone; a stale
+  // compose-failed or composed condition must not meet the next allocation.
+  json keep = json::array();
+  bool had_ours = false;
+  const json cur_status = claim.contains("status") ? claim["status"] : json::object();
+  for (const auto& d : cur_status.value("devices", json::array())) {
+    if (d.value("driver", "") == opt.driver_name) {
+      had_ours = true;
+    } else {
+      keep.push_back(d);
+    }
+  }
+  if (had_ours && !claim["metadata"].contains("deletionTimestamp")) {
+    json fresh;
+    CXLKV_RETURN_IF_ERROR(Timed("status_patch", [&] {
+      return PatchClaim(
+          claim, json::array({{{"op", "add"}, {"path", "/status/devices"}, {"value", keep}}}),
+          &fresh, "status");
+    }));
+    claim = fresh;
   }
   json ops = json::array();
   json ann = claim["metadata"].value("annotations", json::object());

@@ -80,6 +80,19 @@ struct ControllerOptions {
   std::chrono::milliseconds lease_duration{15000};
   // "host:port" for /metrics and /healthz; "" = no HTTP server.
   std::string metrics_listen;
+  // "binding-conditions": the scheduler waits in PreBind for
+  // cxlkv.dev/composed; "paper": no binding conditions, the paper's flow
+  // (the controller waits up to consumer_wait for a consumer, composes,
+  // patches status; prepare answers "not ready yet" until the CDI ids are
+  // there; status re-read every paper_poll); "auto": binding conditions
+  // unless a dry-run slice shows the apiserver drops them.
+  std::string flow = "auto";
+  std::chrono::milliseconds consumer_wait{30000};
+  std::chrono::milliseconds paper_poll{1500};
+  // A local pool (fabric::LocalComposer): the node's cxlkv-hostd, which the
+  // controller asks to materialize and remove regions, as the fabric manager
+  // does for its regions ("" with a fabric manager).
+  std::string local_hostd_url;
   // Tests only: "after-compose" SIGKILLs the process right after a compose
   // returns, before the teardown parameters are recorded.
   std::string failpoint;

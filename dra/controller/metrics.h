@@ -18,9 +18,9 @@
 //   cxlkv_dra_annotation_mode                              gauge 0/1
 //
 // `operation` is one of compose, free, get, list, add_host, own,
-// status_patch, resync; `result` is "ok" or the error's code name
-// ("IO error", "Not found", ... as cxlkv::Status names them, lower-cased
-// with '_').
+// status_patch, resync, materialize (local pool: the node's hostd);
+// `result` is "ok" or the error's code name in snake case ("io_error",
+// "not_found", "no_space", "busy", ...).
 //
 // Thread-safety: every method is thread-safe (one mutex).
 #ifndef CXLKV_DRA_CONTROLLER_METRICS_H_

@@ -18,11 +18,13 @@
 # shared checkpoint); prepare refusing a region still prepared for another
 # claim (the test plays a faulty controller); a create/delete loop of claims with pods (10; 50 with
 # CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint
-# entry. Last, on a control plane of its own with a short bindingTimeout,
+# entry. Then the controller's failure cases (test/e2e/dra-controller-cases.sh)
+# and scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
+# 100 s. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
 # (test/e2e/dra-binding-conditions.sh).
-# Warm (Kubernetes and the fake kubelet cached): about 290 s on 2 cores (measured 258 s
-# before the refusal case, which adds about 30 s).
+# Warm (Kubernetes and the fake kubelet cached): about 390 s on 2 cores (measured 258 s
+# before the refusal case, which adds about 30 s, and the controller cases).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -459,6 +461,7 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
 source "$ROOT/test/e2e/dra-controller-cases.sh"
+source "$ROOT/test/e2e/dra-local-cases.sh"
 
 echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done

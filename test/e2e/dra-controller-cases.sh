@@ -21,14 +21,16 @@
 #     the taint gone, the pod runs;
 #  6. frees failing 5 times: FreeRetrying Events, then FreeFailed, the
 #     finalizer dropped; resync then frees the region (fault gone);
+#  6b. a compose refused (share count 0): compose-failed, the scheduler
+#     retries, the pod is never bound;
 #  7. /metrics and /healthz.
 # Warm: about 100 s.
 
 echo "== dra: controller cases (failpoint, resync, later consumer, power cycle, fabric down)"
 CMP=$(port)
-ctl_start() {  # ctl_start <identity> [env...]: one controller, 2 s resync, 6 s Lease
-  local id=$1; shift
-  start "$id" env "$@" "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
+ctl_start() {  # ctl_start <log name> <identity> [env...]: one controller, 2 s resync, 6 s Lease
+  local log=$1 id=$2; shift 2
+  start "$log" env "$@" "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
     --identity "$id" --resync-period 2 --lease-duration 6 --metrics-listen "127.0.0.1:$CMP"
 }
 # The stage's replicas stop (SIGTERM: each releases the Lease it may hold).
@@ -62,13 +64,13 @@ has_region() { [ "$(region_list | grep -c "^$1 ")" -gt 0 ]; }
 slice_json() { kubectl get resourceslice cxlkv.dev-cma-0-blade-0 -o json; }
 capacity() { slice_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["spec"]["devices"][0]["capacity"]["memory"]["value"])'; }
 tainted() { slice_json | python3 -c 'import json,sys; d=json.load(sys.stdin)["spec"]["devices"][0]; sys.exit(0 if any(t["key"]=="cxlkv.dev/fabric-unreachable" and t["effect"]=="NoSchedule" for t in d.get("taints",[])) else 1)'; }
-metric() {  # metric <exact series>: its value
+ctl_metric() {  # ctl_metric <exact series>: its value on our controller
   curl -s "http://127.0.0.1:$CMP/metrics" | awk -v k="$1" '$1 == k {print $2}'
 }
 proc_gone() { ! kill -0 "$1" 2>/dev/null; }
 
 # 1. SIGKILL between compose and the annotation, then restart.
-ctl_start ctl-fp CXLKV_DRA_FAILPOINT=after-compose
+ctl_start ctl-fp ctl-fp CXLKV_DRA_FAILPOINT=after-compose
 claim_yaml fp 1Gi | kubectl apply -f - >/dev/null
 pod_yaml fp fp fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
 if wait_until 60 proc_gone "$PID_ctl_fp"; then
@@ -77,13 +79,14 @@ if wait_until 60 proc_gone "$PID_ctl_fp"; then
   [ "$n" = 1 ] && [ "$ann" = none ] &&
     ok "failpoint: controller SIGKILLed after compose, region on the fabric, no annotation yet" ||
     bad "failpoint state: $n regions for the claim, annotation $ann"
-  # A container restart keeps the pod's name, so the same identity returns.
-  ctl_start ctl-fp
+  # A container restart keeps the pod's name, so the same identity returns
+  # (its log goes to ctl-fp-2.log).
+  ctl_start ctl-fp-2 ctl-fp
   if wait_until 60 succeeded fp; then
     nreg=$(region_list | grep -c "$(cj fp 'c["metadata"]["uid"]')")
     # The pod may have finished and its region gone with the allocation:
     # count what the logs say instead (one compose, killed; one adoption).
-    na=$(grep -c "claim default/fp: adopted region" "$E/logs/ctl-fp.log")
+    na=$(grep -c "claim default/fp: adopted region" "$E/logs/ctl-fp-2.log")
     nk=$(grep -c "failpoint after-compose" "$E/logs/ctl-fp.log")
     [ "$na" = 1 ] && [ "$nk" = 1 ] && [ "$nreg" -le 1 ] &&
       ok "restarted controller adopted the region (no second compose), the pod ran" ||
@@ -192,8 +195,8 @@ wait_until 20 tainted && ok "fabric down: blade device tainted cxlkv.dev/fabric-
 wait_until 20 fabric_false && has_event pc FabricUnreachable &&
   ok "fabric down: claim condition cxlkv.dev/fabric-reachable False and a FabricUnreachable Event" ||
   bad "fabric down: no condition/Event on claim pc"
-[ "$(metric cxlkv_dra_fabric_reachable)" = 0 ] && ok "metric cxlkv_dra_fabric_reachable 0" ||
-  bad "cxlkv_dra_fabric_reachable $(metric cxlkv_dra_fabric_reachable)"
+[ "$(ctl_metric cxlkv_dra_fabric_reachable)" = 0 ] && ok "metric cxlkv_dra_fabric_reachable 0" ||
+  bad "cxlkv_dra_fabric_reachable $(ctl_metric cxlkv_dra_fabric_reachable)"
 claim_yaml fd 1Gi | kubectl apply -f - >/dev/null
 pod_yaml fd fd fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
 sleep 5
@@ -231,13 +234,38 @@ if wait_until 60 running ff; then
   else bad "claim ff stuck with finalizers $(cj ff 'c["metadata"].get("finalizers")')"; fi
 else bad "ff: $(phase ff)"; fi
 
+# 6b. A compose the allocation can never get (share count 0): the binding
+# failure condition cxlkv.dev/compose-failed, so the scheduler clears the
+# allocation and tries again instead of waiting out bindingTimeout.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: bad, namespace: default, annotations: {cxlkv.dev/share-count: "0"}}
+spec:
+  devices:
+    requests:
+      - name: kv
+        exactly: {deviceClassName: cxlkv.dev, capacity: {requests: {memory: 1Gi}}}
+YAML
+pod_yaml bad bad fake-node-0 sh -c 'exit 0' | kubectl apply -f - >/dev/null
+twice_failed() { [ "$(events_for bad | grep -c "^ComposeFailed")" -ge 2 ]; }
+if wait_until 60 twice_failed; then
+  node=$(kubectl get pod bad -o jsonpath='{.spec.nodeName}')
+  [ -z "$node" ] &&
+    ok "compose refused: cxlkv.dev/compose-failed set, the scheduler retried (>= 2 ComposeFailed Events), pod never bound" ||
+    bad "pod bad bound to '$node' despite compose-failed"
+else bad "compose-failed: $(events_for bad | grep -c "^ComposeFailed") ComposeFailed Events"; fi
+kubectl delete pod bad --wait=false >/dev/null; wait_until 60 gone pod bad
+kubectl delete resourceclaim bad --wait=false >/dev/null; wait_until 30 gone resourceclaim bad ||
+  bad "claim bad stuck"
+
 # 7. /metrics and /healthz of the controller that did all this.
 curl -sf "http://127.0.0.1:$CMP/healthz" | grep -q '"ok":true' && ok "/healthz answers ok" ||
   bad "/healthz: $(curl -s "http://127.0.0.1:$CMP/healthz")"
-c_ok=$(metric 'cxlkv_dra_operations_total{operation="compose",result="ok"}')
-h_n=$(metric 'cxlkv_dra_operation_duration_seconds_count{operation="compose",result="ok"}')
-fr=$(metric cxlkv_dra_free_retries_total); of=$(metric cxlkv_dra_orphans_freed_total)
+c_ok=$(ctl_metric 'cxlkv_dra_operations_total{operation="compose",result="ok"}')
+h_n=$(ctl_metric 'cxlkv_dra_operation_duration_seconds_count{operation="compose",result="ok"}')
+fr=$(ctl_metric cxlkv_dra_free_retries_total); of=$(ctl_metric cxlkv_dra_orphans_freed_total)
 [ "${c_ok:-0}" -ge 5 ] && [ "$h_n" = "$c_ok" ] && [ "${fr:-0}" -ge 4 ] && [ "${of:-0}" -ge 1 ] &&
-  [ "$(metric cxlkv_dra_leader)" = 1 ] && [ "$(metric cxlkv_dra_fabric_reachable)" = 1 ] &&
+  [ "$(ctl_metric cxlkv_dra_leader)" = 1 ] && [ "$(ctl_metric cxlkv_dra_fabric_reachable)" = 1 ] &&
   ok "/metrics: $c_ok composes (histogram count $h_n), $fr free retries, $of orphans freed, leader 1" ||
-  bad "/metrics: composes $c_ok, histogram $h_n, free retries $fr, orphans $of, leader $(metric cxlkv_dra_leader)"
+  bad "/metrics: composes $c_ok, histogram $h_n, free retries $fr, orphans $of, leader $(ctl_metric cxlkv_dra_leader)"
