@@ -901,6 +901,8 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
       first_seen.erase(claim["metadata"].value("uid", "") + "@" + ts);
     }
     Status s = Compose(claim, ours, &ref);
+    // Every refusal is an Event a person can read (a lost CAS race is not).
+    if (!s.ok() && !s.IsBusy()) Event(claim, true, "ComposeFailed", s.ToString());
     if (s.IsIOError()) {
       Status ms = MarkFabricDown(claim, ours, s);
       if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
@@ -1049,10 +1051,7 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
   }
   if (!adopted) {
     s = Timed("compose", [&] { return composer->Compose(appliance, blade, req, &res); });
-    if (!s.ok()) {
-      Event(claim, true, "ComposeFailed", s.ToString());
-      return s.WithContext("compose for claim " + key);
-    }
+    if (!s.ok()) return s.WithContext("compose for claim " + key);
     if (opt.failpoint == "after-compose") {
       spdlog::warn("failpoint after-compose: SIGKILL after composing region {}", res.region.id);
       spdlog::default_logger()->flush();
