@@ -33,9 +33,11 @@ ctl_start() {  # ctl_start <log name> <identity> [env...]: one controller, 2 s r
   start "$log" env "$@" "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
     --identity "$id" --resync-period 2 --lease-duration 6 --metrics-listen "127.0.0.1:$CMP"
 }
-# The stage's replicas stop (SIGTERM: each releases the Lease it may hold).
-kill "$PID_controller_0" "$PID_controller_1" 2>/dev/null
-wait "$PID_controller_0" "$PID_controller_1" 2>/dev/null
+# Every replica the stage started stops (controller-0, controller-1, and any
+# restarted ones such as controller-0r; SIGTERM: each releases the Lease it
+# may hold), so the Lease goes to the controllers below.
+for v in ${!PID_controller_@}; do kill "${!v}" 2>/dev/null; done
+for v in ${!PID_controller_@}; do wait "${!v}" 2>/dev/null; done
 claim_json() { kubectl get resourceclaim "$1" -o json 2>/dev/null; }
 cj() {  # cj <claim> <python expression over c>: prints it
   claim_json "$1" | python3 -c "import json,sys; c=json.load(sys.stdin); print($2)" 2>/dev/null
