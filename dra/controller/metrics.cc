@@ -57,7 +57,8 @@ void ControllerMetrics::BeginOp(const std::string& op) {
   ++in_flight_[op];
 }
 
-void ControllerMetrics::EndOp(const std::string& op, const Status& result, std::chrono::nanoseconds took) {
+void ControllerMetrics::EndOp(const std::string& op, const Status& result,
+                              std::chrono::nanoseconds took) {
   const std::string r = ResultLabel(result);
   const double sec = std::chrono::duration<double>(took).count();
   std::lock_guard<std::mutex> l(mu_);
