@@ -64,17 +64,7 @@ E=$(mktemp -d /tmp/cxlkv-dra.XXXXXX)
 mkdir -p "$E/logs"
 BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1 fake-node-2)
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start() {  # start <name> <cmd...>: a background process, logged, stopped by the trap
-  local name=$1; shift
-  "$@" >"$E/logs/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_${name//-/_}=$!"
-}
-wait_until() {  # wait_until <seconds> <cmd...>
-  local end=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.5; done
-}
+source "$ROOT/test/e2e/lib/dra-env.sh"
 
 echo "== dra: control plane up (3 fake nodes)"
 CXLKV_E2E_DIR=$(mktemp -d /tmp/cxlkv-e2e.XXXXXX); export CXLKV_E2E_DIR
@@ -86,24 +76,7 @@ FPORT=$(port)
 F=http://127.0.0.1:$FPORT
 declare -A HPORT MPORT
 for n in "${NODES[@]}"; do HPORT[$n]=$(port); MPORT[$n]=$(port); done
-cat >"$E/fabricd.yaml" <<YAML
-stateDir: $E/fabricd
-backingDir: $BACKING
-agentTimeoutMs: 5000
-appliances:
-  - id: cma-0
-    blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
-          - {id: P1, host: fake-node-0, hostPort: port0}
-          - {id: P2, host: fake-node-1, hostPort: port0}
-          - {id: P3, host: fake-node-2, hostPort: port0}
-hosts:
-$(for n in "${NODES[@]}"; do printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"; done)
-YAML
+fabricd_config 5000 "${NODES[@]}" >"$E/fabricd.yaml"
 start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
 wait_until 20 curl -sf "$F/cfm/v1/appliances" || { bad "fabricd did not start"; exit 1; }
 

@@ -52,40 +52,14 @@ E=$(mktemp -d /tmp/cxlkv-dra-bench.XXXXXX)
 mkdir -p "$E/logs"
 BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1)
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start() {
-  local name=$1; shift
-  "$@" >"$E/logs/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_${name//-/_}=$!"
-}
-wait_until() {
-  local end=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
+source "$ROOT/test/e2e/lib/dra-env.sh"
 CXLKV_E2E_DIR=$(mktemp -d /tmp/cxlkv-e2e.XXXXXX); export CXLKV_E2E_DIR
 CXLKV_E2E_NODES=2 bash "$CLUSTER" up >"$E/logs/cluster.log" 2>&1 || { cat "$E/logs/cluster.log"; exit 1; }
 eval "$(bash "$CLUSTER" env)"
 FPORT=$(port); F=http://127.0.0.1:$FPORT
 declare -A HPORT
 for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-cat >"$E/fabricd.yaml" <<YAML
-stateDir: $E/fabricd
-backingDir: $BACKING
-agentTimeoutMs: 5000
-appliances:
-  - id: cma-0
-    blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
-          - {id: P1, host: fake-node-0, hostPort: port0}
-          - {id: P2, host: fake-node-1, hostPort: port0}
-hosts:
-$(for n in "${NODES[@]}"; do printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"; done)
-YAML
+fabricd_config 5000 "${NODES[@]}" >"$E/fabricd.yaml"
 start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
 wait_until 20 curl -sf "$F/cfm/v1/appliances" || { echo "dra-bench: fabricd did not start"; exit 1; }
 for n in "${NODES[@]}"; do

@@ -57,16 +57,7 @@ cleanup() {
   if [ -n "${KEEP:-}" ]; then say "state kept in $E"; else rm -rf "$E" "$BACKING"; fi
 }
 trap cleanup EXIT
-start() {  # start <name> <cmd...>
-  local name=$1; shift
-  "$@" >"$E/logs/$name.log" 2>&1 &
-  PIDS+=($!)
-}
-wait_until() {  # wait_until <seconds> <cmd...>
-  local end=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.5; done
-}
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$ROOT/test/e2e/lib/dra-env.sh"
 
 say "control plane up (2 fake nodes)"
 CXLKV_E2E_NODES=2 bash "$CLUSTER" up >&2 || die "control plane did not start"
@@ -75,23 +66,7 @@ NODES=(fake-node-0 fake-node-1)
 F=http://127.0.0.1:$(port)
 declare -A HPORT
 for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-cat >"$E/fabricd.yaml" <<YAML
-stateDir: $E/fabricd
-backingDir: $BACKING
-agentTimeoutMs: 5000
-appliances:
-  - id: cma-0
-    blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
-          - {id: P1, host: fake-node-0, hostPort: port0}
-          - {id: P2, host: fake-node-1, hostPort: port0}
-hosts:
-$(for n in "${NODES[@]}"; do printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"; done)
-YAML
+fabricd_config 5000 "${NODES[@]}" >"$E/fabricd.yaml"
 start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
 wait_until 20 curl -sf "$F/cfm/v1/appliances" || die "fabricd did not start"
 for n in "${NODES[@]}"; do
