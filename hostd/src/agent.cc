@@ -189,6 +189,47 @@ std::vector<Device> HostAgent::List() {
   return out;
 }
 
+Status HostAgent::Release(const std::string& allocation_id, ReleaseResult* result) {
+  *result = ReleaseResult();
+  CXLKV_RETURN_IF_ERROR(ValidateAllocationId(allocation_id));
+  const std::string verb = "release region " + allocation_id;
+  if (opt_.fabric.base_url.empty()) {
+    return Status::Unsupported(verb + ": no fabric manager; the composer owns this host's view");
+  }
+  std::unique_ptr<fabric::FabricClient> client;
+  CXLKV_RETURN_IF_ERROR(fabric::FabricClient::Open(opt_.fabric, &client));
+  // The manager's view of this host: which port maps the region here.
+  std::vector<fabric::MemoryRegion> regions;
+  CXLKV_RETURN_IF_ERROR(client->HostRegions(opt_.host_id, &regions).WithContext(verb));
+  for (const auto& r : regions) {
+    if (r.id != allocation_id) continue;
+    for (const auto& m : r.mappings) {
+      if (m.host_id != opt_.host_id) continue;
+      fabric::MemoryRegion after;
+      // Unlocked: the manager calls this agent back to remove the device.
+      Status s = client->Assign(r.appliance_id, r.blade_id, r.id, m.appliance_port,
+                                /*assign=*/false, &after);
+      if (s.IsNotFound()) continue;  // freed or unassigned meanwhile
+      CXLKV_RETURN_IF_ERROR(s.WithContext(verb));
+      result->unassigned = true;
+    }
+  }
+  base::MutexLock l(&mu_);
+  // A resync that listed the manager before the unassign must not bring it back.
+  changed_[allocation_id] = ++seq_;
+  Status s = RemoveLocked(allocation_id);
+  if (s.ok()) {
+    result->removed = true;
+  } else if (!s.IsNotFound()) {
+    return s.WithContext(verb);
+  } else if (result->unassigned) {
+    result->removed = true;  // the manager's callback removed it already
+  }
+  spdlog::info("released region {} on host {} (port unassigned: {}, device removed: {})",
+               allocation_id, opt_.host_id, result->unassigned, result->removed);
+  return Status::OK();
+}
+
 Status HostAgent::Resync(ResyncResult* result) {
   *result = ResyncResult();
   if (opt_.fabric.base_url.empty()) return Status::Unsupported("resync: no fabric manager URL");

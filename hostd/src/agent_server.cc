@@ -68,6 +68,18 @@ class HttpAgentServer : public AgentServer {
                  if (!s.ok()) return ReplyStatus(res, s);
                  Reply(res, 200, DeviceJson(d));
                });
+    // The DRA kubelet plugin's last unprepare of a region on this host.
+    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)", [this](const httplib::Request& req,
+                                                              httplib::Response& res) {
+      ReleaseResult r;
+      Status s = agent_->Release(req.matches[1], &r);
+      // 501: nothing to release through (no fabric manager), not a bad request.
+      if (s.IsUnsupported()) return Reply(res, 501, {{"error", s.message()}});
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(
+          res, 200,
+          {{"allocationId", req.matches[1]}, {"unassigned", r.unassigned}, {"removed", r.removed}});
+    });
     http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    Status s = agent_->Remove(req.matches[1]);

@@ -260,6 +260,59 @@ TEST_F(FabricScenarioTest, ShareCountTwoMapsTheSameBytesOnBothHostsAndFreeCleans
   EXPECT_TRUE(client_->Free("cma-0", "blade-0", r.id).IsNotFound());
 }
 
+// The DRA plugin's release of one host (its last claim there unprepared):
+// the manager unassigns that host's port, its device and spec go, the other
+// host keeps the region and its bytes; a resync does not bring it back; add-host
+// (the controller's, on reuse) maps the same bytes there again. Releasing
+// twice, or a region this host never had, is OK.
+TEST_F(FabricScenarioTest, ReleaseUnassignsOneHostAndAddHostMapsItBack) {
+  fabric::MemoryRegion r = Compose(2, 40);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  ExpectAgreement({r.id}, {r.id});
+  std::string pa = root_ + "/node-a/dev/" + r.id;
+  auto write_or_read = [](const std::string& path, const char* write, std::string* read) {
+    int fd = open(path.c_str(), O_RDWR);
+    if (fd < 0) return false;
+    auto* m = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+    if (m == MAP_FAILED) return false;
+    if (write) std::strcpy(m + 200, write);
+    if (read) *read = std::string(m + 200);
+    munmap(m, 4096);
+    return true;
+  };
+  ASSERT_TRUE(write_or_read(pa, "kept across a release", nullptr));
+
+  long code = 0;
+  json out =
+      Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", nullptr, &code, HostUrl("node-b"));
+  ASSERT_EQ(code, 200) << out.dump();
+  EXPECT_TRUE(out.value("unassigned", false)) << out.dump();
+  EXPECT_TRUE(out.value("removed", false)) << out.dump();
+  ExpectAgreement({r.id}, {});
+  fabric::MemoryRegion now;
+  ASSERT_TRUE(client_->Get("cma-0", "blade-0", r.id, &now).ok());
+  ASSERT_EQ(now.mappings.size(), 1u);
+  EXPECT_EQ(now.mappings[0].host_id, "node-a");
+  Resync("node-b");
+  ExpectAgreement({r.id}, {});
+  out = Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", nullptr, &code, HostUrl("node-b"));
+  EXPECT_EQ(code, 200) << "a second release is a no-op";
+  EXPECT_FALSE(out.value("unassigned", true)) << out.dump();
+  Call("POST", "/cxlkv/v1/regions/no-such-region/release", nullptr, &code, HostUrl("node-b"));
+  EXPECT_EQ(code, 200) << "a region never here: nothing to do";
+  Call("POST", "/cxlkv/v1/regions/.hidden/release", nullptr, &code, HostUrl("node-b"));
+  EXPECT_EQ(code, 400) << "a bad id is refused";
+
+  ASSERT_TRUE(client_->AddHost("cma-0", "blade-0", r.id, "node-b", &now).ok());
+  ExpectAgreement({r.id}, {r.id});
+  std::string back;
+  ASSERT_TRUE(write_or_read(root_ + "/node-b/dev/" + r.id, nullptr, &back));
+  EXPECT_EQ(back, "kept across a release") << "node-b maps the same bytes again";
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+  ExpectAgreement({}, {});
+}
+
 TEST_F(FabricScenarioTest, FailedPortAssignmentAnswers206AndKeepsTheRegion) {
   long code = 0;
   Call("PUT", "/cxlkv/v1/faults", {{"failAssignPorts", {"P2"}}}, &code);

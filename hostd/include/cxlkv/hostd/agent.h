@@ -33,6 +33,11 @@ struct AgentOptions {
   fabric::ClientOptions fabric;  // base_url "" = no resync
 };
 
+struct ReleaseResult {
+  bool unassigned = false;  // the fabric manager unassigned this host's port
+  bool removed = false;     // the device and CDI spec were here and are gone
+};
+
 struct ResyncResult {
   int materialized = 0;
   int removed = 0;
@@ -62,6 +67,21 @@ class HostAgent {
   Status Remove(const std::string& allocation_id);
 
   std::vector<Device> List();
+
+  // Releases this host's view of a region no consumer here uses any more
+  // (the DRA kubelet plugin calls it on the last unprepare of a claim on this
+  // node): the fabric manager unassigns the blade port this host is cabled to
+  // (CFM `PATCH .../memory/{id}` with `Operation: unassign`), which has this
+  // agent remove the device, and whatever is still here is removed too. The
+  // other hosts keep the region and its bytes; a later consumer here needs
+  // the manager to assign the port again (the controller's add-host), after
+  // which the manager has this agent materialize it again. Idempotent: a
+  // region not mapped here and not materialized here is OK with nothing done.
+  // Unsupported: no fabric manager URL (a local composer's node: the
+  // composer frees the materialization with the claim); IOError: the manager
+  // failed or is unreachable (nothing removed here, so a resync cannot
+  // disagree with the manager). Talks to the manager unlocked, like Resync().
+  Status Release(const std::string& allocation_id, ReleaseResult* result);
 
   // Reconciles with the fabric manager (see class comment). IOError: the
   // manager is unreachable (nothing changes); Unsupported: no fabric URL.
