@@ -133,12 +133,19 @@ int main(int argc, char** argv) {
 
   // Periodic cleanup of claims deleted behind our back, until a stop signal.
   auto next_cleanup = std::chrono::steady_clock::now() + std::chrono::seconds(cleanup_interval_s);
+  auto next_release = std::chrono::steady_clock::now();
   for (;;) {
     struct timespec ts = {1, 0};
     int sig = sigtimedwait(&sigs, nullptr, &ts);
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("signal {}: stopping", sig);
       break;
+    }
+    // Releases that did not go through at unprepare (hostd or the fabric
+    // manager down): a few seconds apart, so a node gives back its view soon.
+    if (std::chrono::steady_clock::now() >= next_release) {
+      (void)state->RetryReleases();
+      next_release = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     }
     if (cleanup_interval_s > 0 && std::chrono::steady_clock::now() >= next_cleanup) {
       s = state->Cleanup(&dropped);

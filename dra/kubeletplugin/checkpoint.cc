@@ -87,6 +87,9 @@ std::string EncodeCheckpoint(const Checkpoint& cp) {
   json claims = json::object();
   for (const auto& [uid, c] : cp.claims) claims[uid] = ClaimToJson(c);
   json payload = {{"bootId", cp.boot_id}, {"nodeName", cp.node_name}, {"claims", claims}};
+  // Written only when non-empty: a file without pending releases reads the
+  // same to a plugin that predates the field.
+  if (!cp.pending_releases.empty()) payload["pendingReleases"] = cp.pending_releases;
   // The checksum covers the payload's canonical dump (object keys sorted), so
   // it can be recomputed from the parsed value whatever the file's spacing.
   json j = {{"version", cp.version}, {"checksum", Crc32(payload.dump())}, {"data", payload}};
@@ -127,6 +130,12 @@ Status DecodeCheckpoint(const std::string& text, Checkpoint* cp) {
       CXLKV_RETURN_IF_ERROR(ClaimFromJson(cj, &c));
       if (c.uid != uid) return Status::Corruption("claim key " + uid + " holds claim " + c.uid);
       out.claims[uid] = std::move(c);
+    }
+    for (const auto& id : data.value("pendingReleases", json::array())) {
+      if (!id.is_string() || id.get<std::string>().empty()) {
+        return Status::Corruption("pendingReleases: not a list of region ids");
+      }
+      out.pending_releases.insert(id.get<std::string>());
     }
   } catch (const json::exception& e) {
     return Status::Corruption(std::string("checkpoint data: ") + e.what());

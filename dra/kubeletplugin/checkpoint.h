@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,11 @@ struct Checkpoint {
   std::string boot_id;                       // /proc/sys/kernel/random/boot_id when written
   std::string node_name;                     // the node the entries belong to
   std::map<std::string, ClaimEntry> claims;  // by claim UID
+  // Regions whose last claim here was unprepared and whose release (this
+  // host's port unassigned, device removed: HostdClient::Release) has not
+  // gone through yet; retried until it does or a claim prepares the region
+  // here again. Additive field "pendingReleases" (absent = none).
+  std::set<std::string> pending_releases;
 };
 
 // The JSON text, with a CRC32 over the canonical encoding of the payload.

@@ -67,6 +67,7 @@ void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
   EXPECT_EQ(x.version, y.version);
   EXPECT_EQ(x.boot_id, y.boot_id);
   EXPECT_EQ(x.node_name, y.node_name);
+  EXPECT_EQ(x.pending_releases, y.pending_releases);
   ASSERT_EQ(x.claims.size(), y.claims.size());
   for (const auto& [uid, a] : x.claims) {
     const ClaimEntry& b = y.claims.at(uid);
@@ -154,6 +155,27 @@ TEST_F(CheckpointTest, FieldsAddedByANewerWriterAreIgnored) {
   Status s = LoadCheckpoint(path_, &cp);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ExpectEqual(Sample(), cp);
+}
+
+// Pending releases (an additive field): round trip, absent when empty (a file
+// without any reads the same to an older plugin), and bad ids refused.
+TEST_F(CheckpointTest, PendingReleasesRoundTripAndAreOmittedWhenEmpty) {
+  Checkpoint cp = Sample();
+  EXPECT_EQ(nlohmann::json::parse(EncodeCheckpoint(cp))["data"].count("pendingReleases"), 0u);
+  cp.pending_releases = {"mem-1", "mem-2"};
+  ASSERT_TRUE(SaveCheckpoint(path_, cp).ok());
+  Checkpoint back;
+  Status s = LoadCheckpoint(path_, &back);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectEqual(cp, back);
+  nlohmann::json j = nlohmann::json::parse(Read());
+  EXPECT_EQ(j["data"]["pendingReleases"], nlohmann::json({"mem-1", "mem-2"}));
+  j["data"]["pendingReleases"] = {"mem-1", 7};
+  j["checksum"] = Crc32(j["data"].dump());
+  Write(j.dump());
+  s = LoadCheckpoint(path_, &back);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("pendingReleases"), std::string::npos) << s.message();
 }
 
 TEST_F(CheckpointTest, BootIdIsTrimmed) {

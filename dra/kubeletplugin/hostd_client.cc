@@ -55,6 +55,18 @@ Status HostdClient::RewriteSpec(const std::string& memory_id, HostRegion* region
   return RegionFromJson(body, region).WithContext("hostd " + base_url_);
 }
 
+Status HostdClient::Release(const std::string& memory_id) const {
+  httplib::Client c = MakeClient(base_url_, timeout_ms_);
+  auto res = c.Post("/cxlkv/v1/regions/" + memory_id + "/release", "", "application/json");
+  if (!res) return Status::IOError("hostd " + base_url_ + ": " + httplib::to_string(res.error()));
+  if (res->status == 200) return Status::OK();
+  json body = json::parse(res->body, nullptr, false);
+  std::string msg = body.is_object() ? body.value("error", res->body) : res->body;
+  if (res->status == 501) return Status::Unsupported("hostd " + base_url_ + ": " + msg);
+  return Status::IOError("hostd " + base_url_ + ": release region " + memory_id + ": HTTP " +
+                         std::to_string(res->status) + ": " + msg);
+}
+
 Status HostdClient::List(std::vector<HostRegion>* regions) const {
   httplib::Client c = MakeClient(base_url_, timeout_ms_);
   auto res = c.Get("/cxlkv/v1/regions");

@@ -34,6 +34,13 @@ class HostdClient {
   // unreachable or failing ("hostd <url>: <cause>").
   Status RewriteSpec(const std::string& memory_id, HostRegion* region) const;
 
+  // Releases this host's view of a region no claim here uses any more: hostd
+  // has the fabric manager unassign this host's port and removes the device
+  // and CDI spec (HostAgent::Release). Idempotent. Unsupported: hostd has no
+  // fabric manager (a local composer's node; nothing to release through);
+  // IOError: hostd or the manager unreachable or failing.
+  Status Release(const std::string& memory_id) const;
+
   // Every region materialized here. IOError as above.
   Status List(std::vector<HostRegion>* regions) const;
 

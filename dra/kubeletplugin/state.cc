@@ -108,8 +108,9 @@ int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
 void DeclarePluginMetrics(Metrics* m) {
   m->Declare(kOps, Metrics::Kind::kCounter,
-             "Claims the kubelet plugin handled, by operation (prepare, unprepare, cleanup) and "
-             "result (success, not_ready, error).");
+             "Claims the kubelet plugin handled, by operation (prepare, unprepare, cleanup, "
+             "release: this node's view of a region no claim here uses) and result (success, "
+             "not_ready, error).");
   m->Declare(kDuration, Metrics::Kind::kHistogram,
              "Seconds one claim's operation took, lock wait included.", Metrics::LatencyBuckets());
   m->Declare(kInFlight, Metrics::Kind::kGauge, "Claim operations running or waiting now.");
@@ -180,11 +181,43 @@ Status DeviceState::ReloadLocked() {
   Status s = LoadCheckpoint(opt_.checkpoint_path, &cp);
   if (s.IsNotFound()) {
     cp_.claims.clear();
+    cp_.pending_releases.clear();
     return Status::OK();
   }
   CXLKV_RETURN_IF_ERROR(s);
   cp_.claims = std::move(cp.claims);
+  cp_.pending_releases = std::move(cp.pending_releases);
   return Status::OK();
+}
+
+bool DeviceState::InUseLocked(const std::string& memory_id) const {
+  for (const auto& [uid, e] : cp_.claims) {
+    if (e.memory_id == memory_id) return true;
+  }
+  return false;
+}
+
+bool DeviceState::ReleaseLocked(const std::string& memory_id) {
+  auto start = std::chrono::steady_clock::now();
+  Status s = hostd_->Release(memory_id);
+  if (s.IsUnsupported()) {
+    // A local composer's node: the controller frees the region with the claim.
+    spdlog::info("release region={} node={}: not through hostd ({})", memory_id, opt_.node_name,
+                 s.message());
+  } else if (!s.ok()) {
+    spdlog::warn("release region={} node={} result=error (retried): {}", memory_id, opt_.node_name,
+                 s.ToString());
+    Record("release", "error", start);
+    return false;
+  } else {
+    spdlog::info("release region={} node={} result=success: port unassigned, device removed",
+                 memory_id, opt_.node_name);
+  }
+  Record("release", "success", start);
+  cp_.pending_releases.erase(memory_id);
+  Status ss = SaveLocked();
+  if (!ss.ok()) spdlog::warn("release region={}: {}", memory_id, ss.ToString());
+  return true;
 }
 
 Status DeviceState::NodeLocked(json* node) {
@@ -301,6 +334,12 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
              " for claim " + e.ns + "/" + e.name + " (" + other_uid + ")";
     }
   }
+  // A consumer is back before the last one's release went through: keep it.
+  const bool cancelled_release = cp_.pending_releases.erase(memory_id) > 0;
+  if (cancelled_release) {
+    spdlog::info("prepare {}: region {} is wanted here again; its pending release is dropped",
+                 LogClaim(ref), memory_id);
+  }
   ClaimEntry& entry = cp_.claims[ref.uid];
   bool was_completed =
       entry.state == PrepareState::kPrepareCompleted && entry.memory_id == memory_id;
@@ -369,17 +408,50 @@ std::string DeviceState::Unprepare(const ClaimRef& claim) {
   }
   ClaimEntry gone = it->second;
   cp_.claims.erase(it);
+  // The node's last claim on this region: release the materialization here
+  // (recorded first, so a crash or a failed release is retried).
+  const bool release = !gone.memory_id.empty() && !InUseLocked(gone.memory_id);
+  if (release) cp_.pending_releases.insert(gone.memory_id);
   Status s = SaveLocked();
   if (!s.ok()) {
     cp_.claims[claim.uid] = gone;
+    if (release) cp_.pending_releases.erase(gone.memory_id);
     std::string err = "unprepare claim " + Key(claim) + ": " + s.message();
     spdlog::warn("unprepare {} result=error: {}", LogClaim(claim), err);
     Record("unprepare", "error", start);
     return err;
   }
-  spdlog::info("unprepare {} result=success region={}", LogClaim(claim), gone.memory_id);
+  // The unprepare itself has succeeded: a release that fails (hostd or the
+  // fabric manager down) must not hold up the pod's teardown; it is retried.
+  const char* released = release ? (ReleaseLocked(gone.memory_id) ? "yes" : "pending") : "no";
+  spdlog::info("unprepare {} result=success region={} released={}", LogClaim(claim), gone.memory_id,
+               released);
   Record("unprepare", "success", start);
   return "";
+}
+
+int DeviceState::RetryReleases() {
+  std::lock_guard<std::mutex> l(mu_);
+  ProcessLock plock;
+  Status s = plock.Acquire(opt_.checkpoint_path);
+  if (s.ok()) s = ReloadLocked();
+  if (!s.ok()) {
+    spdlog::warn("retry releases: {}", s.ToString());
+    return static_cast<int>(cp_.pending_releases.size());
+  }
+  std::vector<std::string> ids(cp_.pending_releases.begin(), cp_.pending_releases.end());
+  for (const auto& id : ids) {
+    if (InUseLocked(id)) {
+      cp_.pending_releases.erase(id);  // prepared here again meanwhile
+      continue;
+    }
+    (void)ReleaseLocked(id);
+  }
+  if (ids.size() != cp_.pending_releases.size()) {
+    Status ss = SaveLocked();
+    if (!ss.ok()) spdlog::warn("retry releases: {}", ss.ToString());
+  }
+  return static_cast<int>(cp_.pending_releases.size());
 }
 
 Status DeviceState::Cleanup(int* dropped) {
@@ -410,11 +482,15 @@ Status DeviceState::Cleanup(int* dropped) {
     if (it == cp_.claims.end()) continue;
     ClaimEntry e = it->second;
     cp_.claims.erase(it);
+    const bool release = !e.memory_id.empty() && !InUseLocked(e.memory_id);
+    if (release) cp_.pending_releases.insert(e.memory_id);
     Status s = SaveLocked();
     if (!s.ok()) {
       cp_.claims[ref.uid] = e;
+      if (release) cp_.pending_releases.erase(e.memory_id);
       return s;
     }
+    if (release) (void)ReleaseLocked(e.memory_id);
     ++*dropped;
     spdlog::info("cleanup {} result=success: dropped the checkpoint entry of a deleted claim",
                  LogClaim(ref));

@@ -17,7 +17,15 @@
 // Every step is redone on every call: Prepare is idempotent and never trusts
 // the checkpoint alone. Errors are per claim and fast (every remote call is
 // bounded well under the kubelet's fixed 45 s), so the kubelet retries.
-// Unprepare forgets the claim; an unknown claim is success.
+// Unprepare forgets the claim; an unknown claim is success. When no other
+// claim here uses the claim's region, the node's materialization is released
+// (HostdClient::Release: the fabric manager unassigns this host's port, hostd
+// removes the device and CDI spec; the other hosts keep the region and its
+// bytes). The release is recorded in the checkpoint first and does not fail
+// the unprepare: one that does not go through (hostd or the manager down) is
+// retried by RetryReleases, and dropped when a claim prepares the region here
+// again. A later consumer here then waits ("not ready yet") until the
+// controller has added this host back (add-host) and hostd materialized it.
 // Log lines name the claim as `claim=<name> namespace=<ns> uid=<uid>`.
 //
 // Failpoint (tests only): CXLKV_FAILPOINT=dra.prepare.after_started makes the
@@ -25,7 +33,7 @@
 // hostd is asked, so a crash test hits that exact window (the name follows
 // src/region/failpoint.h's convention).
 //
-// Thread-safety: Prepare, Unprepare, Cleanup and Prepared serialize on one
+// Thread-safety: Prepare, Unprepare, Cleanup, RetryReleases and Prepared serialize on one
 // mutex (as the Go helper serializes gRPC calls by default). Across
 // processes: two plugin pods of a rolling update share the state dir, so
 // every mutating call holds an exclusive flock(2) on
@@ -67,7 +75,7 @@ struct StateOptions {
 //   cxlkv_dra_plugin_operation_duration_seconds{operation,result}  histogram
 //   cxlkv_dra_plugin_operations_in_flight{operation}  gauge
 //   cxlkv_dra_plugin_prepared_claims  gauge (checkpoint entries)
-// operation: prepare | unprepare | cleanup; result: success | not_ready
+// operation: prepare | unprepare | cleanup | release; result: success | not_ready
 // (a "not ready yet" answer the kubelet retries) | error.
 void DeclarePluginMetrics(Metrics* m);
 
@@ -107,6 +115,10 @@ class DeviceState {
   // cannot be read for another reason stay.
   Status Cleanup(int* dropped);
 
+  // Retries the releases that have not gone through (see Unprepare); returns
+  // how many are still pending.
+  int RetryReleases();
+
   // A copy of the checkpoint's entries.
   std::vector<ClaimEntry> Prepared();
   // True when the checkpoint came from an earlier boot.
@@ -121,6 +133,11 @@ class DeviceState {
   // Replaces cp_.claims with the file's (another instance may have written
   // it). Corruption/Unsupported as LoadCheckpoint.
   Status ReloadLocked();
+  // True when a checkpoint entry uses the region.
+  bool InUseLocked(const std::string& memory_id) const;
+  // Asks hostd to release the region here; on success (or when hostd has
+  // nothing to release through) drops it from pending_releases and saves.
+  bool ReleaseLocked(const std::string& memory_id);
   void Record(const char* op, const char* result, std::chrono::steady_clock::time_point start);
 
   // Immutable after construction.
