@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -178,7 +179,10 @@ struct Controller::Rep {
                        const std::map<std::string, int64_t>& unusable_bytes, bool fabric_down);
   // The reserving pods' nodes, in reservedFor order, when every consumer is
   // a pod whose node is known; *all_known false otherwise.
-  std::vector<std::string> ConsumerNodes(const json& claim, bool* all_known);
+  // skip_leaving: leave out pods being deleted or finished, which will not
+  // prepare again (their node's plugin releases its view of the region).
+  std::vector<std::string> ConsumerNodes(const json& claim, bool* all_known,
+                                         bool skip_leaving = false);
   Status AddConsumerHosts(const json& claim, const RegionRef& ref, fabric::MemoryRegion* region);
   Status MarkFabricDown(const json& claim, const json& ours, const Status& why);
   Status ComposeFailed(const json& claim, const json& ours, const Status& why);
@@ -336,6 +340,36 @@ Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
     }
     spdlog::info("published slice {} (pool {}, hosts {}, capacity {} MiB{})", name, PoolName(p),
                  hosts.dump(), capacity / kMiB, down ? ", tainted fabric-unreachable" : "");
+  }
+  if (!down) {
+    // A blade the manager no longer lists (removed, or taken out of its
+    // management) must leave the scheduler's view too: its slice goes, so
+    // an allocation that failed there is retried elsewhere. Only slices of
+    // this controller's kind (fabric or local pools) are looked at.
+    std::set<std::string> listed;
+    for (const auto& p : pools) listed.insert(PoolName(p));
+    const bool local_mode = !opt.local_hostd_url.empty();
+    const std::string local_prefix = std::string(fabric::LocalComposer::kApplianceId) + "/";
+    std::vector<Json> ours;
+    std::string rv;
+    kube::ListOptions lo;
+    lo.field_selector = "spec.driver=" + drv;
+    kube::Status ks = kube::ResourceSliceClient(kube).ListAll(lo, 500, &ours, &rv);
+    if (!ks.ok() && first_error.ok()) {
+      first_error = Status::IOError("list slices of " + drv + ": " + ks.ToString());
+    }
+    for (const auto& sl : ks.ok() ? ours : std::vector<Json>{}) {
+      const std::string pool = sl["spec"]["pool"].value("name", "");
+      const std::string name = sl["metadata"].value("name", "");
+      if (pool.empty() || listed.count(pool) || name.rfind(drv + "-", 0) != 0) continue;
+      if ((pool.rfind(local_prefix, 0) == 0) != local_mode) continue;
+      kube::Status ds = kube::ResourceSliceClient(kube).Delete(name);
+      if (ds.ok() || ds.IsNotFound()) {
+        spdlog::info("deleted slice {}: pool {} is no longer listed by the composer", name, pool);
+      } else if (first_error.ok()) {
+        first_error = Status::IOError("delete stale slice " + name + ": " + ds.ToString());
+      }
+    }
   }
   return first_error;
 }
@@ -697,7 +731,8 @@ Status Controller::Rep::PatchClaim(const json& claim, const json& ops, json* out
   return Status::OK();
 }
 
-std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool* all_known) {
+std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool* all_known,
+                                                        bool skip_leaving) {
   std::vector<std::string> nodes;
   *all_known = true;
   const std::string ns = claim["metadata"].value("namespace", "");
@@ -720,6 +755,11 @@ std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool*
     if (node.empty() && pod.contains("status")) node = pod["status"].value("nominatedNodeName", "");
     if (node.empty()) {
       *all_known = false;
+      continue;
+    }
+    const std::string phase = pod.contains("status") ? pod["status"].value("phase", "") : "";
+    if (skip_leaving && (pod["metadata"].contains("deletionTimestamp") || phase == "Succeeded" ||
+                         phase == "Failed")) {
       continue;
     }
     if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
@@ -814,7 +854,9 @@ Status Controller::Rep::ComposeFailed(const json& claim, const json& ours, const
 Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref,
                                          fabric::MemoryRegion* region) {
   bool all_known = false;
-  std::vector<std::string> nodes = ConsumerNodes(claim, &all_known);
+  // A leaving pod's node is not added back: its plugin has released (or is
+  // releasing) that host's view on the last unprepare there.
+  std::vector<std::string> nodes = ConsumerNodes(claim, &all_known, /*skip_leaving=*/true);
   std::vector<std::string> selector;
   const json& alloc = claim["status"]["allocation"];
   if (alloc.contains("nodeSelector")) selector = SelectorHostnames(alloc["nodeSelector"]);

@@ -261,7 +261,7 @@ can() {  # can <yes|no> <sa> <verb> <resource> [args...]
 }
 can yes controller create resourceslices.resource.k8s.io
 can yes controller update resourceslices.resource.k8s.io
-can no controller delete resourceslices.resource.k8s.io
+can yes controller delete resourceslices.resource.k8s.io
 can yes controller watch resourceclaims.resource.k8s.io --all-namespaces
 can yes controller patch resourceclaims.resource.k8s.io -n team-a
 can yes controller patch resourceclaims.resource.k8s.io --subresource=status -n team-a
