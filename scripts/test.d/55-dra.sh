@@ -18,7 +18,10 @@
 # shared checkpoint); prepare refusing a region still prepared for another
 # claim (the test plays a faulty controller); a create/delete loop of claims with pods (10; 50 with
 # CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint
-# entry. Then the controller's failure cases (test/e2e/dra-controller-cases.sh)
+# entry. Then the plugin's node cases (test/e2e/dra-node-cases.sh: a node's
+# materialization released on its last unprepare and re-materialized on
+# reuse; prepare's UID and node-selector refusals; start-up cleanup), about 60 s; the
+# controller's failure cases (test/e2e/dra-controller-cases.sh)
 # and scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
@@ -433,6 +436,7 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
   bad "racing controllers: $total composes for $((LOOPS + 7)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
+source "$ROOT/test/e2e/dra-node-cases.sh"
 source "$ROOT/test/e2e/dra-controller-cases.sh"
 source "$ROOT/test/e2e/dra-local-cases.sh"
 

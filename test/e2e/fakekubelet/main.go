@@ -13,6 +13,8 @@
 //
 //	cxlkv-fakekubelet --kubeconfig admin.kubeconfig --node-name fake-node-0 \
 //	    --root-dir /tmp/n0/kubelet --cdi-dir /tmp/n0/cdi --log-dir /tmp/n0/logs
+//
+// `cxlkv-fakekubelet call ...` makes one DRA call instead (call.go).
 package main
 
 import (
@@ -85,6 +87,9 @@ func main() {
 	if os.Getenv(containerSpecEnv) != "" {
 		runContainer()
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "call" {
+		os.Exit(callMain(os.Args[2:]))
 	}
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
 	nodeName := flag.String("node-name", "", "the fake node this kubelet plays")
