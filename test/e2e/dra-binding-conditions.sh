@@ -19,15 +19,32 @@
 #   TimeoutRecover  hostd back: the next allocation is composed anew (a new
 #                   region, never the old one reused), materialized, and the
 #                   pod is bound
-# Not ported here: FailureTaints and FailureRemove, which need the controller
-# to set the failure condition cxlkv.dev/compose-failed (see docs/dra.md).
+#   FailureTaints   upstream: a pod allocated to a device with binding
+#                   conditions, the device tainted, a second device appears,
+#                   the failure condition set: the scheduler clears the
+#                   allocation and the device statuses and allocates the
+#                   other device. Here: blade-0 refuses every compose (the
+#                   emulator's fault injection plays the appliance), so our
+#                   controller sets cxlkv.dev/compose-failed; the cluster
+#                   admin taints blade-0 (a DeviceTaintRule: our controller
+#                   rewrites its own slices, so a taint cannot be written
+#                   into them as upstream's test does); blade-1 is taken
+#                   into the fabric manager's management and our controller
+#                   publishes its slice; the claim ends allocated on blade-1,
+#                   composed, the pod bound, no compose-failed left in its
+#                   status, nothing composed on blade-0
+#   FailureRemove   the same, but blade-0 leaves the fabric manager's
+#                   management instead of being tainted: our controller
+#                   deletes its slice (the device is removed), and the claim
+#                   ends on blade-1 as above
 #
 # Runs its own control plane (2 fake nodes, CXLKV_E2E_BINDING_TIMEOUT=8s),
-# cxlkv-fabricd with one blade cabled to both, one cxlkv-hostd per node and
+# cxlkv-fabricd with two blades cabled to both (blade-1 unmanaged until the
+# Failure scenarios take it in), one cxlkv-hostd per node and
 # cxlkv-dra-controller; no kubelet (as upstream's scenarios). Needs build/bin
 # with cxlkv-dra-controller, cxlkv-fabricd, cxlkv-hostd. Prints
 # "dra-binding: ok|FAILED: ..." per check and closes with
-# "dra-binding: N passed, N failed, N skipped". About 70 s warm on 2 cores.
+# "dra-binding: N passed, N failed, N skipped". About 100 s warm on 2 cores.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -63,9 +80,17 @@ NODES=(fake-node-0 fake-node-1)
 F=http://127.0.0.1:$(port)
 declare -A HPORT
 for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-fabricd_config 2000 "${NODES[@]}" >"$E/fabricd.yaml"
+FABRICD_BLADES=2 fabricd_config 2000 "${NODES[@]}" >"$E/fabricd.yaml"
 start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
 wait_until 20 curl -sf "$F/cfm/v1/appliances" || { bad "fabricd did not start"; exit 1; }
+# blade-1 waits outside the manager's management until the Failure scenarios.
+blade() {  # blade <add|remove> <id>: take a blade into (or out of) the manager's management
+  if [ "$1" = add ]; then
+    curl -sf -X POST "$F/cfm/v1/appliances/cma-0/blades" -d "{\"username\": \"admin\", \"password\": \"x\",
+      \"ipAddress\": \"127.0.0.1\", \"port\": 443, \"customId\": \"$2\"}" >/dev/null
+  else curl -sf -X DELETE "$F/cfm/v1/appliances/cma-0/blades/$2" >/dev/null; fi
+}
+blade remove blade-1 || { bad "could not unmanage blade-1"; exit 1; }
 hostd_start() {  # hostd_start <node>
   local n=$1 d=$E/$1
   mkdir -p "$d/cdi" "$d/dev" "$d/ctr"
@@ -196,4 +221,81 @@ wait_until 15 one_region && ok "timed-out allocations' regions were freed: 1 reg
   bad "$(regions) regions while one claim is allocated"
 delete_all slow
 wait_until 20 no_regions && ok "no region leaked" || bad "$(regions) regions leaked"
+
+# FailureTaints and FailureRemove: blade-0 refuses every compose, our
+# controller fails the binding, blade-0 is made unselectable (tainted, or
+# removed), blade-1 appears, and the scheduler allocates blade-1.
+claim_pool() { kubectl get resourceclaim "$1" -o jsonpath='{.status.allocation.devices.results[0].pool}' 2>/dev/null; }
+events_of() {  # events_of <claim>: "reason note" of each Event about it
+  kubectl get events.events.k8s.io -o json | python3 -c '
+import json, sys
+for e in json.load(sys.stdin)["items"]:
+    if e.get("regarding", {}).get("name") == sys.argv[1]:
+        print(e.get("reason"), e.get("note", ""))' "$1"
+}
+refused() { [ "$(events_of "$1" | grep -c '^ComposeFailed .*blade-0')" -ge 1 ]; }
+on_blade1_bound() { [ "$(claim_pool "$1")" = cma-0/blade-1 ] && bound "$1"; }
+slice_has() { kubectl get resourceslice "cxlkv.dev-cma-0-$1" >/dev/null 2>&1; }
+regions_on() {
+  curl -s "$F/cfm/v1/appliances/cma-0/blades/$1/memory" |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("members", [])))'
+}
+failure_case() {  # failure_case <Taints|Remove> <claim> <node>
+  local how=$1 c=$2 node=$3
+  echo "== dra-binding: Failure$how"
+  curl -sf -X PUT "$F/cxlkv/v1/faults" -d '{"rules": [{"method": "POST",
+    "path": "/cfm/v1/appliances/cma-0/blades/blade-0/memory", "status": 409}]}' >/dev/null ||
+    bad "could not inject the compose refusal"
+  claim_and_pod "$c" "$node"
+  if wait_until 60 refused "$c"; then
+    bound "$c" && bad "$c bound although its compose was refused" ||
+      ok "Failure$how: blade-0 refused the compose; our controller failed the binding (ComposeFailed, cxlkv.dev/compose-failed), pod unbound"
+  else bad "Failure$how: no ComposeFailed for $c: $(events_of "$c" | tail -3)"; fi
+  if [ "$how" = Taints ]; then
+    kubectl apply -f - >/dev/null <<'YAML' || bad "could not create the DeviceTaintRule"
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: blade-0-refuses}
+spec:
+  deviceSelector: {driver: cxlkv.dev, pool: cma-0/blade-0, device: blade-0}
+  taint: {key: cxlkv.dev/compose-refused, value: "true", effect: NoSchedule}
+YAML
+  else
+    blade remove blade-0 || bad "could not take blade-0 out of management"
+    if wait_until 30 sh -c '! kubectl get resourceslice cxlkv.dev-cma-0-blade-0'; then
+      ok "FailureRemove: blade-0 left the manager; our controller deleted its slice"
+    else bad "FailureRemove: blade-0's slice is still there"; fi
+  fi
+  blade add blade-1 || bad "could not take blade-1 into management"
+  wait_until 30 slice_has blade-1 || bad "no slice for blade-1"
+  if wait_until 90 on_blade1_bound "$c"; then
+    kubectl get resourceclaim "$c" -o json | python3 -c '
+import json, sys
+st = json.load(sys.stdin)["status"]
+devs = [d for d in st.get("devices", []) if d.get("driver") == "cxlkv.dev"]
+assert devs and all(d["pool"] == "cma-0/blade-1" for d in devs), devs
+conds = {x["type"]: x["status"] for d in devs for x in d.get("conditions", [])}
+assert conds.get("cxlkv.dev/composed") == "True", conds
+assert "cxlkv.dev/compose-failed" not in conds, conds
+' && ok "Failure$how: reallocated to blade-1, composed, pod bound; blade-0's status and its compose-failed condition cleared" ||
+      bad "Failure$how: status after rescheduling: $(kubectl get resourceclaim "$c" -o jsonpath='{.status.devices}')"
+  else bad "Failure$how: $c on '$(claim_pool "$c")', bound: $(node_of "$c")"; fi
+  [ "$(regions_on blade-1)" = 1 ] && ok "Failure$how: one region, on blade-1" ||
+    bad "Failure$how: $(regions_on blade-1) regions on blade-1"
+  delete_all "$c"
+  no_b1() { [ "$(regions_on blade-1)" = 0 ]; }
+  wait_until 20 no_b1 || bad "Failure$how: $(regions_on blade-1) regions left on blade-1"
+  curl -sf -X PUT "$F/cxlkv/v1/faults" -d '{}' >/dev/null
+  if [ "$how" = Taints ]; then
+    kubectl delete devicetaintrule blade-0-refuses >/dev/null
+  else blade add blade-0 || bad "could not take blade-0 back"; fi
+  blade remove blade-1 || bad "could not take blade-1 out again"
+  wait_until 30 sh -c '! kubectl get resourceslice cxlkv.dev-cma-0-blade-1' ||
+    bad "blade-1's slice stayed after blade-1 left"
+  wait_until 30 slice_has blade-0 || bad "no slice for blade-0 after Failure$how"
+}
+failure_case Taints ftaint fake-node-0
+failure_case Remove fremove fake-node-1
+[ "$(regions_on blade-0)" = 0 ] && ok "nothing was ever composed on blade-0 in the Failure scenarios" ||
+  bad "$(regions_on blade-0) regions on blade-0"
 [ "$failed" -eq 0 ]

@@ -25,10 +25,10 @@ wait_until() {
 # fabricd_config <agent timeout ms> <node...>: the emulator's config on stdout: one appliance,
 # one blade of 8 GiB (4 channels x 8 blocks of 256 MiB) with one port cabled to each node,
 # whose hostd listens on 127.0.0.1:${HPORT[node]} (the caller's associative array). Uses $E
-# and $BACKING.
+# and $BACKING. FABRICD_BLADES=N (default 1) gives blade-0 .. blade-(N-1), alike.
 fabricd_config() {
   local timeout=$1; shift
-  local i=0 n
+  local i n b
   cat <<YAML
 stateDir: $E/fabricd
 backingDir: $BACKING
@@ -36,13 +36,13 @@ agentTimeoutMs: $timeout
 appliances:
   - id: cma-0
     blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
 YAML
-  for n in "$@"; do i=$((i + 1)); printf '          - {id: P%d, host: %s, hostPort: port0}\n' "$i" "$n"; done
+  for b in $(seq 0 $((${FABRICD_BLADES:-1} - 1))); do
+    printf '      - id: blade-%d\n        resourceBlockMiB: 256\n        channels: 4\n' "$b"
+    printf '        blocksPerChannel: 8\n        ports:\n'
+    i=0
+    for n in "$@"; do i=$((i + 1)); printf '          - {id: P%d, host: %s, hostPort: port0}\n' "$i" "$n"; done
+  done
   echo "hosts:"
   for n in "$@"; do
     printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"
