@@ -294,8 +294,10 @@ assert "cxlkv.dev/compose-failed" not in conds, conds
     bad "blade-1's slice stayed after blade-1 left"
   wait_until 30 slice_has blade-0 || bad "no slice for blade-0 after Failure$how"
 }
+t_fail=$SECONDS
 failure_case Taints ftaint fake-node-0
 failure_case Remove fremove fake-node-1
 [ "$(regions_on blade-0)" = 0 ] && ok "nothing was ever composed on blade-0 in the Failure scenarios" ||
   bad "$(regions_on blade-0) regions on blade-0"
+echo "dra-binding: the Failure scenarios took $((SECONDS - t_fail)) s"
 [ "$failed" -eq 0 ]

@@ -26,6 +26,7 @@
 # Warm: about 60 s.
 
 echo "== dra: node release on the last unprepare, and re-materialization on reuse"
+t_node=$SECONDS
 node_cj() {  # node_cj <claim> <python expression over c>
   kubectl get resourceclaim "$1" -o json 2>/dev/null |
     python3 -c "import json,sys; c=json.load(sys.stdin); print($2)" 2>/dev/null
@@ -182,3 +183,4 @@ if wait_until 30 sh -c "grep -q 'cleanup claim=down namespace=default uid=$DUID 
   ok "the restarted plugin dropped the deleted claim's entry at start (cleanup)"
 else bad "after the restart: entry still there: $(in_ckpt2 && echo yes || echo no)"; fi
 wait_until 20 no_regions || bad "$(regions) regions left after claim down"
+echo "dra: node cases took $((SECONDS - t_node)) s"
