@@ -62,6 +62,15 @@ def main(out):
     lt = {(x["tier"], x["arm"]) for x in s.get("load_time", []) if x["load_p50_ms"]}
     check("the worker's load time is read per T4 request (where the time went)",
           {("T4", "same"), ("T4", "cross")} <= lt, s.get("load_time"))
+    t4 = [r for r in s["replica_setup"] if r["tier"] == "T4"]
+    check("every T4 engine logged its region attach time (cxlkv's lines reach vLLM's log)",
+          t4 and all(any("attached region" in x["line"] and x["ms"] is not None
+                         for x in r["setup_lines"]) for r in t4),
+          [(r["name"], [x["line"][-80:] for x in r["setup_lines"]]) for r in t4])
+    check("cxlkv's manager time is read per T4 request (cxlkv:manager_seconds)",
+          all(x.get("manager_p50_ms") is not None and x["manager_p50_ms"] >= 0
+              for x in s.get("load_time", []) if x["tier"] == "T4") and
+          any(x["tier"] == "T4" for x in s.get("load_time", [])), s.get("load_time"))
     c = s["control"]
     check("never-stored control: queried, zero hits",
           c["requests"] > 0 and c["queried_tokens"] > 0 and c["hit_tokens"] == 0, c)

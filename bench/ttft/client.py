@@ -145,6 +145,11 @@ COUNTERS = {
     "cxlkv_cross_hits": ("cxlkv:cross_replica_hits_total", {}),
     "cxlkv_stored_chunks": ("cxlkv:stored_chunks_total", {}),
     "cxlkv_loaded_chunks": ("cxlkv:loaded_chunks_total", {}),
+    # Scheduler-side seconds in cxlkv's manager (lookup + pin, load bookkeeping).
+    "cxlkv_lookup_s": ("cxlkv:manager_seconds_total", {"op": "lookup"}),
+    "cxlkv_prepare_load_s": ("cxlkv:manager_seconds_total", {"op": "prepare_load"}),
+    "cxlkv_complete_load_s": ("cxlkv:manager_seconds_total", {"op": "complete_load"}),
+    "cxlkv_get_stats_s": ("cxlkv:manager_seconds_total", {"op": "get_stats"}),
 }
 
 

@@ -23,6 +23,18 @@ def token_range(vocab):
     return lo, min(vocab, 150000)
 
 
+def fit_query_len(query_len, max_model_len, prefix, max_tokens):
+    """Q's length so that prefix + Q + generated tokens fit max_model_len
+    (vLLM answers 400 otherwise): query_len, shortened for the largest
+    bucket, at least 1. Raises ValueError when even one query token does not
+    fit (a prefix the model cannot take)."""
+    room = max_model_len - prefix - max_tokens
+    if room < 1:
+        raise ValueError(f"prefix {prefix} + {max_tokens} generated tokens leave no room for a "
+                         f"query within max_model_len {max_model_len}")
+    return min(query_len, room)
+
+
 def session(seed, rep, prefix, arm, index, query_len, vocab):
     """(shared, q1, q2) token-id lists for one session."""
     lo, hi = token_range(vocab)

@@ -121,3 +121,32 @@ def test_per_repetition_medians_and_spread():
     assert x["medians"] == {0: 101.0, 1: 111.0}
     assert x["spread"] == round(10 / 106.0, 4)
     assert "## Table 8" in report.tables(s)
+
+
+def test_a_start_that_failed_then_succeeded_in_a_later_call_is_a_retry_not_a_failure():
+    failed = {"kind": "start_failed", "phase": "grid", "rep": 0, "tier": "T4", "call": 2,
+              "error": "grid-r0-T4-A-c2 (T4) exited with 1 before it was ready", "log_tail": ""}
+    started = {"kind": "replica", "phase": "grid", "tier": "T4", "call": 3, "role": "A",
+               "name": "grid-r0-T4-A-c3", "ready_s": 70.0}
+    s = report.build([call(), failed, started, req("T4", "cross", 8173, 0, 2, 80.0, 0.96, "B")])
+    assert s["start_failures"] == []
+    assert [r["started_in_call"] for r in s["start_retries"]] == [3]
+    assert "started in call 3" in report.tables(s)
+    # Never restarted: still a failure (what check_report.py fails on).
+    s = report.build([call(), failed, req("T4", "cross", 8173, 0, 2, 80.0, 0.96, "B")])
+    assert len(s["start_failures"]) == 1 and not s["start_retries"]
+    assert "did not start" in report.tables(s)
+
+
+def test_cxlkv_manager_time_is_split_out_of_the_reusing_request():
+    c = counters(kv_load_s=0.010, kv_load_bytes=434e6, cxlkv_lookup_s=0.001,
+                 cxlkv_prepare_load_s=0.0005, cxlkv_complete_load_s=0.0005)
+    recs = [call()] + [req("T4", "cross", 8173, i, 2, 80.0, 0.96, "B", counters={"B": c})
+                       for i in range(3)]
+    (x,) = report.build(recs)["load_time"]
+    assert x["load_p50_ms"] == 10.0 and x["manager_p50_ms"] == 2.0
+    assert "| 2.00 | 68.0 |" in report.tables(report.build(recs))
+    # Logs from before the counter existed: not measured, not zero.
+    old = [call(), req("T4", "cross", 8173, 0, 2, 80.0, 0.96, "B",
+                       counters={"B": counters(kv_load_s=0.01, kv_load_bytes=434e6)})]
+    assert report.build(old)["load_time"][0]["manager_p50_ms"] is None

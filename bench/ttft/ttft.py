@@ -570,10 +570,12 @@ class Harness:
             if region and os.path.exists(region):
                 os.unlink(region)  # the next T4 start gets a fresh one
 
-    def query_len(self, prefix):
-        """Q's length: the prompt plus generated tokens must fit max_model_len."""
-        return max(1, min(self.a.query_len,
-                          self.max_len(self.grid_model) - prefix - self.a.max_tokens))
+    def query_len(self, prefix, max_tokens=None):
+        """Q's length: the prompt plus generated tokens (the grid's
+        --max-tokens unless given: the load phase generates more) must fit
+        max_model_len."""
+        return prompts.fit_query_len(self.a.query_len, self.max_len(self.grid_model), prefix,
+                                     self.a.max_tokens if max_tokens is None else max_tokens)
 
     def grid_session(self, reps, observer, rep, tier, cfg, task):
         _, p, arm, i, key = task
@@ -642,7 +644,7 @@ class Harness:
         generated per request so decode competes with the KV reads."""
         a = self.a
         _, p, c, key = task
-        q = self.query_len(p)
+        q = self.query_len(p, a.load_max_tokens)
         arm = "same" if tier == "T2" else "cross"
         errors = []
         t0 = time.monotonic()

@@ -9,10 +9,12 @@
 # KV bytes loaded == stored, the poisoned-KV control that must change the
 # outputs); then a second call of the same run, which must find nothing left
 # (resume), and the report command on the log, whose output is checked;
-# before that, the report's arithmetic on synthetic logs (test_report.py).
-# Warm: measured 413 s (harness 396 s) on the shared 2-core machine at a load
-# average of 25-30; three pairs of engine starts dominate (each start 25-35 s
-# when the machine is quiet, 60-100 s when busy), so a quiet run should take
+# before that, the report's arithmetic on synthetic logs (test_report.py) and the
+# prompt shapes (test_prompts.py: every request fits the model's positions).
+# Warm: 580 s (harness 535 s) at a load average of 21-25 on the shared 2-core
+# machine (2026-12-01 17:05); 79 s in the quieter closing run of stop 8.
+# Three pairs of engine starts dominate (each start 25-35 s when the machine is
+# quiet, 60-100 s when busy), so a quiet run should take
 # about 150 s (not measured). The report and the checks take about 2 s.
 # The report runs under /usr/bin/python3: Debian's python3-matplotlib
 # (scripts/setup.sh) draws the plots.
@@ -46,7 +48,7 @@ check() {  # check NAME COMMAND...: one pass or one failure
   if "$@"; then echo "PASS $name"; passed=$((passed + 1)); else echo "FAIL $name"; failed=$((failed + 1)); fi
 }
 # The report's arithmetic on synthetic logs first (a second, no engines).
-"$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py 2>&1 | tee "$RUN/pytest.txt"
+"$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py 2>&1 | tee "$RUN/pytest.txt"
 p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
 f=$(grep -oE '[0-9]+ failed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); failed=$((failed + ${f:-0}))
 [ -n "$p" ] || failed=$((failed + 1))

@@ -22,7 +22,7 @@ round (ceil(announced / _TAIL_BATCH) steps).
 
 import collections
 import contextlib
-import logging
+import functools
 import time
 
 from vllm.v1.kv_offload.base import (
@@ -35,13 +35,32 @@ from vllm.v1.kv_offload.base import (
 
 from .. import _cxlkv
 from ..errors import BusyError, CorruptionError, NotFoundError
-from . import compat, metrics
+from . import _log, compat, metrics
 from .keys import block_key, group_of
 
-logger = logging.getLogger(__name__)
+logger = _log.get(__name__)
 
 _OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
 _TAIL_BATCH = 256        # announced slots re-read per take_events call
+
+
+def _timed(op):
+    """Adds the wall seconds of each call to cxlkv:manager_seconds{op}: the
+    scheduler-side share of a request's TTFT (lookup and pin, load and store
+    bookkeeping), which the TTFT report sets beside the worker's copy time."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def timed(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                self._count(metrics.MANAGER_SECONDS, time.perf_counter() - t0, op)
+
+        return timed
+
+    return wrap
 
 
 class _Pin:
@@ -112,6 +131,7 @@ class CxlkvManager(OffloadingManager):
     def on_new_request(self, req_context):
         return RequestOffloadingContext()
 
+    @_timed("lookup")
     def lookup(self, key, req_context):
         held = self._pins.setdefault(req_context.req_id, {})
         p = held.get(key)
@@ -130,6 +150,7 @@ class CxlkvManager(OffloadingManager):
             self._count(metrics.CROSS_REPLICA_HITS)
         return LookupResult.HIT
 
+    @_timed("prepare_load")
     def prepare_load(self, keys, req_context):
         held = self._pins.setdefault(req_context.req_id, {})
         keys = list(keys)
@@ -154,6 +175,7 @@ class CxlkvManager(OffloadingManager):
         self._count(metrics.LOADS, len(entries))
         return CxlkvLoadSpec(entries)
 
+    @_timed("complete_load")
     def complete_load(self, keys, req_context):
         # Still pinned here, so a chunk that left the region since
         # prepare_load was dropped by a reader's failed check (LoadPart drops
@@ -174,6 +196,7 @@ class CxlkvManager(OffloadingManager):
     def touch(self, keys, req_context):
         return  # recency comes from lookups (the region's CLOCK bit)
 
+    @_timed("prepare_store")
     def prepare_store(self, keys, req_context):
         to_store, tokens, ids, full = [], [], [], False
         for key in keys:
@@ -213,6 +236,7 @@ class CxlkvManager(OffloadingManager):
                                                             ids),
                                   evicted_keys=[])
 
+    @_timed("complete_store")
     def complete_store(self, keys, req_context, success=True):
         for key in keys:
             w = self._leases.pop(key, None)
@@ -323,6 +347,7 @@ class CxlkvManager(OffloadingManager):
     def on_reset_flushed(self):  # 0.33
         return
 
+    @_timed("get_stats")
     def get_stats(self):
         st = compat.stats()
         for (name, label), n in self._counts.items():

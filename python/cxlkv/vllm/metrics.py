@@ -14,6 +14,7 @@ EVICTIONS = "cxlkv:evictions"
 PIN_EXPIRIES = "cxlkv:pin_expiries"
 REGION_FILL = "cxlkv:region_fill"                # gauge, 0..1
 REGION_SLOTS = "cxlkv:region_slots"              # gauge
+MANAGER_SECONDS = "cxlkv:manager_seconds"        # label op: scheduler-side time per call kind
 
 
 def definitions():
@@ -36,4 +37,8 @@ def definitions():
         PIN_EXPIRIES: compat.counter("Lookup pins released because no load followed in time"),
         REGION_FILL: compat.gauge("Fraction of the region's slots holding a block (estimate)"),
         REGION_SLOTS: compat.gauge("Slots in the region (one chunk each)"),
+        MANAGER_SECONDS: compat.counter(
+            "Seconds spent in the manager on the scheduler's thread, by call "
+            "(lookup, prepare_load, complete_load, prepare_store, complete_store, get_stats)",
+            ("op",)),
     }

@@ -6,17 +6,17 @@ constructor only checks settings; the region is opened by get_manager and
 get_worker.
 """
 
-import logging
 import os
+import time
 
 from vllm.v1.kv_offload.base import OffloadingSpec
 
 from .. import NamespaceDesc, open_region
 from ..errors import InvalidArgumentError
-from . import compat, keys, metrics
+from . import _log, compat, keys, metrics
 from .settings import Settings
 
-logger = logging.getLogger(__name__)
+logger = _log.get(__name__)
 
 _ALIGN = 64  # part length granularity (cache line)
 # Room for the part table of up to this many ranks in every slot, so that
@@ -76,14 +76,21 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                   prefault=s.prefault if manager else "none",
                   max_participants=s.max_participants, hash_algorithm=self.hash_algorithm,
                   hash_seed_fingerprint=self.hash_seed_fingerprint)
+        t0 = time.perf_counter()
         try:
-            return open_region(s.region_path, **kw)
+            region = open_region(s.region_path, **kw)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(
                 f"cxlkv: this engine cannot use region {s.region_path}: {e} (this engine: slot "
                 f"{self.slot_size} B = {self.parts} rank(s) x {self.part_len} B + part table, hash "
                 f"{self.hash_algorithm} with NONE_HASH seed fingerprint "
                 f"{self.hash_seed_fingerprint:#x})") from e
+        # Attach (format or join, prefault on the manager side) stays off
+        # the first request; the TTFT harness reads this line per engine.
+        logger.info("cxlkv: %s attached region %s in %.1f ms (prefault %s)",
+                    "manager" if manager else "worker", s.region_path,
+                    (time.perf_counter() - t0) * 1e3, kw["prefault"])
+        return region
 
     def _namespaces(self, region, fingerprint):
         fmt = keys.page_format()

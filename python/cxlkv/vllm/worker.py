@@ -18,7 +18,6 @@ the model read unverified KV.
 """
 
 import concurrent.futures
-import logging
 import threading
 import time
 
@@ -27,8 +26,9 @@ from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 
 from .. import BlockKey, _cxlkv
 from ..errors import CorruptionError, Error, NotFoundError
+from . import _log
 
-logger = logging.getLogger(__name__)
+logger = _log.get(__name__)
 
 
 class CxlkvWorker(OffloadingWorker):

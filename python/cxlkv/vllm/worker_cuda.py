@@ -24,7 +24,6 @@ mid-way) still have their bytes copied, into a device scratch buffer, so the
 part's CRC covers every byte.
 """
 
-import logging
 import time
 
 import numpy as np
@@ -33,9 +32,10 @@ from vllm.v1.kv_offload.base import TransferResult
 
 from .. import BlockKey, _cxlkv
 from ..errors import Error
+from . import _log
 from .worker import CxlkvWorker
 
-logger = logging.getLogger(__name__)
+logger = _log.get(__name__)
 
 _FAILED_LOAD = ("NotFound", "Corruption")  # the chunk is recomputed (or the job fails)
 
@@ -73,6 +73,12 @@ class CxlkvCudaWorker(CxlkvWorker):
             self._check_part(row)
             groups.append(group)
             self.row_bytes.append(row)
+        # Which form this vLLM hands over (0.26 + FlashAttention: one
+        # cross-layer tensor per group; 0.32/0.33: one tensor per layer).
+        n_tensors = sum(len(t) for t in self.group_tensors)
+        logger.info("cxlkv: rank %d: KV layout %s: %d tensor(s) in %d group(s), %s B per block "
+                    "row", self.rank, "cross-layer" if n_tensors == len(groups) else "per-layer",
+                    n_tensors, len(groups), "/".join(str(r) for r in self.row_bytes))
         self._scratch = None
         self._ready = {}  # store job id -> CUDA event recorded when it was submitted
         self.first_load_s = None  # the first load of this process (first touch of the mapping)
