@@ -184,13 +184,6 @@ __global__ void CrcKernel(Desc d, uint64_t seg_begin, const uint32_t* tables, ui
   }
 }
 
-Status LaunchStatus(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return Status::OK();
-  return Status::IOError(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                         cudaGetErrorString(e) + ")");
-}
-
 }  // namespace
 
 Status GpuCrc32c::Create(std::unique_ptr<GpuCrc32c>* out) {
@@ -210,15 +203,11 @@ Status GpuCrc32c::Create(std::unique_ptr<GpuCrc32c>* out) {
 GpuCrc32c::~GpuCrc32c() {
   // Destructors cannot return a Status; a failure here means the context is
   // already gone, so report it and carry on.
-  auto report = [](CUresult r, const char* what) {
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
-      std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(r, what).ToString().c_str());
-  };
-  if (tables_) report(cuMemFree(tables_), "cuMemFree(crc tables)");
-  if (desc_) report(cuMemFree(desc_), "cuMemFree(crc descriptors)");
-  if (seg_crc_) report(cuMemFree(seg_crc_), "cuMemFree(crc segments)");
-  if (host_desc_) report(cuMemFreeHost(host_desc_), "cuMemFreeHost(crc descriptors)");
-  if (host_result_) report(cuMemFreeHost(host_result_), "cuMemFreeHost(crc results)");
+  if (tables_) ReportCudaFailure(cuMemFree(tables_), "cuMemFree(crc tables)");
+  if (desc_) ReportCudaFailure(cuMemFree(desc_), "cuMemFree(crc descriptors)");
+  if (seg_crc_) ReportCudaFailure(cuMemFree(seg_crc_), "cuMemFree(crc segments)");
+  if (host_desc_) ReportCudaFailure(cuMemFreeHost(host_desc_), "cuMemFreeHost(crc descriptors)");
+  if (host_result_) ReportCudaFailure(cuMemFreeHost(host_result_), "cuMemFreeHost(crc results)");
 }
 
 Status GpuCrc32c::Reserve(size_t pieces, size_t blocks, uint64_t segments) {

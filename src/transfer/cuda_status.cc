@@ -1,6 +1,9 @@
 // Copyright cxlkv authors.
 #include "cuda_status.h"
 
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
 #include <string>
 
 namespace cxlkv::internal {
@@ -33,6 +36,18 @@ Status CudaStatus(CUresult r, std::string_view what) {
     default:
       return Status::IOError(msg);
   }
+}
+
+Status LaunchStatus(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::OK();
+  return Status::IOError(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                         cudaGetErrorString(e) + ")");
+}
+
+void ReportCudaFailure(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+    std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(r, what).ToString().c_str());
 }
 
 }  // namespace cxlkv::internal

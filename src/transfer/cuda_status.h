@@ -23,6 +23,16 @@ namespace cxlkv::internal {
 // value/handle, kIOError for everything else (the driver refused).
 Status CudaStatus(CUresult r, std::string_view what);
 
+// After a kernel launch: OK, or kIOError "<what>: <cudaError name>
+// (<description>)" for the runtime's last error (cudaGetLastError, which
+// also clears it, so a later runtime call in this thread does not see it).
+Status LaunchStatus(const char* what);
+
+// For destructors, which cannot return a Status: prints CudaStatus(r, what)
+// to stderr unless r is CUDA_SUCCESS or CUDA_ERROR_DEINITIALIZED (the
+// context is already gone at process exit; nothing is left to free).
+void ReportCudaFailure(CUresult r, const char* what);
+
 }  // namespace cxlkv::internal
 
 // Returns from the enclosing function with a Status if the driver call fails.

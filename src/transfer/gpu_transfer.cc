@@ -17,6 +17,7 @@ namespace cxlkv {
 using internal::CudaStatus;
 using internal::GpuCrc32c;
 using internal::HostRegistration;
+using internal::ReportCudaFailure;
 using internal::SmCopier;
 using internal::SmRange;
 
@@ -159,34 +160,29 @@ class ContextScope {
   Status status_;
 };
 
-void Report(CUresult rc, const char* what) {
-  if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED)
-    std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(rc, what).ToString().c_str());
-}
-
 }  // namespace
 
 GpuTransferEngine::Impl::~Impl() {
   if (ctx == nullptr) return;
   if (cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
-    if (copy) Report(cuStreamSynchronize(copy), "cuStreamSynchronize");
-    if (crc) Report(cuStreamSynchronize(crc), "cuStreamSynchronize");
+    if (copy) ReportCudaFailure(cuStreamSynchronize(copy), "cuStreamSynchronize");
+    if (crc) ReportCudaFailure(cuStreamSynchronize(crc), "cuStreamSynchronize");
     regs.clear();
     crc32c.reset();
     sm.reset();
     for (CUevent& e : group_ev)
-      if (e) Report(cuEventDestroy(e), "cuEventDestroy");
+      if (e) ReportCudaFailure(cuEventDestroy(e), "cuEventDestroy");
     for (CUevent& e : stage_ev)
-      if (e) Report(cuEventDestroy(e), "cuEventDestroy");
-    if (after_ev) Report(cuEventDestroy(after_ev), "cuEventDestroy");
+      if (e) ReportCudaFailure(cuEventDestroy(e), "cuEventDestroy");
+    if (after_ev) ReportCudaFailure(cuEventDestroy(after_ev), "cuEventDestroy");
     for (uint8_t*& s : staging)
-      if (s) Report(cuMemFreeHost(s), "cuMemFreeHost(staging)");
-    if (copy) Report(cuStreamDestroy(copy), "cuStreamDestroy");
-    if (crc) Report(cuStreamDestroy(crc), "cuStreamDestroy");
+      if (s) ReportCudaFailure(cuMemFreeHost(s), "cuMemFreeHost(staging)");
+    if (copy) ReportCudaFailure(cuStreamDestroy(copy), "cuStreamDestroy");
+    if (crc) ReportCudaFailure(cuStreamDestroy(crc), "cuStreamDestroy");
     CUcontext popped;
-    Report(cuCtxPopCurrent(&popped), "cuCtxPopCurrent");
+    ReportCudaFailure(cuCtxPopCurrent(&popped), "cuCtxPopCurrent");
   }
-  if (ctx_retained) Report(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
+  if (ctx_retained) ReportCudaFailure(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease");
 }
 
 Status GpuTransferEngine::Impl::Init() {

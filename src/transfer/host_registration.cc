@@ -60,10 +60,7 @@ Status HostRegistration::Register(void* base, uint64_t len, uint64_t segment_byt
 
 HostRegistration::~HostRegistration() {
   for (uint8_t* s : segments_) {
-    const CUresult rc = cuMemHostUnregister(s);
-    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_DEINITIALIZED) {
-      std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(rc, "cuMemHostUnregister").ToString().c_str());
-    }
+    ReportCudaFailure(cuMemHostUnregister(s), "cuMemHostUnregister");
   }
 }
 

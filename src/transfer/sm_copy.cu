@@ -68,13 +68,6 @@ __global__ void SmCopyKernel(const SmRange* ranges, const uint64_t* tile_first, 
   }
 }
 
-Status LaunchStatus(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return Status::OK();
-  return Status::IOError(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                         cudaGetErrorString(e) + ")");
-}
-
 }  // namespace
 
 Status SmCopier::Create(std::unique_ptr<SmCopier>* out) {
@@ -84,12 +77,9 @@ Status SmCopier::Create(std::unique_ptr<SmCopier>* out) {
 
 SmCopier::~SmCopier() {
   // A failure here means the context is already gone: report and carry on.
-  auto report = [](CUresult r, const char* what) {
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
-      std::fprintf(stderr, "cxlkv: %s\n", CudaStatus(r, what).ToString().c_str());
-  };
-  if (desc_) report(cuMemFree(desc_), "cuMemFree(sm copy descriptors)");
-  if (host_desc_) report(cuMemFreeHost(host_desc_), "cuMemFreeHost(sm copy descriptors)");
+  if (desc_) ReportCudaFailure(cuMemFree(desc_), "cuMemFree(sm copy descriptors)");
+  if (host_desc_)
+    ReportCudaFailure(cuMemFreeHost(host_desc_), "cuMemFreeHost(sm copy descriptors)");
 }
 
 Status SmCopier::Reserve(size_t ranges) {
