@@ -20,7 +20,8 @@
 # CXLKV_FULL=1): no leaked region, no stuck finalizer, no stale checkpoint
 # entry. Then the plugin's node cases (test/e2e/dra-node-cases.sh: a node's
 # materialization released on its last unprepare and re-materialized on
-# reuse; prepare's UID and node-selector refusals; start-up cleanup), about 60 s; the
+# reuse; prepare's UID and node-selector refusals; start-up cleanup; health
+# with hostd down, both health versions), about 75 s; the
 # controller's failure cases (test/e2e/dra-controller-cases.sh)
 # and scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,

@@ -22,8 +22,12 @@
 #     come from the checks, not from a broken setup);
 #  3. a claim deleted while its node's kubelet and plugin were down (its
 #     pod force-deleted): the entry stays in the checkpoint until the plugin
-#     restarts, whose start-up cleanup drops it.
-# Warm: about 60 s.
+#     restarts, whose start-up cleanup drops it;
+#  4. the node's hostd down, then back, while a claim is prepared there:
+#     blade-0 UNHEALTHY, then HEALTHY, on both health services (v1 and
+#     v1alpha1, read through kubelet's generated clients), and in kubelet's
+#     DRA manager's health state.
+# Warm: about 75 s.
 
 echo "== dra: node release on the last unprepare, and re-materialization on reuse"
 t_node=$SECONDS
@@ -183,4 +187,37 @@ if wait_until 30 sh -c "grep -q 'cleanup claim=down namespace=default uid=$DUID 
   ok "the restarted plugin dropped the deleted claim's entry at start (cleanup)"
 else bad "after the restart: entry still there: $(in_ckpt2 && echo yes || echo no)"; fi
 wait_until 20 no_regions || bad "$(regions) regions left after claim down"
+
+echo "== dra: the node's hostd down and back: health on both DRAResourceHealth versions"
+stream_health() {  # stream_health <node> <v1|v1alpha1>: blade-0's health in the plugin's stream now
+  "$FK" call health --socket "$(sock "$1")" --api "$2" --messages 2 2>/dev/null | tail -1 | python3 -c '
+import json, sys
+d = [x for x in json.loads(sys.stdin.read()).get("devices", []) if x["device"]["deviceName"] == "blade-0"]
+print(d[0].get("health", "UNKNOWN") if d else "none")' 2>/dev/null
+}
+both_health() { [ "$(stream_health fake-node-0 v1)" = "$1" ] && [ "$(stream_health fake-node-0 v1alpha1)" = "$1" ]; }
+hostd0_start() {
+  local d=$E/fake-node-0
+  start hostd-fake-node-0 "$BIN/cxlkv-hostd" --host-id fake-node-0 --listen "127.0.0.1:${HPORT[fake-node-0]}" \
+    --fabric "$F" --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
+    --allowed-backing-dir "$BACKING" --resync-interval 10
+}
+claim_yaml hd 1Gi | kubectl apply -f - >/dev/null
+pod_yaml hd-0 hd fake-node-0 sh -c 'exec sleep 600' | kubectl apply -f - >/dev/null
+if wait_until 90 running hd-0 && wait_until 10 both_health HEALTHY; then
+  ok "a claim prepared on fake-node-0: blade-0 HEALTHY on the v1 and v1alpha1 streams (kubelet's clients)"
+else bad "hd-0 $(phase hd-0), health v1 '$(stream_health fake-node-0 v1)' v1alpha1 '$(stream_health fake-node-0 v1alpha1)'"; fi
+kill "$PID_hostd_fake_node_0"; wait "$PID_hostd_fake_node_0" 2>/dev/null
+if wait_until 20 both_health UNHEALTHY && wait_until 10 is_health fake-node-0 Unhealthy; then
+  ok "hostd of fake-node-0 down: UNHEALTHY on both streams, and kubelet's DRA manager recorded it"
+else bad "hostd down: v1 '$(stream_health fake-node-0 v1)', v1alpha1 '$(stream_health fake-node-0 v1alpha1)', kubelet '$(health fake-node-0)'"; fi
+hostd0_start
+if wait_until 30 both_health HEALTHY && wait_until 10 is_health fake-node-0 Healthy; then
+  ok "hostd back: HEALTHY again on both streams and in kubelet's state"
+else bad "hostd back: v1 '$(stream_health fake-node-0 v1)', kubelet '$(health fake-node-0)'"; fi
+kubectl delete pod hd-0 --wait=false >/dev/null
+wait_until 60 gone pod hd-0 || bad "hd-0 not torn down"
+kubectl delete resourceclaim hd --wait=false >/dev/null
+wait_until 60 gone resourceclaim hd || bad "claim hd stuck"
+wait_until 20 no_regions || bad "$(regions) regions left after claim hd"
 echo "dra: node cases took $((SECONDS - t_node)) s"

@@ -5,9 +5,12 @@
 // the claim's: kubelet's DRA manager refuses that itself before calling the
 // plugin), or that a 1.37 kubelet never sends (the v1beta1 service, which
 // it uses only when a plugin does not offer v1). Prints the response as
-// JSON on stdout.
+// JSON on stdout. `health` reads the DRAResourceHealth stream instead (v1,
+// which kubelet uses, or v1alpha1, which it falls back to) and prints the
+// first --messages responses, one JSON line each (protojson: enum names).
 //
 //	cxlkv-fakekubelet call prepare|unprepare --socket PATH --namespace NS --name N --uid U [--api v1beta1]
+//	cxlkv-fakekubelet call health --socket PATH [--api v1alpha1] [--messages N]
 package main
 
 import (
@@ -20,14 +23,21 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	healthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	healthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 )
 
 func callMain(args []string) int {
-	if len(args) < 1 || (args[0] != "prepare" && args[0] != "unprepare") {
-		fmt.Fprintln(os.Stderr, "usage: cxlkv-fakekubelet call prepare|unprepare --socket PATH --namespace NS --name N --uid U")
+	if len(args) < 1 || (args[0] != "prepare" && args[0] != "unprepare" && args[0] != "health") {
+		fmt.Fprintln(os.Stderr, "usage: cxlkv-fakekubelet call prepare|unprepare|health --socket PATH ...")
 		return 2
+	}
+	if args[0] == "health" {
+		return healthMain(args[1:])
 	}
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	socket := fs.String("socket", "", "the plugin's DRA service socket")
@@ -79,5 +89,58 @@ func callMain(args []string) int {
 		return 1
 	}
 	fmt.Println(string(b))
+	return 0
+}
+
+func healthMain(args []string) int {
+	fs := flag.NewFlagSet("call health", flag.ContinueOnError)
+	socket := fs.String("socket", "", "the plugin's DRA service socket")
+	api := fs.String("api", "v1", "the DRAResourceHealth service version: v1 or v1alpha1")
+	messages := fs.Int("messages", 1, "responses to print before closing the stream")
+	timeout := fs.Duration("timeout", 30*time.Second, "for the whole stream")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *socket == "" || (*api != "v1" && *api != "v1alpha1") || *messages < 1 {
+		fmt.Fprintln(os.Stderr, "call health: --socket is required; --api is v1 or v1alpha1; --messages >= 1")
+		return 2
+	}
+	conn, err := grpc.NewClient("unix://"+*socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "call health: dial %s: %v\n", *socket, err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var recv func() (proto.Message, error)
+	if *api == "v1" {
+		st, err := healthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &healthv1.NodeWatchResourcesRequest{})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "call health: %v\n", err)
+			return 1
+		}
+		recv = func() (proto.Message, error) { return st.Recv() }
+	} else {
+		st, err := healthv1alpha1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &healthv1alpha1.NodeWatchResourcesRequest{})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "call health: %v\n", err)
+			return 1
+		}
+		recv = func() (proto.Message, error) { return st.Recv() }
+	}
+	for i := 0; i < *messages; i++ {
+		m, err := recv()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "call health: receive: %v\n", err)
+			return 1
+		}
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "call health: encode: %v\n", err)
+			return 1
+		}
+		fmt.Println(string(b))
+	}
 	return 0
 }
