@@ -150,3 +150,14 @@ def test_cxlkv_manager_time_is_split_out_of_the_reusing_request():
     old = [call(), req("T4", "cross", 8173, 0, 2, 80.0, 0.96, "B",
                        counters={"B": counters(kv_load_s=0.01, kv_load_bytes=434e6)})]
     assert report.build(old)["load_time"][0]["manager_p50_ms"] is None
+
+
+def test_median_difference_interval_is_seeded_and_brackets_the_difference():
+    a = [80.0 + i for i in range(20)]
+    b = [78.0 + i for i in range(20)]
+    ci = report.median_diff_ci(a, b)
+    assert ci == report.median_diff_ci(a, b)          # rebuilds the same numbers
+    assert ci[0] <= 2.0 <= ci[1] and ci[0] < 0        # a 2 ms gap in 20 samples: noise
+    far = report.median_diff_ci([200.0 + i for i in range(20)], b)
+    assert far[0] > 0                                 # a real gap is not called noise
+    assert report.median_diff_ci(a[:3], b) is None
