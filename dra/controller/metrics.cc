@@ -2,39 +2,51 @@
 #include "controller/metrics.h"
 
 #include <cctype>
-#include <cstdio>
 
 namespace cxlkv::dra {
 
 namespace {
 
-// Seconds; the fabric calls range from a millisecond (get) to tens of
-// seconds (a compose waiting on host agents).
-constexpr double kBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-constexpr size_t kNumBounds = sizeof(kBounds) / sizeof(kBounds[0]);
-
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.9g", v);
-  return buf;
-}
-
-// Label values are ours (operation names, status code names, pool names
-// "<appliance>/<blade>"), but escape what the format requires anyway.
-std::string Esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
+constexpr const char* kOps = "cxlkv_dra_operations_total";
+constexpr const char* kDuration = "cxlkv_dra_operation_duration_seconds";
+constexpr const char* kInFlight = "cxlkv_dra_operations_in_flight";
+constexpr const char* kComposed = "cxlkv_dra_composed_bytes";
+constexpr const char* kUnusable = "cxlkv_dra_unusable_bytes";
+constexpr const char* kFreeRetries = "cxlkv_dra_free_retries_total";
+constexpr const char* kOrphansFreed = "cxlkv_dra_orphans_freed_total";
+constexpr const char* kTakeovers = "cxlkv_dra_owner_takeovers_total";
+constexpr const char* kLeaked = "cxlkv_dra_leaked_regions";
+constexpr const char* kFabricReachable = "cxlkv_dra_fabric_reachable";
+constexpr const char* kLeader = "cxlkv_dra_leader";
+constexpr const char* kAnnotationMode = "cxlkv_dra_annotation_mode";
 
 }  // namespace
+
+ControllerMetrics::ControllerMetrics() {
+  using K = Metrics::Kind;
+  reg_.Declare(kOps, K::kCounter, "Controller operations by result.");
+  // Seconds; the fabric calls range from a millisecond (get) to tens of
+  // seconds (a compose waiting on host agents).
+  reg_.Declare(kDuration, K::kHistogram, "Controller operation latency.",
+               {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+  reg_.Declare(kInFlight, K::kGauge, "Controller operations running now.");
+  reg_.Declare(kComposed, K::kGauge, "Bytes of regions backing a live allocation.");
+  reg_.Declare(kUnusable, K::kGauge,
+               "Orphaned, pending-free, leaked and foreign bytes kept out of the slice.");
+  reg_.Declare(kFreeRetries, K::kCounter, "Failed region frees that will be retried.");
+  reg_.Declare(kOrphansFreed, K::kCounter, "Regions with no claim freed by resync.");
+  reg_.Declare(kTakeovers, K::kCounter,
+               "Claims taken over from a replica whose owner Lease expired.");
+  reg_.Declare(kLeaked, K::kGauge, "Regions no claim owns that could not be freed.");
+  reg_.Declare(kFabricReachable, K::kGauge, "1 when the fabric manager answered last.");
+  reg_.Declare(kLeader, K::kGauge, "1 while this replica holds the singleton-jobs Lease.");
+  reg_.Declare(kAnnotationMode, K::kGauge,
+               "1 when the apiserver drops consumable-capacity fields and the slices fall back "
+               "to annotation mode.");
+  for (const char* n : {kFreeRetries, kOrphansFreed, kTakeovers, kLeaked, kLeader, kAnnotationMode})
+    reg_.Set(n, {}, 0);
+  reg_.Set(kFabricReachable, {}, 1);
+}
 
 std::string ControllerMetrics::ResultLabel(const Status& s) {
   if (s.ok()) return "ok";
@@ -52,119 +64,27 @@ std::string ControllerMetrics::ResultLabel(const Status& s) {
   return out;
 }
 
-void ControllerMetrics::BeginOp(const std::string& op) {
-  std::lock_guard<std::mutex> l(mu_);
-  ++in_flight_[op];
-}
+void ControllerMetrics::BeginOp(const std::string& op) { reg_.Add(kInFlight, {{"operation", op}}); }
 
 void ControllerMetrics::EndOp(const std::string& op, const Status& result,
                               std::chrono::nanoseconds took) {
-  const std::string r = ResultLabel(result);
-  const double sec = std::chrono::duration<double>(took).count();
-  std::lock_guard<std::mutex> l(mu_);
-  --in_flight_[op];
-  ++ops_[{op, r}];
-  Hist& h = hist_[{op, r}];
-  if (h.buckets.empty()) h.buckets.assign(kNumBounds, 0);
-  for (size_t i = 0; i < kNumBounds; ++i) {
-    if (sec <= kBounds[i]) ++h.buckets[i];
-  }
-  h.sum += sec;
-  ++h.count;
+  const Labels labels = {{"operation", op}, {"result", ResultLabel(result)}};
+  reg_.Add(kInFlight, {{"operation", op}}, -1);
+  reg_.Add(kOps, labels);
+  reg_.Observe(kDuration, labels, std::chrono::duration<double>(took).count());
 }
 
 void ControllerMetrics::SetPoolBytes(const std::string& pool, int64_t composed, int64_t unusable) {
-  std::lock_guard<std::mutex> l(mu_);
-  pool_bytes_[pool] = {composed, unusable};
+  reg_.Set(kComposed, {{"pool", pool}}, static_cast<double>(composed));
+  reg_.Set(kUnusable, {{"pool", pool}}, static_cast<double>(unusable));
 }
 
-void ControllerMetrics::AddFreeRetry() {
-  std::lock_guard<std::mutex> l(mu_);
-  ++free_retries_;
-}
-
-void ControllerMetrics::AddOrphansFreed(int n) {
-  std::lock_guard<std::mutex> l(mu_);
-  orphans_freed_ += n;
-}
-
-void ControllerMetrics::SetLeakedRegions(int n) {
-  std::lock_guard<std::mutex> l(mu_);
-  leaked_ = n;
-}
-
-void ControllerMetrics::SetFabricReachable(bool up) {
-  std::lock_guard<std::mutex> l(mu_);
-  fabric_up_ = up;
-}
-
-void ControllerMetrics::SetLeader(bool leader) {
-  std::lock_guard<std::mutex> l(mu_);
-  leader_ = leader;
-}
-
-void ControllerMetrics::SetAnnotationMode(bool on) {
-  std::lock_guard<std::mutex> l(mu_);
-  annotation_mode_ = on;
-}
-
-std::string ControllerMetrics::Render() const {
-  std::lock_guard<std::mutex> l(mu_);
-  std::string o;
-  o += "# HELP cxlkv_dra_operations_total Controller operations by result.\n";
-  o += "# TYPE cxlkv_dra_operations_total counter\n";
-  for (const auto& [k, v] : ops_) {
-    o += "cxlkv_dra_operations_total{operation=\"" + Esc(k.first) + "\",result=\"" + Esc(k.second) +
-         "\"} " + std::to_string(v) + "\n";
-  }
-  o += "# HELP cxlkv_dra_operation_duration_seconds Controller operation latency.\n";
-  o += "# TYPE cxlkv_dra_operation_duration_seconds histogram\n";
-  for (const auto& [k, h] : hist_) {
-    const std::string lab = "operation=\"" + Esc(k.first) + "\",result=\"" + Esc(k.second) + "\"";
-    for (size_t i = 0; i < kNumBounds; ++i) {
-      o += "cxlkv_dra_operation_duration_seconds_bucket{" + lab + ",le=\"" + Num(kBounds[i]) +
-           "\"} " + std::to_string(h.buckets[i]) + "\n";
-    }
-    o += "cxlkv_dra_operation_duration_seconds_bucket{" + lab + ",le=\"+Inf\"} " +
-         std::to_string(h.count) + "\n";
-    o += "cxlkv_dra_operation_duration_seconds_sum{" + lab + "} " + Num(h.sum) + "\n";
-    o +=
-        "cxlkv_dra_operation_duration_seconds_count{" + lab + "} " + std::to_string(h.count) + "\n";
-  }
-  o += "# HELP cxlkv_dra_operations_in_flight Controller operations running now.\n";
-  o += "# TYPE cxlkv_dra_operations_in_flight gauge\n";
-  for (const auto& [k, v] : in_flight_) {
-    o += "cxlkv_dra_operations_in_flight{operation=\"" + Esc(k) + "\"} " + std::to_string(v) + "\n";
-  }
-  o += "# HELP cxlkv_dra_composed_bytes Bytes of regions backing a live allocation.\n";
-  o += "# TYPE cxlkv_dra_composed_bytes gauge\n";
-  for (const auto& [k, v] : pool_bytes_) {
-    o += "cxlkv_dra_composed_bytes{pool=\"" + Esc(k) + "\"} " + std::to_string(v.first) + "\n";
-  }
-  o += "# HELP cxlkv_dra_unusable_bytes Orphaned and pending-free bytes kept out of the slice.\n";
-  o += "# TYPE cxlkv_dra_unusable_bytes gauge\n";
-  for (const auto& [k, v] : pool_bytes_) {
-    o += "cxlkv_dra_unusable_bytes{pool=\"" + Esc(k) + "\"} " + std::to_string(v.second) + "\n";
-  }
-  o += "# HELP cxlkv_dra_free_retries_total Failed region frees that will be retried.\n";
-  o += "# TYPE cxlkv_dra_free_retries_total counter\n";
-  o += "cxlkv_dra_free_retries_total " + std::to_string(free_retries_) + "\n";
-  o += "# HELP cxlkv_dra_orphans_freed_total Regions with no claim freed by resync.\n";
-  o += "# TYPE cxlkv_dra_orphans_freed_total counter\n";
-  o += "cxlkv_dra_orphans_freed_total " + std::to_string(orphans_freed_) + "\n";
-  o += "# HELP cxlkv_dra_leaked_regions Regions no claim owns that could not be freed.\n";
-  o += "# TYPE cxlkv_dra_leaked_regions gauge\n";
-  o += "cxlkv_dra_leaked_regions " + std::to_string(leaked_) + "\n";
-  o += "# HELP cxlkv_dra_fabric_reachable 1 when the fabric manager answered last.\n";
-  o += "# TYPE cxlkv_dra_fabric_reachable gauge\n";
-  o += "cxlkv_dra_fabric_reachable " + std::string(fabric_up_ ? "1" : "0") + "\n";
-  o += "# HELP cxlkv_dra_leader 1 while this replica holds the singleton-jobs Lease.\n";
-  o += "# TYPE cxlkv_dra_leader gauge\n";
-  o += "cxlkv_dra_leader " + std::string(leader_ ? "1" : "0") + "\n";
-  o += "# HELP cxlkv_dra_annotation_mode 1 when slices fall back to annotation mode.\n";
-  o += "# TYPE cxlkv_dra_annotation_mode gauge\n";
-  o += "cxlkv_dra_annotation_mode " + std::string(annotation_mode_ ? "1" : "0") + "\n";
-  return o;
-}
+void ControllerMetrics::AddFreeRetry() { reg_.Add(kFreeRetries, {}); }
+void ControllerMetrics::AddOrphansFreed(int n) { reg_.Add(kOrphansFreed, {}, n); }
+void ControllerMetrics::AddTakeover() { reg_.Add(kTakeovers, {}); }
+void ControllerMetrics::SetLeakedRegions(int n) { reg_.Set(kLeaked, {}, n); }
+void ControllerMetrics::SetFabricReachable(bool up) { reg_.Set(kFabricReachable, {}, up ? 1 : 0); }
+void ControllerMetrics::SetLeader(bool leader) { reg_.Set(kLeader, {}, leader ? 1 : 0); }
+void ControllerMetrics::SetAnnotationMode(bool on) { reg_.Set(kAnnotationMode, {}, on ? 1 : 0); }
 
 }  // namespace cxlkv::dra

@@ -48,6 +48,25 @@ TEST(MetricsTest, CountersHistogramsAndGauges) {
             std::string::npos);
   EXPECT_NE(t.find("cxlkv_dra_free_retries_total 1\n"), std::string::npos);
   EXPECT_NE(t.find("cxlkv_dra_leaked_regions 3\n"), std::string::npos);
+  // One registry for the whole binary: the shared renderer's HELP/TYPE lines.
+  EXPECT_NE(t.find("# TYPE cxlkv_dra_operation_duration_seconds histogram\n"), std::string::npos);
+}
+
+TEST(MetricsTest, UnlabelledSeriesStartAtTheirIdleValues) {
+  ControllerMetrics m;
+  std::string t = m.Render();
+  for (const char* want :
+       {"cxlkv_dra_fabric_reachable 1\n", "cxlkv_dra_leader 0\n", "cxlkv_dra_annotation_mode 0\n",
+        "cxlkv_dra_owner_takeovers_total 0\n", "cxlkv_dra_free_retries_total 0\n"}) {
+    EXPECT_NE(t.find(want), std::string::npos) << want << t;
+  }
+  m.AddTakeover();
+  m.SetAnnotationMode(true);
+  m.SetFabricReachable(false);
+  EXPECT_EQ(m.registry()->Value("cxlkv_dra_owner_takeovers_total", {}), 1);
+  t = m.Render();
+  EXPECT_NE(t.find("cxlkv_dra_annotation_mode 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("cxlkv_dra_fabric_reachable 0\n"), std::string::npos) << t;
 }
 
 }  // namespace
