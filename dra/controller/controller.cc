@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <condition_variable>
 #include <ctime>
@@ -93,6 +94,19 @@ RegionRef ParseRegionRef(const std::string& text) {
 
 std::string PoolName(const fabric::Pool& p) { return p.appliance_id + "/" + p.blade_id; }
 
+// A replica's heartbeat Lease: "<singleton lease>-owner-<identity>", the
+// identity folded into a DNS-1123 name (lower case; anything else '-').
+std::string OwnerLeaseName(const std::string& lease_name, const std::string& identity) {
+  std::string n = lease_name + "-owner-";
+  for (char c : identity) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    n += (std::isalnum(u) || c == '.' || c == '-') ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  if (n.size() > 253) n.resize(253);
+  while (!n.empty() && !std::isalnum(static_cast<unsigned char>(n.back()))) n.pop_back();
+  return n;
+}
+
 constexpr const char* kTaintFabricUnreachable = "cxlkv.dev/fabric-unreachable";
 
 // The tag a compose carries (the fabric manager's claimUid): the driver,
@@ -144,6 +158,16 @@ struct Controller::Rep {
                                                std::chrono::milliseconds(10000), 50, 100}};
   std::unique_ptr<kube::EventRecorder> events;
   std::unique_ptr<kube::LeaderElector> elector;
+  // This replica's own Lease (OwnerLeaseName(identity)), renewed while it
+  // runs: the heartbeat by which other replicas tell a dead owner.
+  std::unique_ptr<kube::LeaderElector> heartbeat;
+  // Other owners' Leases as last read: the record seen (holder and
+  // renewTime) and when this replica first saw it, by owner; guarded by mu.
+  struct OwnerSeen {
+    std::string record;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<std::string, OwnerSeen> owners;
   ControllerMetrics metrics;
   httplib::Server http;
   int http_port = 0;
@@ -192,6 +216,11 @@ struct Controller::Rep {
   }
   Status Release(json& claim);
   Status Own(const json& claim);
+  // Whether `owner`'s heartbeat Lease was renewed within its duration, as
+  // seen from here (IOError: the Lease could not be read; callers then
+  // assume alive).
+  Status OwnerAlive(const std::string& owner, bool* alive, std::string* why);
+  Status TakeOver(const json& claim, const std::string& owner, const std::string& why);
   Status Compose(json& claim, const json& ours, RegionRef* ref);
   Status WriteStatus(const json& claim, const json& ours, const RegionRef& ref,
                      const fabric::MemoryRegion& region, bool* all_materialized);
@@ -556,6 +585,21 @@ Status Controller::Start() {
                   : Status::InvalidArgument("lease options");
   if (!es.ok()) return es;
   r->elector->Start();
+  // The heartbeat: one contender per Lease, so this replica holds it as
+  // long as it can renew; a restart under the same name renews it again.
+  kube::LeaderElectionOptions ho = lo;
+  ho.lease_name = OwnerLeaseName(r->opt.lease_name, r->opt.identity);
+  ho.on_started_leading = [r, name = ho.lease_name] {
+    spdlog::info("{} renews its owner Lease {}/{}", r->opt.identity, r->opt.lease_namespace, name);
+  };
+  ho.on_stopped_leading = [r, name = ho.lease_name] {
+    spdlog::warn("{} could not renew its owner Lease {}: other replicas may take its claims",
+                 r->opt.identity, name);
+  };
+  if (!kube::LeaderElector::New(r->kube, ho, &r->heartbeat).ok()) {
+    return Status::InvalidArgument("owner lease options");
+  }
+  r->heartbeat->Start();
   r->threads.emplace_back([r] {
     // While the manager is unreachable: 1 s, 2 s, 4 s, ... up to the period.
     std::chrono::milliseconds wait = r->opt.resync_period;
@@ -688,6 +732,8 @@ void Controller::Stop() {
   rep_->queue.ShutDown();
   if (rep_->informer) rep_->informer->Stop();
   if (rep_->elector) rep_->elector->Stop();
+  // Released on a clean stop: other replicas take this one's claims at once.
+  if (rep_->heartbeat) rep_->heartbeat->Stop();
   rep_->http.stop();
   for (auto& t : rep_->threads) t.join();
   rep_->threads.clear();
@@ -896,7 +942,20 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   const bool reserved = !status.value("reservedFor", json::array()).empty();
   RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
   const std::string owner = Annotation(claim, kOwnerAnnotation);
-  if (!owner.empty() && owner != opt.identity) return Status::OK();  // another replica's
+  if (!owner.empty() && owner != opt.identity) {
+    // Another replica's claim, unless that replica died: its heartbeat
+    // Lease not renewed for the Lease's duration. Then one survivor takes
+    // the claim over by the same compare-and-set and carries on from the
+    // claim's state (a compose it left in flight is adopted by its tag).
+    bool alive = true;
+    std::string why;
+    Status as = OwnerAlive(owner, &alive, &why);
+    if (!as.ok()) spdlog::warn("claim {}: owner {}: {}", key, owner, as.ToString());
+    if (!as.ok() || alive) return Status::OK();
+    CXLKV_RETURN_IF_ERROR(Timed("takeover", [&] { return TakeOver(claim, owner, why); }));
+    *requeue_soon = true;
+    return Status::OK();
+  }
 
   if (ours.empty() || (deleting && !reserved)) {
     if (ref.ok() || HasFinalizer(claim) || !owner.empty()) return Release(claim);
@@ -1011,6 +1070,68 @@ Status Controller::Rep::Own(const json& claim) {
   json out;
   CXLKV_RETURN_IF_ERROR(PatchClaim(claim, ops, &out));
   spdlog::info("claim {}: owned by {}", kube::ObjectKey(claim), opt.identity);
+  return Status::OK();
+}
+
+Status Controller::Rep::OwnerAlive(const std::string& owner, bool* alive, std::string* why) {
+  *alive = true;
+  const std::string name = OwnerLeaseName(opt.lease_name, owner);
+  json lease;
+  kube::Status ks = kube::LeaseClient(kube, opt.lease_namespace).Get(name, &lease);
+  if (!ks.ok() && !ks.IsNotFound()) {
+    return Status::IOError("read owner Lease " + name + ": " + ks.ToString());
+  }
+  std::string record = "absent";
+  std::chrono::milliseconds duration = opt.lease_duration;
+  if (ks.ok()) {
+    const json spec = lease.value("spec", json::object());
+    const std::string holder = spec.value("holderIdentity", "");
+    if (holder.empty()) {
+      // Released by a clean stop: nobody renews it any more.
+      *alive = false;
+      *why = "its owner Lease " + name + " was released";
+      return Status::OK();
+    }
+    record = holder + "@" + spec.value("renewTime", "");
+    const int64_t secs = spec.value("leaseDurationSeconds", int64_t{0});
+    if (secs > 0) duration = std::chrono::seconds(secs);
+  }
+  // Judged by this replica's clock from when it first saw the record (as
+  // the LeaderElector does), so the replicas' clocks need not agree. An
+  // absent Lease (an owner that never had one, or one deleted by hand)
+  // counts the same way: dead after one duration of absence.
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> l(mu);
+  OwnerSeen& seen = owners[owner];
+  if (seen.record != record) {
+    seen.record = record;
+    seen.since = now;
+  }
+  const auto unchanged = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.since);
+  *alive = unchanged < duration;
+  if (!*alive) {
+    *why = "its owner Lease " + name + (record == "absent" ? " is absent" : " was not renewed") +
+           " for " + std::to_string(unchanged.count() / 1000) + " s (duration " +
+           std::to_string(duration.count() / 1000) + " s)";
+  }
+  return Status::OK();
+}
+
+Status Controller::Rep::TakeOver(const json& claim, const std::string& owner,
+                                 const std::string& why) {
+  // The same compare-and-set as Own: of several survivors one wins, the
+  // others get 409/422 and see the new owner on their next read.
+  json out;
+  CXLKV_RETURN_IF_ERROR(
+      PatchClaim(claim,
+                 json::array({{{"op", "replace"},
+                               {"path", "/metadata/annotations/" + Escape(kOwnerAnnotation)},
+                               {"value", opt.identity}}}),
+                 &out));
+  metrics.AddTakeover();
+  Event(claim, true, "OwnerTakenOver",
+        "owner " + owner + " is gone (" + why + "): taken over by " + opt.identity);
+  spdlog::warn("claim {}: took over from {}: {}", kube::ObjectKey(claim), owner, why);
   return Status::OK();
 }
 

@@ -41,9 +41,13 @@
 //      deallocated/deleted  free the region, drop annotation and finalizer;
 //                           after 5 failed frees the finalizer is dropped
 //                           with a Warning Event (the region is leaked).
+//    A claim whose owner replica died (its heartbeat Lease
+//    "<lease_name>-owner-<identity>" unrenewed for the Lease's duration, as
+//    seen from here) is taken over by the same compare-and-set; a region
+//    the dead owner composed for the allocation is adopted by its tag.
 //    Events on the claim: Composed, Materialized, HostAdded, ComposeFailed,
-//    FabricUnreachable, FabricReachable, RegionLost, FreeRetrying,
-//    FreeFailed, Freed.
+//    FabricUnreachable, FabricReachable, RegionLost, OwnerTakenOver,
+//    FreeRetrying, FreeFailed, Freed.
 //  - /metrics and /healthz on `metrics_listen` (controller/metrics.h).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.

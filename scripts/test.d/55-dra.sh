@@ -22,8 +22,9 @@
 # materialization released on its last unprepare and re-materialized on
 # reuse; prepare's UID and node-selector refusals; start-up cleanup; health
 # with hostd down, both health versions), about 75 s; the
-# controller's failure cases (test/e2e/dra-controller-cases.sh)
-# and scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
+# controller's failure cases (test/e2e/dra-controller-cases.sh), the dead-owner
+# takeover (test/e2e/dra-takeover-cases.sh, about 20 s), and
+# scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
 # (test/e2e/dra-binding-conditions.sh).
@@ -440,6 +441,7 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
 source "$ROOT/test/e2e/dra-node-cases.sh"
 source "$ROOT/test/e2e/dra-controller-cases.sh"
+source "$ROOT/test/e2e/dra-takeover-cases.sh"
 source "$ROOT/test/e2e/dra-local-cases.sh"
 
 echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"

@@ -11,7 +11,9 @@
 # Warm: about 25 s.
 
 echo "== dra: scenario 1 with the local composer on fake-node-0 (no fabric manager)"
-kill "$PID_ctl_fp_2" 2>/dev/null; wait "$PID_ctl_fp_2" 2>/dev/null
+# Whichever controller the cases before left running (ctl-fp-2, ctl-heir).
+for v in ${!PID_ctl_@}; do kill "${!v}" 2>/dev/null; done
+for v in ${!PID_ctl_@}; do wait "${!v}" 2>/dev/null; done
 kubectl delete resourceslice cxlkv.dev-cma-0-blade-0 >/dev/null 2>&1
 LPOOL=$BACKING-local
 mkdir -p "$LPOOL"
