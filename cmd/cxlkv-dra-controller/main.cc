@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   app.add_option("--flow", opt.flow,
                  "binding-conditions, paper (consumer wait + polls, the gate-off flow) or auto")
       ->envname("CXLKV_DRA_FLOW");
+  app.add_option("--capacity-mode", opt.capacity_mode,
+                 "consumable (one shared device per blade), annotation (fixed devices, sizes "
+                 "from cxlkv.dev/capacity-mib) or auto (annotation when the apiserver drops "
+                 "consumable-capacity fields)")
+      ->envname("CXLKV_DRA_CAPACITY_MODE");
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "host:port for /metrics and /healthz (\"\" = off)")
       ->envname("CXLKV_DRA_METRICS_LISTEN");

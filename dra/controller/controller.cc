@@ -68,6 +68,26 @@ std::string Annotation(const json& obj, const std::string& key) {
   return md["annotations"].value(key, "");
 }
 
+// A claim annotation holding a positive integer (decimal, at most `max`);
+// *out = 0 when absent. InvalidArgument names the annotation otherwise.
+Status PositiveAnnotation(const json& claim, const std::string& key, int64_t max, int64_t* out) {
+  *out = 0;
+  const std::string v = Annotation(claim, key);
+  if (v.empty()) return Status::OK();
+  int64_t n = 0;
+  bool ok = v.size() <= 18;
+  for (char c : v) {
+    ok = ok && c >= '0' && c <= '9';
+    if (ok) n = n * 10 + (c - '0');
+  }
+  if (!ok || n < 1 || n > max) {
+    return Status::InvalidArgument("claim " + kube::ObjectKey(claim) + ": " + key + " \"" + v +
+                                   "\" is not an integer from 1 to " + std::to_string(max));
+  }
+  *out = n;
+  return Status::OK();
+}
+
 bool HasFinalizer(const json& obj) {
   for (const auto& f : obj["metadata"].value("finalizers", json::array())) {
     if (f == kFinalizer) return true;
@@ -184,8 +204,18 @@ struct Controller::Rep {
   // The paper's flow (no binding conditions): set at start by the flow
   // option or the dry-run probe, or when a slice write drops them.
   std::atomic<bool> paper{false};
+  // Annotation mode (paper §2.2; ControllerOptions::capacity_mode): set at
+  // start, or when a slice write comes back without consumable capacity.
+  std::atomic<bool> annotation{false};
+  std::set<std::string> annotation_events;  // slices told so (resync thread)
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen;  // guarded by mu
   json DeviceFor(const fabric::Pool& p, int64_t capacity, bool down) const;
+  // The slice's devices in the current mode: the one consumable device, or
+  // annotation mode's fixed devices "<blade>-<i>".
+  json DevicesFor(const fabric::Pool& p, int64_t capacity, bool down) const;
+  // Annotation mode is on from here (idempotent): log line, metric, and an
+  // Event on `slice` when there is one.
+  void EnterAnnotationMode(const json* slice, const std::string& why);
   Status ProbeGates();
   // Frees a region; with a local pool the node's hostd drops its device
   // and CDI spec first (the fabric manager does that for fabric regions).
@@ -199,8 +229,16 @@ struct Controller::Rep {
   void Worker();
   Status Sync(const std::string& key, bool* requeue_soon);
   Status ResyncPass();
+  // unusable_bytes: per pool, what backs no live allocation; live_bytes:
+  // what backs live allocations, which only annotation mode subtracts (the
+  // scheduler accounts it under consumable capacity).
   Status PublishSlices(const std::vector<fabric::Pool>& pools,
-                       const std::map<std::string, int64_t>& unusable_bytes, bool fabric_down);
+                       const std::map<std::string, int64_t>& unusable_bytes,
+                       const std::map<std::string, int64_t>& live_bytes, bool fabric_down);
+  // One pool's slice; *mode_changed when its write showed dropped fields.
+  Status PublishSlice(const fabric::Pool& p, const std::map<std::string, int64_t>& unusable_bytes,
+                      const std::map<std::string, int64_t>& live_bytes, bool fabric_down,
+                      bool* mode_changed);
   // The reserving pods' nodes, in reservedFor order, when every consumer is
   // a pod whose node is known; *all_known false otherwise.
   // skip_leaving: leave out pods being deleted or finished, which will not
@@ -280,95 +318,59 @@ json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool do
   return device;
 }
 
+json Controller::Rep::DevicesFor(const fabric::Pool& p, int64_t capacity, bool down) const {
+  if (!annotation) return json::array({DeviceFor(p, capacity, down)});
+  // Without consumable capacity a device is allocated to one claim at a
+  // time, so the blade offers fixed devices: at most one per smallest
+  // region the blade can compose (more could only fail at compose), at most
+  // annotation_devices (64: a slice's limit for devices with taints).
+  const int64_t step = std::max<int64_t>(1, p.block_mib * opt.qos);
+  const int64_t n =
+      std::clamp<int64_t>(p.total_mib / step, 1, std::clamp(opt.annotation_devices, 1, 64));
+  json devices = json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    json d = DeviceFor(p, capacity, down);
+    d["name"] = p.blade_id + "-" + std::to_string(i);
+    d.erase("allowMultipleAllocations");
+    // The value is the blade's free bytes at the last resync: a CEL
+    // selector can prefer a blade with room, but nothing is reserved.
+    d["capacity"]["memory"].erase("requestPolicy");
+    devices.push_back(d);
+  }
+  return devices;
+}
+
+void Controller::Rep::EnterAnnotationMode(const json* slice, const std::string& why) {
+  const bool was = annotation.exchange(true);
+  metrics.SetAnnotationMode(true);
+  if (!was) {
+    spdlog::error(
+        "annotation mode: {}: fixed devices per blade, claim sizes from cxlkv.dev/capacity-mib "
+        "(the scheduler does not account capacity; a claim can fail at compose)",
+        why);
+  }
+  if (slice == nullptr) return;
+  const std::string name = (*slice)["metadata"].value("name", "");
+  if (!annotation_events.insert(name).second) return;
+  Event(*slice, true, "AnnotationMode",
+        why + ": slice " + name +
+            " offers fixed devices; claims give their size in cxlkv.dev/capacity-mib");
+}
+
 Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
                                       const std::map<std::string, int64_t>& unusable_bytes,
-                                      bool down) {
+                                      const std::map<std::string, int64_t>& live_bytes, bool down) {
   const std::string& drv = opt.driver_name;
   Status first_error;
   for (const auto& p : pools) {
-    json hosts = p.hosts;
-    auto u = unusable_bytes.find(PoolName(p));
-    const int64_t unusable = u == unusable_bytes.end() ? 0 : u->second;
-    const int64_t capacity = std::max<int64_t>(0, p.total_mib * kMiB - unusable);
-    json device = DeviceFor(p, capacity, down);
-    std::string name = drv + "-" + p.appliance_id + "-" + p.blade_id;
-    // A local pool serves its own node only: a per-node slice (nodeName),
-    // as node-local drivers publish.
-    const bool local = p.appliance_id == fabric::LocalComposer::kApplianceId && p.hosts.size() == 1;
-    json slice = {
-        {"metadata", {{"name", name}}},
-        {"spec",
-         {{"driver", drv},
-          {"pool", {{"name", PoolName(p)}, {"generation", 1}, {"resourceSliceCount", 1}}},
-          {"nodeSelector",
-           {{"nodeSelectorTerms",
-             {{{"matchExpressions",
-                {{{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", hosts}}}}}}}}},
-          {"devices", {device}}}}};
-    if (local) {
-      slice["spec"].erase("nodeSelector");
-      slice["spec"]["nodeName"] = p.hosts[0];
+    // A write that shows the apiserver dropping fields changes the mode, and
+    // so the slice's shape: that pool is sent once more in the new shape.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      bool mode_changed = false;
+      Status s = PublishSlice(p, unusable_bytes, live_bytes, down, &mode_changed);
+      if (!s.ok() && first_error.ok()) first_error = s;
+      if (!s.ok() || !mode_changed) break;
     }
-    auto slices = kube::ResourceSliceClient(kube);
-    json cur;
-    kube::Status ks = slices.Get(name, &cur);
-    json stored;
-    bool was_tainted = false;
-    if (ks.IsNotFound()) {
-      ks = slices.Create(slice, &stored);
-    } else if (ks.ok()) {
-      // The apiserver stamps timeAdded on taints: compare without it.
-      json cur_spec = cur["spec"];
-      for (auto& d : cur_spec["devices"]) {
-        if (!d.contains("taints")) continue;
-        was_tainted = true;
-        for (auto& t : d["taints"]) t.erase("timeAdded");
-      }
-      json want_spec = slice["spec"];
-      want_spec["pool"]["generation"] = cur_spec["pool"].value("generation", int64_t{1});
-      if (cur_spec == want_spec) continue;
-      slice["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"];
-      int64_t gen = cur["spec"]["pool"].value("generation", int64_t{1});
-      slice["spec"]["pool"]["generation"] = gen + 1;
-      ks = slices.Update(slice, &stored);
-    }
-    if (!ks.ok()) {
-      // Another writer (a replica that just lost the Lease) gives 409: the
-      // next pass retries.
-      if (first_error.ok())
-        first_error = Status::IOError("publish slice " + name + ": " + ks.ToString());
-      continue;
-    }
-    // A disabled gate makes the apiserver drop fields silently: compare.
-    const json& got = stored["spec"]["devices"][0];
-    if (!paper && !got.contains("bindingConditions")) {
-      paper = true;
-      spdlog::error("slice {}: the apiserver dropped bindingConditions: using the paper's flow",
-                    name);
-      Event(stored, true, "BindingConditionsOff",
-            "the apiserver dropped bindingConditions: consumers wait in prepare instead");
-    }
-    if (!got.contains("allowMultipleAllocations") ||
-        !got["capacity"]["memory"].contains("requestPolicy")) {
-      metrics.SetAnnotationMode(true);
-      spdlog::error(
-          "slice {}: the apiserver dropped consumable-capacity or binding-condition "
-          "fields (feature gates off?)",
-          name);
-      Event(stored, true, "FieldsDropped",
-            "the apiserver dropped consumable-capacity or binding-condition fields of " + name);
-    }
-    if (down && !was_tainted) {
-      Event(stored, true, "FabricUnreachable",
-            "fabric manager unreachable: device " + p.blade_id + " tainted " +
-                kTaintFabricUnreachable + ":NoSchedule");
-    } else if (!down && was_tainted) {
-      Event(stored, false, "FabricReachable",
-            "fabric manager reachable again: taint " + std::string(kTaintFabricUnreachable) +
-                " removed");
-    }
-    spdlog::info("published slice {} (pool {}, hosts {}, capacity {} MiB{})", name, PoolName(p),
-                 hosts.dump(), capacity / kMiB, down ? ", tainted fabric-unreachable" : "");
   }
   if (!down) {
     // A blade the manager no longer lists (removed, or taken out of its
@@ -403,6 +405,113 @@ Status Controller::Rep::PublishSlices(const std::vector<fabric::Pool>& pools,
   return first_error;
 }
 
+Status Controller::Rep::PublishSlice(const fabric::Pool& p,
+                                     const std::map<std::string, int64_t>& unusable_bytes,
+                                     const std::map<std::string, int64_t>& live_bytes, bool down,
+                                     bool* mode_changed) {
+  const std::string& drv = opt.driver_name;
+  const bool was_paper = paper, was_annotation = annotation;
+  json hosts = p.hosts;
+  auto u = unusable_bytes.find(PoolName(p));
+  int64_t held = u == unusable_bytes.end() ? 0 : u->second;
+  // Annotation mode: the scheduler subtracts nothing, so the live claims'
+  // regions come off here too.
+  auto lb = live_bytes.find(PoolName(p));
+  if (annotation && lb != live_bytes.end()) held += lb->second;
+  const int64_t capacity = std::max<int64_t>(0, p.total_mib * kMiB - held);
+  json devices = DevicesFor(p, capacity, down);
+  std::string name = drv + "-" + p.appliance_id + "-" + p.blade_id;
+  // A local pool serves its own node only: a per-node slice (nodeName),
+  // as node-local drivers publish.
+  const bool local = p.appliance_id == fabric::LocalComposer::kApplianceId && p.hosts.size() == 1;
+  json slice = {
+      {"metadata", {{"name", name}}},
+      {"spec",
+       {{"driver", drv},
+        {"pool", {{"name", PoolName(p)}, {"generation", 1}, {"resourceSliceCount", 1}}},
+        {"nodeSelector",
+         {{"nodeSelectorTerms",
+           {{{"matchExpressions",
+              {{{"key", "kubernetes.io/hostname"}, {"operator", "In"}, {"values", hosts}}}}}}}}},
+        {"devices", devices}}}};
+  if (local) {
+    slice["spec"].erase("nodeSelector");
+    slice["spec"]["nodeName"] = p.hosts[0];
+  }
+  auto slices = kube::ResourceSliceClient(kube);
+  json cur;
+  kube::Status ks = slices.Get(name, &cur);
+  json stored;
+  bool was_tainted = false;
+  if (ks.IsNotFound()) {
+    ks = slices.Create(slice, &stored);
+  } else if (ks.ok()) {
+    // The apiserver stamps timeAdded on taints: compare without it.
+    json cur_spec = cur["spec"];
+    for (auto& d : cur_spec["devices"]) {
+      if (!d.contains("taints")) continue;
+      was_tainted = true;
+      for (auto& t : d["taints"]) t.erase("timeAdded");
+    }
+    json want_spec = slice["spec"];
+    want_spec["pool"]["generation"] = cur_spec["pool"].value("generation", int64_t{1});
+    if (cur_spec == want_spec) {
+      if (annotation) EnterAnnotationMode(&cur, "the apiserver keeps no consumable capacity");
+      return Status::OK();
+    }
+    slice["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"];
+    int64_t gen = cur["spec"]["pool"].value("generation", int64_t{1});
+    slice["spec"]["pool"]["generation"] = gen + 1;
+    ks = slices.Update(slice, &stored);
+  }
+  if (!ks.ok()) {
+    // Another writer (a replica that just lost the Lease) gives 409: the
+    // next pass retries.
+    return Status::IOError("publish slice " + name + ": " + ks.ToString());
+  }
+  // A disabled gate makes the apiserver drop fields silently: compare what
+  // came back with what was sent, on every write.
+  const json& got = stored["spec"]["devices"][0];
+  if (!paper && !got.contains("bindingConditions")) {
+    paper = true;
+    spdlog::error("slice {}: the apiserver dropped bindingConditions: using the paper's flow",
+                  name);
+    Event(stored, true, "BindingConditionsOff",
+          "the apiserver dropped bindingConditions: consumers wait in prepare instead");
+  }
+  if (!annotation && (!got.contains("allowMultipleAllocations") ||
+                      !got["capacity"]["memory"].contains("requestPolicy"))) {
+    if (opt.capacity_mode == "auto") {
+      EnterAnnotationMode(&stored,
+                          "the apiserver dropped allowMultipleAllocations/requestPolicy "
+                          "(DRAConsumableCapacity off)");
+    } else {
+      // --capacity-mode consumable: say so, but keep the shape asked for.
+      metrics.SetAnnotationMode(true);
+      spdlog::error("slice {}: the apiserver dropped consumable-capacity fields", name);
+      Event(stored, true, "FieldsDropped",
+            "the apiserver dropped consumable-capacity fields of " + name);
+    }
+  } else if (annotation) {
+    EnterAnnotationMode(&stored, "the apiserver keeps no consumable capacity");
+  }
+  *mode_changed = was_paper != paper || was_annotation != annotation;
+  if (down && !was_tainted) {
+    Event(stored, true, "FabricUnreachable",
+          "fabric manager unreachable: device " + p.blade_id + " tainted " +
+              kTaintFabricUnreachable + ":NoSchedule");
+  } else if (!down && was_tainted) {
+    Event(stored, false, "FabricReachable",
+          "fabric manager reachable again: taint " + std::string(kTaintFabricUnreachable) +
+              " removed");
+  }
+  spdlog::info("published slice {} (pool {}, hosts {}, {} MiB{}{})", name, PoolName(p),
+               hosts.dump(), capacity / kMiB,
+               annotation ? ", " + std::to_string(devices.size()) + " fixed devices" : "",
+               down ? ", tainted fabric-unreachable" : "");
+  return Status::OK();
+}
+
 Status Controller::Resync() { return rep_->ResyncPass(); }
 
 Status Controller::Rep::ResyncPass() {
@@ -426,7 +535,7 @@ Status Controller::Rep::ResyncPass() {
     if (!was_down) spdlog::error("fabric manager unreachable: {}", s.ToString());
     // Keep the last capacities (unknown now) but taint every device, so the
     // scheduler admits nothing the controller could not compose.
-    Status ps = PublishSlices(last_pools, {}, true);
+    Status ps = PublishSlices(last_pools, {}, {}, true);
     if (!ps.ok()) spdlog::warn("{}", ps.ToString());
     return op.Done(s.WithContext("resync"));
   }
@@ -450,7 +559,7 @@ Status Controller::Rep::ResyncPass() {
     RegionRef ref = ParseRegionRef(Annotation(c, kRegionAnnotation));
     if (ref.ok()) named[ref.memory_id] = kube::ObjectKey(c);
   }
-  std::map<std::string, int64_t> unusable;
+  std::map<std::string, int64_t> unusable, live_bytes;
   int leaked = 0, freed = 0;
   for (const auto& p : pools) {
     const std::string pool = PoolName(p);
@@ -482,11 +591,12 @@ Status Controller::Rep::ResyncPass() {
       // scheduler does not know about.
       unusable[pool] += bytes;
     }
+    live_bytes[pool] = composed;
     metrics.SetPoolBytes(pool, composed, unusable[pool]);
   }
   metrics.AddOrphansFreed(freed);
   metrics.SetLeakedRegions(leaked);
-  return op.Done(PublishSlices(pools, unusable, false));
+  return op.Done(PublishSlices(pools, unusable, live_bytes, false));
 }
 
 Status Controller::Start() {
@@ -513,16 +623,26 @@ Status Controller::Start() {
                                (served.empty() ? std::string("with no versions") : served) +
                                " but not v1; cxlkv needs resource.k8s.io/v1 (Kubernetes 1.34+)");
   }
-  if (r->opt.flow == "paper") {
-    r->paper = true;
-  } else if (r->opt.flow == "auto") {
-    CXLKV_RETURN_IF_ERROR(r->ProbeGates());
-  } else if (r->opt.flow != "binding-conditions") {
+  if (r->opt.flow != "paper" && r->opt.flow != "auto" && r->opt.flow != "binding-conditions") {
     return Status::InvalidArgument("flow \"" + r->opt.flow +
                                    "\": want binding-conditions, paper or auto");
   }
-  spdlog::info("flow: {}",
-               r->paper ? "paper (consumer wait, prepare polls)" : "binding conditions");
+  if (r->opt.capacity_mode != "auto" && r->opt.capacity_mode != "consumable" &&
+      r->opt.capacity_mode != "annotation") {
+    return Status::InvalidArgument("capacity mode \"" + r->opt.capacity_mode +
+                                   "\": want consumable, annotation or auto");
+  }
+  if (r->opt.flow == "paper") r->paper = true;
+  if (r->opt.capacity_mode == "annotation") {
+    r->EnterAnnotationMode(nullptr, "--capacity-mode annotation");
+  }
+  if (r->opt.flow == "auto" || r->opt.capacity_mode == "auto") {
+    CXLKV_RETURN_IF_ERROR(r->ProbeGates());
+  }
+  spdlog::info("flow: {}; capacity: {}",
+               r->paper ? "paper (consumer wait, prepare polls)" : "binding conditions",
+               r->annotation ? "annotation mode (fixed devices, cxlkv.dev/capacity-mib)"
+                             : "consumable (the scheduler accounts memory)");
   if (!r->opt.metrics_listen.empty()) {
     const std::string& l = r->opt.metrics_listen;
     auto colon = l.rfind(':');
@@ -705,7 +825,7 @@ Status Controller::Rep::ProbeGates() {
   kube::Status ks = kube::ResourceSliceClient(kube).Create(slice, &got, wo);
   if (!ks.ok()) return Status::IOError("probe feature gates (dry-run slice): " + ks.ToString());
   const json& d = got["spec"]["devices"][0];
-  if (!d.contains("bindingConditions")) {
+  if (opt.flow == "auto" && !d.contains("bindingConditions")) {
     paper = true;
     spdlog::warn(
         "the apiserver drops bindingConditions (DRADeviceBindingConditions off): "
@@ -713,8 +833,18 @@ Status Controller::Rep::ProbeGates() {
   }
   if (!d.contains("allowMultipleAllocations") ||
       !d["capacity"]["memory"].contains("requestPolicy")) {
-    metrics.SetAnnotationMode(true);
-    spdlog::error("the apiserver drops consumable-capacity fields (DRAConsumableCapacity off)");
+    if (opt.capacity_mode == "auto") {
+      // The slices' Events follow on their first write (the probe is
+      // never stored, so there is nothing to attach one to).
+      EnterAnnotationMode(nullptr,
+                          "the dry-run slice came back without allowMultipleAllocations/"
+                          "requestPolicy (DRAConsumableCapacity off)");
+    } else if (opt.capacity_mode == "consumable") {
+      metrics.SetAnnotationMode(true);
+      spdlog::error(
+          "the apiserver drops consumable-capacity fields (DRAConsumableCapacity off), but "
+          "--capacity-mode consumable: the scheduler will not account memory");
+    }
   }
   return Status::OK();
 }
@@ -1002,17 +1132,27 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
       first_seen.erase(claim["metadata"].value("uid", "") + "@" + ts);
     }
     Status s = Compose(claim, ours, &ref);
+    if (s.IsNoSpace() && annotation) {
+      s = s.WithContext(
+          "annotation mode: the scheduler does not account blade capacity, so this claim was "
+          "admitted against memory another claim took (paper §2.2)");
+    }
     // Every refusal is an Event a person can read (a lost CAS race is not).
     if (!s.ok() && !s.IsBusy()) Event(claim, true, "ComposeFailed", s.ToString());
     if (s.IsIOError()) {
       Status ms = MarkFabricDown(claim, ours, s);
       if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
     }
-    if ((s.IsNoSpace() || s.IsInvalidArgument()) && !paper) {
+    if (s.IsNoSpace() || s.IsInvalidArgument()) {
       // A compose this allocation cannot get: the binding failure condition
       // makes the scheduler clear the allocation and try again (with its
       // own backoff), rather than waiting out bindingTimeout.
-      return ComposeFailed(claim, ours, s);
+      Status fs = ComposeFailed(claim, ours, s);
+      if (!paper) return fs;
+      // The paper's flow: the pod is bound already; the conditions tell
+      // whoever reads the claim why prepare is not ready, and the compose
+      // is retried with backoff (capacity may come free).
+      if (!fs.ok()) spdlog::warn("claim {}: {}", key, fs.ToString());
     }
     if (!s.ok()) return s;
     *requeue_soon = true;
@@ -1152,13 +1292,32 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
     }
     bytes += b;
   }
-  std::string cap = Annotation(claim, "cxlkv.dev/capacity-mib");
-  if (bytes == 0 && !cap.empty()) bytes = std::strtoll(cap.c_str(), nullptr, 10) * kMiB;
+  // Paper §2.2: size and QoS from the claim's annotations, which annotation
+  // mode needs (the apiserver drops capacity.requests there).
+  int64_t cap_mib = 0, qos = opt.qos;
+  CXLKV_RETURN_IF_ERROR(
+      PositiveAnnotation(claim, "cxlkv.dev/capacity-mib", int64_t{1} << 40, &cap_mib));
+  if (bytes == 0) bytes = cap_mib * kMiB;
   if (bytes <= 0) {
-    return Status::InvalidArgument("claim " + key + ": no memory capacity requested");
+    return Status::InvalidArgument(
+        "claim " + key +
+        (annotation ? ": no size: in annotation mode (this apiserver keeps no consumable "
+                      "capacity) a claim gives its size in the annotation cxlkv.dev/capacity-mib"
+                    : ": no memory capacity requested (capacity.requests.memory or the "
+                      "annotation cxlkv.dev/capacity-mib)"));
+  }
+  if (annotation) {
+    // Only here: under consumable capacity the device's request policy
+    // steps in opt.qos blocks, so another QoS would not round the same.
+    CXLKV_RETURN_IF_ERROR(PositiveAnnotation(claim, "cxlkv.dev/qos", 8, &qos));
+    if (qos == 0) qos = opt.qos;
+    if (qos != 1 && qos != 2 && qos != 4 && qos != 8) {
+      return Status::InvalidArgument("claim " + key + ": cxlkv.dev/qos \"" +
+                                     Annotation(claim, "cxlkv.dev/qos") + "\": want 1, 2, 4 or 8");
+    }
   }
   req.size_mib = (bytes + kMiB - 1) / kMiB;
-  req.qos = opt.qos;
+  req.qos = static_cast<int>(qos);
   const std::string uid = claim["metadata"].value("uid", "");
   const std::string ts = alloc.value("allocationTimestamp", "");
   req.claim_uid = ComposeTag(opt.driver_name, uid, ts);

@@ -47,7 +47,8 @@
 //    the dead owner composed for the allocation is adopted by its tag.
 //    Events on the claim: Composed, Materialized, HostAdded, ComposeFailed,
 //    FabricUnreachable, FabricReachable, RegionLost, OwnerTakenOver,
-//    FreeRetrying, FreeFailed, Freed.
+//    FreeRetrying, FreeFailed, Freed. On the slice: FabricUnreachable,
+//    FabricReachable, BindingConditionsOff, AnnotationMode.
 //  - /metrics and /healthz on `metrics_listen` (controller/metrics.h).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.
@@ -91,6 +92,19 @@ struct ControllerOptions {
   // there; status re-read every paper_poll); "auto": binding conditions
   // unless a dry-run slice shows the apiserver drops them.
   std::string flow = "auto";
+  // "consumable": one device per blade, allowMultipleAllocations, capacity
+  // `memory` the scheduler accounts (DRAConsumableCapacity); "annotation"
+  // (paper §2.2): the fallback when that gate is off: `annotation_devices`
+  // fixed devices per blade (at most one per minimum region, at most 64),
+  // each allocatable once, capacity `memory` = the blade's free bytes at
+  // the last resync (informational: the scheduler does not subtract),
+  // size, share count and QoS from the claim's cxlkv.dev/capacity-mib,
+  // share-count and qos annotations; two claims can then be admitted
+  // against the same free bytes and the second fails at compose (Event
+  // ComposeFailed). "auto": consumable unless the dry-run slice at start,
+  // or any later slice write, comes back without those fields.
+  std::string capacity_mode = "auto";
+  int annotation_devices = 64;
   std::chrono::milliseconds consumer_wait{30000};
   std::chrono::milliseconds paper_poll{1500};
   // A local pool (fabric::LocalComposer): the node's cxlkv-hostd, which the

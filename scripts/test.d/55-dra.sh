@@ -27,7 +27,9 @@
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
-# (test/e2e/dra-binding-conditions.sh).
+# (test/e2e/dra-binding-conditions.sh); then, on another control plane with
+# DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
+# and the paper's flow (test/e2e/dra-gates-off.sh, about 50 s).
 # Warm (Kubernetes and the fake kubelet cached): about 400 s on 2 cores (measured 416 s, 102
 # checks, at load average 19 on the shared machine, of which the node cases 40 s and the
 # binding-condition Failure scenarios 36 s; 324 s and 77 checks before them, at a lower load).
@@ -452,4 +454,10 @@ bash test/e2e/dra-binding-conditions.sh 2>&1 | tee "$E/logs/binding-conditions.o
 read -r bp bf bs < <(sed -n 's/^dra-binding: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
   "$E/logs/binding-conditions.out" | tail -1)
 passed=$((passed + ${bp:-0})); failed=$((failed + ${bf:-1})); skipped=$((skipped + ${bs:-0}))
+
+echo "== dra: consumable capacity and binding conditions off: annotation mode, the paper's flow (own control plane)"
+FK=$FK bash test/e2e/dra-gates-off.sh 2>&1 | tee "$E/logs/gates-off.out"
+read -r gp gf gs < <(sed -n 's/^dra-gates-off: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
+  "$E/logs/gates-off.out" | tail -1)
+passed=$((passed + ${gp:-0})); failed=$((failed + ${gf:-1})); skipped=$((skipped + ${gs:-0}))
 [ "$failed" -eq 0 ]
