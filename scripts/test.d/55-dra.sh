@@ -30,9 +30,9 @@
 # (test/e2e/dra-binding-conditions.sh); then, on another control plane with
 # DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
 # and the paper's flow (test/e2e/dra-gates-off.sh, about 50 s).
-# Warm (Kubernetes and the fake kubelet cached): about 400 s on 2 cores (measured 416 s, 102
-# checks, at load average 19 on the shared machine, of which the node cases 40 s and the
-# binding-condition Failure scenarios 36 s; 324 s and 77 checks before them, at a lower load).
+# Warm (Kubernetes and the fake kubelet cached): about 450 s on 2 cores (measured 500 s, 121
+# checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
+# the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
