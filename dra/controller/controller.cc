@@ -22,6 +22,7 @@
 #include "common/claim_status.h"
 #include "common/node_selector.h"
 #include "controller/metrics.h"
+#include "controller/quota.h"
 #include "cxlkv/base/size.h"
 #include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/kube/event_recorder.h"
@@ -188,6 +189,7 @@ struct Controller::Rep {
     std::chrono::steady_clock::time_point since;
   };
   std::map<std::string, OwnerSeen> owners;
+  std::unique_ptr<NamespaceBudget> budget;  // controller/quota.h
   ControllerMetrics metrics;
   httplib::Server http;
   int http_port = 0;
@@ -279,6 +281,7 @@ Status Controller::New(const ControllerOptions& opt, kube::Client* kube, fabric:
   rep->opt = opt;
   rep->kube = kube;
   rep->composer = composer;
+  rep->budget = std::make_unique<NamespaceBudget>(kube, opt.driver_name, opt.lease_namespace);
   kube::Status ks =
       kube::EventRecorder::New(kube, {"cxlkv.dev/dra-controller", opt.identity}, &rep->events);
   if (!ks.ok()) return Status::InvalidArgument("event recorder: " + ks.ToString());
@@ -1014,7 +1017,9 @@ Status Controller::Rep::ComposeFailed(const json& claim, const json& ours, const
                         {"lastTransitionTime", now}},
                        {{"type", kConditionComposeFailed},
                         {"status", "True"},
-                        {"reason", why.IsNoSpace() ? "NoSpace" : "InvalidRequest"},
+                        {"reason", IsBudgetExceeded(why) ? kBudgetExceededReason
+                                   : why.IsNoSpace()     ? "NoSpace"
+                                                         : "InvalidRequest"},
                         {"message", msg},
                         {"lastTransitionTime", now}}};
     devices.push_back(e);
@@ -1132,13 +1137,16 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
       first_seen.erase(claim["metadata"].value("uid", "") + "@" + ts);
     }
     Status s = Compose(claim, ours, &ref);
-    if (s.IsNoSpace() && annotation) {
+    if (s.IsNoSpace() && annotation && !IsBudgetExceeded(s)) {  // a budget is not the blade
       s = s.WithContext(
           "annotation mode: the scheduler does not account blade capacity, so this claim was "
           "admitted against memory another claim took (paper §2.2)");
     }
     // Every refusal is an Event a person can read (a lost CAS race is not).
-    if (!s.ok() && !s.IsBusy()) Event(claim, true, "ComposeFailed", s.ToString());
+    if (!s.ok() && !s.IsBusy()) {
+      Event(claim, true, IsBudgetExceeded(s) ? kBudgetExceededReason : "ComposeFailed",
+            s.ToString());
+    }
     if (s.IsIOError()) {
       Status ms = MarkFabricDown(claim, ours, s);
       if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
@@ -1354,6 +1362,10 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
     }
   }
   req.share_count = std::max(1, share);
+  // The namespace's byte budget (controller/quota.h): admitted through its
+  // ledger before anything is composed; a retry of an admitted allocation
+  // passes without a new reservation.
+  CXLKV_RETURN_IF_ERROR(budget->Admit(claim, req.size_mib * kMiB, nullptr));
   fabric::ComposeResult res;
   const std::string appliance = pool.substr(0, slash), blade = pool.substr(slash + 1);
   // A region already tagged for this allocation is adopted: a controller

@@ -10,8 +10,9 @@
 #   - helm install into cxlkv-system on the real apiserver, the example
 #     claims accepted by a server-side dry run;
 #   - quota in bytes per claim: the chart's ValidatingAdmissionPolicy admits
-#     and refuses claims and claim templates by their memory request (chart
-#     cap, namespace label override), and admits the oversized claim once
+#     and refuses claims and claim templates by their memory request or, in
+#     annotation mode, their cxlkv.dev/capacity-mib (chart cap, namespace
+#     label override), and admits the oversized claim once
 #     its binding is deleted;
 #   - RBAC: `kubectl auth can-i` per ServiceAccount, allowed and denied;
 #   - helm upgrade in place (a value change reaches the Deployment, a no-op
@@ -68,8 +69,9 @@ by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
 def need(c, what):
     if not c: sys.exit("rendered chart: " + what)
 kinds = sorted({d["kind"] for d in docs})
+# Role + RoleBinding: the controller's ConfigMaps (namespace budgets' ledgers).
 need(kinds == sorted(["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Deployment", "DeviceClass",
-                      "ServiceAccount", "ValidatingAdmissionPolicy",
+                      "Role", "RoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy",
                       "ValidatingAdmissionPolicyBinding"]), "kinds %s" % kinds)
 plugin = by[("DaemonSet", "cxlkv-kubeletplugin")]
 need(plugin["spec"]["updateStrategy"] == {"type": "RollingUpdate",
@@ -196,6 +198,7 @@ import json, sys
 ns, kind, mem = sys.argv[1:4]
 count = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 cls = sys.argv[5] if len(sys.argv) > 5 else "cxl-shared-memory"
+ann = {"cxlkv.dev/capacity-mib": sys.argv[6]} if len(sys.argv) > 6 else None
 req = {"deviceClassName": cls, "count": count}
 if mem != "-":
     req["capacity"] = {"requests": {"memory": mem}}
@@ -207,8 +210,12 @@ if kind == "alt":
 obj = {"apiVersion": "resource.k8s.io/v1", "metadata": {"name": "q", "namespace": ns}}
 if kind == "template":
     obj.update(kind="ResourceClaimTemplate", spec={"spec": spec})
+    if ann:
+        obj["spec"]["metadata"] = {"annotations": ann}
 else:
     obj.update(kind="ResourceClaim", spec=spec)
+    if ann:
+        obj["metadata"]["annotations"] = ann
 print(json.dumps(obj))
 PY
 }
@@ -233,6 +240,11 @@ admit no "the cap per claim in namespace team-b is 4Gi" team-b template 5Gi
 admit no "a firstAvailable alternative requests more" team-a alt 8Gi
 admit yes - team-a alt 3Gi
 admit yes - team-a claim 100Gi 1 other-class
+# Annotation mode: the size in cxlkv.dev/capacity-mib, no capacity request.
+admit yes - team-a claim - 1 cxl-shared-memory 2048
+admit no "annotation cxlkv.dev/capacity-mib asks for 8192 MiB" team-a claim - 1 cxl-shared-memory 8192
+admit no "annotation cxlkv.dev/capacity-mib asks for 5120 MiB" team-b template - 1 cxl-shared-memory 5120
+admit no "must be a whole number of MiB, not '2Gi'" team-a claim - 1 cxl-shared-memory 2Gi
 kubectl label namespace team-a cxlkv.dev/max-claim-memory=1Gi >/dev/null
 admit no "the cap per claim in namespace team-a is 1Gi" team-a claim 2Gi
 admit yes - team-b claim 2Gi
@@ -269,6 +281,11 @@ can no controller update resourceclaims.resource.k8s.io --subresource=binding -n
 can yes controller arbitrary-node:patch resourceclaims.resource.k8s.io/cxlkv.dev --subresource=driver -n team-a
 can no controller arbitrary-node:patch resourceclaims.resource.k8s.io/other.dev --subresource=driver -n team-a
 can yes controller create events.events.k8s.io -n team-a
+# Namespace byte budgets: the namespace's label, and ledgers in its own namespace only.
+can yes controller get namespaces
+can no controller update namespaces
+can yes controller update configmaps -n "$NS"
+can no controller update configmaps -n team-a
 can no controller get secrets -n "$NS"
 can no controller create pods -n team-a
 can yes kubeletplugin get resourceclaims.resource.k8s.io -n team-a
