@@ -22,7 +22,9 @@
 # materialization released on its last unprepare and re-materialized on
 # reuse; prepare's UID and node-selector refusals; start-up cleanup; health
 # with hostd down, both health versions), about 75 s; the
-# controller's failure cases (test/e2e/dra-controller-cases.sh), the dead-owner
+# controller's failure cases (test/e2e/dra-controller-cases.sh), namespace
+# byte budgets with three racing replicas and `cxlkv status`
+# (test/e2e/dra-quota-cases.sh, about 60 s), the dead-owner
 # takeover (test/e2e/dra-takeover-cases.sh, about 20 s), and
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,
@@ -30,9 +32,11 @@
 # (test/e2e/dra-binding-conditions.sh); then, on another control plane with
 # DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
 # and the paper's flow (test/e2e/dra-gates-off.sh, about 50 s).
-# Warm (Kubernetes and the fake kubelet cached): about 450 s on 2 cores (measured 500 s, 121
+# Warm (Kubernetes and the fake kubelet cached): about 520 s on 2 cores (measured 500 s, 121
 # checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
 # the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
+# The budget cases add 9 checks: measured 507 s, 108 checks with them and without the takeover
+# and gates-off runs, at load average about 20.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -443,6 +447,7 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
 source "$ROOT/test/e2e/dra-node-cases.sh"
 source "$ROOT/test/e2e/dra-controller-cases.sh"
+source "$ROOT/test/e2e/dra-quota-cases.sh"
 source "$ROOT/test/e2e/dra-takeover-cases.sh"
 source "$ROOT/test/e2e/dra-local-cases.sh"
 

@@ -13,6 +13,9 @@ namespace cxlkv::cli {
 void AddRegionCommands(CLI::App& app, int* rc);  // format inspect stats verify wipe gc
 void AddReplayCommand(CLI::App& app, int* rc);   // replay
 void AddBenchCommand(CLI::App& app, int* rc);    // bench
+// status: the DRA driver's claims, budgets, pools and regions (built with
+// the kube and fabric rooms: CXLKV_CLI_STATUS).
+void AddStatusCommand(CLI::App& app, int* rc);
 
 }  // namespace cxlkv::cli
 

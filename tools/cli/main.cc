@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   cxlkv::cli::AddRegionCommands(app, &rc);
   cxlkv::cli::AddReplayCommand(app, &rc);
   cxlkv::cli::AddBenchCommand(app, &rc);
+#ifdef CXLKV_CLI_STATUS
+  cxlkv::cli::AddStatusCommand(app, &rc);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
