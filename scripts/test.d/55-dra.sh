@@ -32,11 +32,11 @@
 # (test/e2e/dra-binding-conditions.sh); then, on another control plane with
 # DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
 # and the paper's flow (test/e2e/dra-gates-off.sh, about 50 s).
-# Warm (Kubernetes and the fake kubelet cached): about 520 s on 2 cores (measured 500 s, 121
+# Warm (Kubernetes and the fake kubelet cached): about 540 s on 2 cores (measured 500 s, 121
 # checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
 # the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
-# The budget cases add 9 checks: measured 507 s, 108 checks with them and without the takeover
-# and gates-off runs, at load average about 20.
+# With the budget cases (9 checks, about 60 s) too: measured 544 s, 133 checks, at load
+# average about 20 (main at 11d938e).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
