@@ -84,13 +84,16 @@ need(pc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"} and
 ctl = by[("Deployment", "cxlkv-controller")]["spec"]["template"]["spec"]
 need(ctl["priorityClassName"] == "system-cluster-critical", "controller priority")
 need(ctl["securityContext"]["runAsNonRoot"] is True, "controller non-root")
+# Its Leases live in the release namespace (the Role grants them only there).
+need({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+     in ctl["containers"][0]["env"], "controller POD_NAMESPACE")
 dc = by[("DeviceClass", "cxl-shared-memory")]
 need(dc["spec"]["selectors"][0]["cel"]["expression"] == 'device.driver == "cxlkv.dev"', "DeviceClass CEL")
 hostd = by[("DaemonSet", "cxlkv-hostd")]["spec"]["template"]["spec"]
 need(hostd["automountServiceAccountToken"] is False, "hostd gets no token")
 need("privileged" not in hostd["containers"][0]["securityContext"], "file-backend hostd unprivileged")
 PY
-then ok "rendered objects: kinds, rollout, priorities, plugin /healthz probes, non-root controller, DeviceClass CEL, hostd without token"
+then ok "rendered objects: kinds, rollout, priorities, plugin /healthz probes, non-root controller with POD_NAMESPACE, DeviceClass CEL, hostd without token"
 else bad "rendered objects"; fi
 
 # Every env var a rendered container sets must be one its binary reads
@@ -153,7 +156,7 @@ refused "a ServiceMonitor with nothing to scrape" "serviceMonitor.enabled=true n
 refused "no fabric manager URL" "fabricManager.url is required" --namespace "$NS"
 refused "a URL that is not http(s)" "/fabricManager/url': 'ftp://x' does not match" --namespace "$NS" \
   --set fabricManager.url=ftp://x
-refused "leader election" "no Lease-based leader election yet" --namespace "$NS" "${URL[@]}" \
+refused "leader election" "leaderElection.enabled is not a switch" --namespace "$NS" "${URL[@]}" \
   --set controller.leaderElection.enabled=true
 refused "qos=3" "/controller/qos': value must be one of" --namespace "$NS" "${URL[@]}" --set controller.qos=3
 refused "hostd maxSurge=1" "maxSurge must be 0" --namespace "$NS" "${URL[@]}" \
@@ -286,6 +289,11 @@ can yes controller get namespaces
 can no controller update namespaces
 can yes controller update configmaps -n "$NS"
 can no controller update configmaps -n team-a
+can yes controller get pods -n team-a
+can yes controller create leases.coordination.k8s.io -n "$NS"
+can yes controller update leases.coordination.k8s.io -n "$NS"
+can no controller update leases.coordination.k8s.io -n team-a
+can no controller delete leases.coordination.k8s.io -n "$NS"
 can no controller get secrets -n "$NS"
 can no controller create pods -n team-a
 can yes kubeletplugin get resourceclaims.resource.k8s.io -n team-a
