@@ -36,7 +36,7 @@
 # checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
 # the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
 # With the budget cases (9 checks, about 60 s) too: measured 544 s, 133 checks, at load
-# average about 20 (main at 11d938e).
+# average about 20 (main at 3b8f083).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
