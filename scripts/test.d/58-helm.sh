@@ -25,8 +25,8 @@
 #     node's write goes through.
 # Not here: running the chart's pods as processes (needs the fake kubelet to
 # start pods from their specs; issue 13 item 2).
-# Warm (Kubernetes and Helm cached, binaries built): about 50 s on 2 cores (measured
-# 52 s for 71 checks).
+# Warm (Kubernetes and Helm cached, binaries built): about 60 s on 2 cores (measured
+# 52 s for 71 checks; 57 s for 79 with the budget RBAC and annotation-mode cap checks).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
