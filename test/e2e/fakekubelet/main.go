@@ -61,6 +61,10 @@ type containerSpec struct {
 	Env    []string    `json:"env"`
 	Mounts []oci.Mount `json:"mounts"`
 	Dir    string      `json:"dir,omitempty"`
+	Exec   string      `json:"exec,omitempty"`  // the file to execute ("" = Args[0] on PATH)
+	Tmpfs  []string    `json:"tmpfs,omitempty"` // fresh tmpfs mounts, before the bind mounts
+	// Env is the whole environment (not added to the test kubelet's own).
+	CleanEnv bool `json:"cleanEnv,omitempty"`
 }
 
 type node struct {
@@ -68,6 +72,7 @@ type node struct {
 	cs      kubernetes.Interface
 	mgr     *dra.Manager
 	cdiDir  string
+	rootDir string
 	logDir  string
 	retry   time.Duration
 	mu      sync.Mutex
@@ -121,8 +126,11 @@ func main() {
 	if err != nil {
 		log.Fatalf("dra manager: %v", err)
 	}
-	n := &node{name: *nodeName, cs: cs, mgr: mgr, cdiDir: *cdiDir, logDir: *logDir, retry: *retry,
-		pods: map[string]*podRun{}}
+	n := &node{name: *nodeName, cs: cs, mgr: mgr, cdiDir: *cdiDir, rootDir: *rootDir, logDir: *logDir,
+		retry: *retry, pods: map[string]*podRun{}}
+	if err := setNodeAddresses(ctx, cs, *nodeName); err != nil {
+		log.Fatalf("node addresses: %v", err)
+	}
 	// As kubelet's: ready once the API pod source has delivered its first
 	// list. Before that, activePods() is not the truth, and the DRA manager's
 	// reconcile would unprepare claims of running pods (after a restart).
@@ -137,7 +145,7 @@ func main() {
 	// Wired as kubelet.go wires them: the plugin manager owns the registry
 	// directory, the DRA manager is its handler for "DRAPlugin".
 	pm := pluginmanager.NewPluginManager(*rootDir+"/plugins_registry", &record.FakeRecorder{})
-	pm.AddHandler(registerapi.DRAPlugin, mgr.GetWatcherHandler())
+	pm.AddHandler(registerapi.DRAPlugin, pluginHandler(mgr.GetWatcherHandler()))
 	go pm.Run(ctx, sourcesReady, ctx.Done())
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0,
@@ -248,6 +256,7 @@ func (n *node) run(ctx context.Context, r *podRun) {
 				continue
 			}
 			started = true
+			n.startProbes(ctx, r, pod)
 			logger.Info("pod started", "pod", klog.KObj(pod), "prepare+start", time.Since(t0))
 		}
 		select {
@@ -259,6 +268,7 @@ func (n *node) run(ctx context.Context, r *podRun) {
 	n.mu.Lock()
 	procs, pod, exited := r.procs, r.pod, r.exited
 	n.mu.Unlock()
+	n.stopProbes(string(pod.UID))
 	// The whole process group, as a runtime stops every process of a container.
 	for _, p := range procs {
 		if p.Process != nil {
@@ -320,15 +330,12 @@ func (n *node) start(ctx context.Context, r *podRun, pod *corev1.Pod) error {
 				return fmt.Errorf("container %s: unresolvable CDI devices %v: %w", c.Name, unresolved, err)
 			}
 		}
-		cspec := containerSpec{Args: append(append([]string{}, c.Command...), c.Args...),
-			Mounts: spec.Mounts, Dir: c.WorkingDir}
-		for _, e := range c.Env {
-			cspec.Env = append(cspec.Env, e.Name+"="+e.Value)
+		if err := checkProbes(c); err != nil {
+			return err
 		}
-		cspec.Env = append(cspec.Env, spec.Process.Env...)
-		cspec.Env = append(cspec.Env, "CXLKV_POD_NAME="+pod.Name, "CXLKV_NODE_NAME="+n.name)
-		if len(cspec.Args) == 0 {
-			return fmt.Errorf("container %s: no command (images are not run here)", c.Name)
+		cspec, err := n.containerSpecFor(ctx, pod, c, spec.Mounts, spec.Process.Env)
+		if err != nil {
+			return fmt.Errorf("container %s: %w", c.Name, err)
 		}
 		blob, _ := json.Marshal(cspec)
 		logPath := filepath.Join(n.logDir, fmt.Sprintf("%s_%s_%s.log", pod.Namespace, pod.Name, c.Name))
@@ -410,12 +417,7 @@ func (n *node) setStatus(ctx context.Context, pod *corev1.Pod, phase corev1.PodP
 		}
 		cur.Status.Phase = phase
 		cur.Status.ContainerStatuses = cs
-		cond := corev1.ConditionFalse
-		if phase == corev1.PodRunning {
-			cond = corev1.ConditionTrue
-		}
-		cur.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: cond,
-			LastTransitionTime: metav1.Now()}}
+		fillStatus(cur)
 		if _, err = n.cs.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err == nil ||
 			!apierrors.IsConflict(err) {
 			return
@@ -434,10 +436,16 @@ func runContainer() {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		log.Fatalf("make / private: %v", err)
 	}
+	for _, d := range spec.Tmpfs {
+		if err := syscall.Mount("tmpfs", d, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=755"); err != nil {
+			log.Fatalf("tmpfs on %s: %v", d, err)
+		}
+	}
 	for _, m := range spec.Mounts {
-		bind := false
+		bind, ro := false, false
 		for _, o := range m.Options {
 			bind = bind || o == "bind" || o == "rbind"
+			ro = ro || o == "ro"
 		}
 		if !bind {
 			log.Fatalf("mount %s: only bind mounts are supported", m.Destination)
@@ -463,17 +471,29 @@ func runContainer() {
 		if err := syscall.Mount(m.Source, m.Destination, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
 			log.Fatalf("bind %s on %s: %v", m.Source, m.Destination, err)
 		}
+		if ro {
+			if err := syscall.Mount("", m.Destination, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY,
+				""); err != nil {
+				log.Fatalf("read-only %s: %v", m.Destination, err)
+			}
+		}
 	}
 	env := []string{}
 	for _, kv := range os.Environ() {
+		if spec.CleanEnv {
+			break
+		}
 		if len(kv) < len(containerSpecEnv) || kv[:len(containerSpecEnv)] != containerSpecEnv {
 			env = append(env, kv)
 		}
 	}
 	env = append(env, spec.Env...)
-	path, err := exec.LookPath(spec.Args[0])
-	if err != nil {
-		log.Fatalf("command %s: %v", spec.Args[0], err)
+	path := spec.Exec
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath(spec.Args[0]); err != nil {
+			log.Fatalf("command %s: %v", spec.Args[0], err)
+		}
 	}
 	if spec.Dir != "" {
 		if err := os.Chdir(spec.Dir); err != nil {
