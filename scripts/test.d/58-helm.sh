@@ -23,8 +23,8 @@
 #     either; the plugin's ValidatingAdmissionPolicy confines slice writes to
 #     the node in its pod-bound token, and without the policy the other
 #     node's write goes through.
-# Not here: running the chart's pods as processes (needs the fake kubelet to
-# start pods from their specs; issue 13 item 2).
+# Not here: running the chart's pods as processes (the chartpods stage,
+# scripts/test.d/57-chartpods.sh).
 # Warm (Kubernetes and Helm cached, binaries built): about 60 s on 2 cores (measured
 # 52 s for 71 checks; 57 s for 79 with the budget RBAC and annotation-mode cap checks).
 set -uo pipefail
@@ -78,7 +78,7 @@ need(plugin["spec"]["updateStrategy"] == {"type": "RollingUpdate",
      "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "plugin rollout maxSurge 1 / 0")
 need(plugin["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical", "plugin priority")
 pc = plugin["spec"]["template"]["spec"]["containers"][0]
-need({"name": "CXLKV_DRA_HTTP_LISTEN", "value": "0.0.0.0:9095"} in pc["env"], "plugin --http-listen")
+need({"name": "CXLKV_DRA_HTTP_LISTEN", "value": "$(POD_IP):9095"} in pc["env"], "plugin --http-listen")
 need(pc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"} and
      pc["readinessProbe"]["httpGet"]["path"] == "/healthz", "plugin probes on /healthz")
 ctl = by[("Deployment", "cxlkv-controller")]["spec"]["template"]["spec"]
@@ -98,7 +98,7 @@ else bad "rendered objects"; fi
 
 # Every env var a rendered container sets must be one its binary reads
 # (CLI11's --help lists "(Env:NAME)"), except the downward-API helpers the
-# chart only expands into other values ($(HOST_IP)).
+# chart only expands into other values ($(HOST_IP), $(POD_IP)).
 if python3 - "$W/default.yaml" "$ROOT/build/bin" <<'PY'
 import subprocess, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -110,7 +110,7 @@ for d in docs:
         binary = sys.argv[2] + "/" + c["command"][0].rsplit("/", 1)[1]
         help_text = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
         for e in c.get("env", []):
-            if e["name"] == "HOST_IP":
+            if e["name"] in ("HOST_IP", "POD_IP"):
                 continue
             if "Env:" + e["name"] not in help_text.replace("(Env:", "Env:"):
                 print("%s: %s sets %s, which %s does not read" % (d["metadata"]["name"], c["name"],
