@@ -21,6 +21,7 @@
 
 #include "common/claim_status.h"
 #include "common/node_selector.h"
+#include "controller/annotations.h"
 #include "controller/metrics.h"
 #include "controller/quota.h"
 #include "cxlkv/base/size.h"
@@ -38,7 +39,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kRegionAnnotation = "cxlkv.dev/region";
 constexpr int64_t kMiB = 1 << 20;
 
 // JSON Pointer escaping (RFC 6901) for annotation keys such as "cxlkv.dev/owner".
@@ -94,23 +94,6 @@ bool HasFinalizer(const json& obj) {
     if (f == kFinalizer) return true;
   }
   return false;
-}
-
-// The region a claim's annotation names (teardown parameters).
-struct RegionRef {
-  std::string appliance_id, blade_id, memory_id, allocation_timestamp;
-  bool ok() const { return !memory_id.empty(); }
-};
-
-RegionRef ParseRegionRef(const std::string& text) {
-  RegionRef r;
-  json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) return r;
-  r.appliance_id = j.value("applianceId", "");
-  r.blade_id = j.value("bladeId", "");
-  r.memory_id = j.value("memoryId", "");
-  r.allocation_timestamp = j.value("allocationTimestamp", "");
-  return r;
 }
 
 std::string PoolName(const fabric::Pool& p) { return p.appliance_id + "/" + p.blade_id; }
@@ -559,7 +542,7 @@ Status Controller::Rep::ResyncPass() {
     if (!OurResults(c, opt.driver_name).empty()) {
       live[uid] = c["status"]["allocation"].value("allocationTimestamp", "");
     }
-    RegionRef ref = ParseRegionRef(Annotation(c, kRegionAnnotation));
+    RegionRef ref = ParseRegionAnnotation(Annotation(c, kRegionAnnotation));
     if (ref.ok()) named[ref.memory_id] = kube::ObjectKey(c);
   }
   std::map<std::string, int64_t> unusable, live_bytes;
@@ -1075,7 +1058,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   const json& status = claim.contains("status") ? claim["status"] : json::object();
   const bool deleting = claim["metadata"].contains("deletionTimestamp");
   const bool reserved = !status.value("reservedFor", json::array()).empty();
-  RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
+  RegionRef ref = ParseRegionAnnotation(Annotation(claim, kRegionAnnotation));
   const std::string owner = Annotation(claim, kOwnerAnnotation);
   if (!owner.empty() && owner != opt.identity) {
     // Another replica's claim, unless that replica died: its heartbeat
@@ -1396,16 +1379,12 @@ Status Controller::Rep::Compose(json& claim, const json& ours, RegionRef* ref) {
   ref->blade_id = blade;
   ref->memory_id = res.region.id;
   ref->allocation_timestamp = ts;
-  json ann = {{"applianceId", appliance},
-              {"bladeId", blade},
-              {"memoryId", res.region.id},
-              {"allocationTimestamp", ref->allocation_timestamp},
-              {"sizeMiB", res.region.size_mib}};
+  ref->size_mib = res.region.size_mib;
   json out;
   s = PatchClaim(claim,
                  json::array({{{"op", "add"},
                                {"path", "/metadata/annotations/" + Escape(kRegionAnnotation)},
-                               {"value", ann.dump()}}}),
+                               {"value", EncodeRegionAnnotation(*ref)}}}),
                  &out);
   if (!s.ok()) {
     // The teardown parameters could not be recorded: do not leave the
@@ -1559,7 +1538,7 @@ Status Controller::Rep::WriteStatus(const json& claim, const json& ours, const R
 Status Controller::Rep::Release(json& claim) {
   const std::string key = kube::ObjectKey(claim);
   const std::string uid = claim["metadata"].value("uid", "");
-  RegionRef ref = ParseRegionRef(Annotation(claim, kRegionAnnotation));
+  RegionRef ref = ParseRegionAnnotation(Annotation(claim, kRegionAnnotation));
   bool leaked = false;
   if (ref.ok()) {
     Status s = FreeRegion(ref.appliance_id, ref.blade_id, ref.memory_id);
