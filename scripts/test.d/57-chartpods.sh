@@ -18,10 +18,14 @@
 #     while two pods hold a prepared claim: the claim keeps its region, the
 #     new plugins unprepare what the old prepared and prepare again, and a
 #     pod on the other node reads the blocks stored before the upgrade;
+#   - probes: an httpGet readiness probe makes a pod Ready, one on a closed
+#     port leaves it Running and unready, a failing liveness probe stops it
+#     (Failed, reason Unhealthy);
 #   - helm uninstall stops every pod.
 # Needs root with mount namespaces (skipped otherwise).
 # Warm (Kubernetes, Helm and the fake kubelet cached, binaries built): about
-# 80 s on 2 cores (measured 76 s for 17 checks at a load average of 15).
+# 100 s on 2 cores (measured 100 s for 21 checks at a load average of 20;
+# 76 s at 15 before the probe checks).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -333,6 +337,43 @@ kubectl delete resourceclaim kv2 -n team-a --wait=false >/dev/null
 if wait_until 60 gone resourceclaim kv2 -n team-a && wait_until 30 no_regions; then
   ok "claim kv2 deleted after the upgrade: region freed by the new controller, no leak"
 else bad "kv2 after delete: regions $(regions)"; fi
+
+echo "== chartpods: probes decide readiness (pods of their own, no claim)"
+# probe_pod <name> <probe yaml (flow style)>: an HTTP server on its pod IP.
+WPORT=$(port)
+probe_pod() {
+  cat <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: team-a}
+spec:
+  nodeSelector: {kubernetes.io/hostname: fake-node-1}
+  restartPolicy: Never
+  containers:
+  - name: web
+    image: none
+    command: [/usr/bin/python3, -m, http.server, "$WPORT", --bind, "\$(POD_IP)"]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    ports: [{name: web, containerPort: $WPORT}]
+    $2
+YAML
+}
+probe_pod ready-web "readinessProbe: {httpGet: {path: /, port: web}, periodSeconds: 1}" | kubectl apply -f - >/dev/null
+probe_pod unready-web "readinessProbe: {tcpSocket: {port: $(port)}, periodSeconds: 1}" | kubectl apply -f - >/dev/null
+probe_pod unlive-web "livenessProbe: {httpGet: {path: /, port: $(port)}, periodSeconds: 1, failureThreshold: 2}" |
+  kubectl apply -f - >/dev/null
+pod_ready() { [ "$(kubectl get pod "$1" -n team-a -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = "$2" ]; }
+if wait_until 30 pod_ready ready-web True; then ok "httpGet readiness probe on the pod's port: Ready True"
+else bad "ready-web not Ready"; fi
+sleep 4
+if is_phase unready-web Running && pod_ready unready-web False; then
+  ok "a readiness probe on a closed port: Running, Ready False"
+else bad "unready-web: $(phase unready-web), Ready $(kubectl get pod unready-web -n team-a -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')"; fi
+reason() { kubectl get pod unlive-web -n team-a -o jsonpath='{.status.containerStatuses[0].state.terminated.reason}'; }
+if wait_until 30 is_phase unlive-web Failed && [ "$(reason)" = Unhealthy ]; then
+  ok "a failing liveness probe stops the container: Failed, reason Unhealthy (no restart: out of scope)"
+else bad "unlive-web: $(phase unlive-web), reason '$(reason)'"; fi
+kubectl delete pod ready-web unready-web unlive-web -n team-a --wait=false >/dev/null
 
 echo "== chartpods: helm uninstall"
 procs_left() {
