@@ -25,8 +25,8 @@
 #   - helm uninstall stops every pod.
 # Needs root with mount namespaces (skipped otherwise).
 # Warm (Kubernetes, Helm and the fake kubelet cached, binaries built): about
-# 100 s on 2 cores (measured 100 s for 21 checks at a load average of 20;
-# 76 s at 15 before the probe checks).
+# 90 s on 2 cores (measured 81 s and 84 s for 22 checks at a load average
+# of 13-17, 100 s for 21 at 20).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
