@@ -218,6 +218,8 @@ def test_events_report_removals_by_another_replica(region_path):
     assert _store(a_m, a_w, a_keys, 100) == a_keys
     (ev,) = a_m.take_events()
     assert (ev.removed, list(ev.keys)) == (False, a_keys)
+    # 0.32/0.33: the announcer promises the withdrawal (compat.offloading_event).
+    assert getattr(ev, "removal_expected", True) is True
     assert a_m.take_events() == ()  # nothing new, nothing withdrawn
     b_keys = [make_offload_key(os.urandom(32), 0) for _ in range(3 * slots)]
     b_stored = _store(b_m, b_w, b_keys, 200)
@@ -231,6 +233,56 @@ def test_events_report_removals_by_another_replica(region_path):
     b_events = b_m.take_events()
     b_announced = [k for e in b_events for k in e.keys if not e.removed]
     assert set(b_announced) <= set(b_stored) and not set(b_announced) & set(a_keys)
+    for x in (a_w, b_w):
+        x.shutdown()
+    for x in (a_m, b_m):
+        x.shutdown()
+
+
+def test_events_a_chunk_stored_again_by_its_writer_stays_announced(region_path):
+    """A announced k; B's stores evict it; A stores k again: no withdrawal and
+    no second announcement (one BlockStored per chunk for an indexer that
+    counts them, and vLLM's tracker keeps the new store's payload); once B
+    evicts the new copy too, A withdraws k once."""
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+
+    a_m, a_w = _replica(region_path, events=True)
+    b_m, b_w = _replica(region_path, events=True)
+    slots = a_m.region.info().num_slots
+    k = make_offload_key(os.urandom(32), 0)
+    assert _store(a_m, a_w, [k], 1) == [k]
+    assert [(e.removed, list(e.keys)) for e in a_m.take_events()] == [(False, [k])]
+
+    def evict_k(first):
+        n = first
+        while a_m.region.lookup(a_m._ns(k), block_key(k)):
+            _store(b_m, b_w, [make_offload_key(os.urandom(32), 0) for _ in range(slots)], n)
+            n += slots
+        return n
+
+    n = evict_k(100)
+    out = a_m.prepare_store([k], ReqContext(req_id="again"))  # A misses k and stores it again
+    assert list(out.keys_to_store) == [k]
+    assert a_m.take_events() == (), "no withdrawal while A stores it again"
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+
+    assert a_w.submit_store(7, GPULoadStoreSpec([1], group_sizes=[1], block_indices=[0]),
+                            out.store_spec)
+    a_w.wait({7})
+    assert [r.success for r in a_w.get_finished()] == [True]
+    a_m.complete_store([k], ReqContext(req_id="again"))
+    assert a_m.region.lookup(a_m._ns(k), block_key(k))
+    assert a_m.take_events() == (), "still announced: not announced twice"
+    n = evict_k(n)
+    assert [(e.removed, list(e.keys)) for e in a_m.take_events()] == [(True, [k])]
+    # Announced afresh; lost again; a store of it again that fails withdraws it.
+    assert _store(a_m, a_w, [k], 8) == [k]
+    assert [(e.removed, list(e.keys)) for e in a_m.take_events()] == [(False, [k])]
+    evict_k(n)
+    out = a_m.prepare_store([k], ReqContext(req_id="lost"))
+    assert list(out.keys_to_store) == [k]
+    a_m.complete_store([k], ReqContext(req_id="lost"), success=False)
+    assert [(e.removed, list(e.keys)) for e in a_m.take_events()] == [(True, [k])]
     for x in (a_w, b_w):
         x.shutdown()
     for x in (a_m, b_m):

@@ -88,8 +88,20 @@ def offloading_event(keys, removed):
     0.26 takes it as the plain string. cxlkv's region is memory (CXL or
     ``/dev/shm``), so the medium is CPU; locality is left unset (vLLM: None
     means unspecified), since the region is local to every replica that maps it.
+
+    Stores carry ``removal_expected=True`` where the field exists (0.32/0.33):
+    the announcing replica always withdraws what it announced, and vLLM's
+    self-describing events tracker then keeps a chunk's payload (token ids,
+    per-block hashes) across a withdrawal and a re-announcement of the same
+    key in one batch (``offloading/events.py``, ``take_events``: without it
+    the payload is dropped at the end of that batch and the later removal
+    goes out as a placeholder). vLLM's KVCR tier sets it for the same reason.
     """
     from vllm.v1.kv_offload import base
 
     medium = base.Medium.CPU if hasattr(base, "Medium") else "CPU"
-    return base.OffloadingEvent(keys=list(keys), medium=medium, removed=bool(removed))
+    kw = {}
+    if not removed and "removal_expected" in {
+            f.name for f in dataclasses.fields(base.OffloadingEvent)}:
+        kw["removal_expected"] = True
+    return base.OffloadingEvent(keys=list(keys), medium=medium, removed=bool(removed), **kw)

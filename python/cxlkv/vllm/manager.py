@@ -18,6 +18,15 @@ it: take_events tails the directory entries of the slots it announced
 step. The fleet's events therefore describe each chunk of the shared tier
 once and never claim one that is gone for longer than the tail takes to come
 round (ceil(announced / _TAIL_BATCH) steps).
+
+A chunk that this replica announced, lost (evicted by anyone) and is storing
+again stays announced across that store: prepare_store moves it to the new
+reservation without a withdrawal, and the commit announces nothing new (a
+failed store withdraws it). Withdrawing in between would reach vLLM's events
+tracker after it snapshotted the new store's payload (record_store runs right
+after prepare_store, take_events at the end of that step) and drop that
+payload, so the re-announcement would go out without the self-describing
+fields; and an indexer that counts announcements must not see it twice.
 """
 
 import collections
@@ -99,6 +108,7 @@ class CxlkvManager(OffloadingManager):
         self._announced_slot = {}             # OffloadKey -> slot
         self._tail = collections.deque()      # announced slots, in tailing order
         self._events = []                     # (removed, OffloadKey), oldest first
+        self._restoring = set()               # announced keys being stored again (module doc)
 
     # ---- helpers ----
     def _ns(self, key):
@@ -215,6 +225,8 @@ class CxlkvManager(OffloadingManager):
             if w.open:
                 self._leases[key] = w
                 to_store.append(key)
+                if self._kv_events:
+                    self._keep_announced(key)
                 token = _cxlkv.export_write_token(self.region, w)
                 tokens.append(token)
                 self._lease_slot[key] = token[1]
@@ -246,16 +258,19 @@ class CxlkvManager(OffloadingManager):
             if not success:
                 _cxlkv.abort_write(self.region, w)
                 self._count(metrics.STORE_FAILURES, label="failed")
+                self._store_lost(key)
                 continue
             try:
                 _cxlkv.commit_parted_write(self.region, w, self.parts, self.part_len)
             except CorruptionError as e:
                 self._count(metrics.STORE_FAILURES, label="incomplete")
                 logger.warning("cxlkv: chunk not stored: %s", e)
+                self._store_lost(key)
                 continue
             except (BusyError, NotFoundError) as e:  # this replica was judged dead meanwhile
                 self._count(metrics.STORE_FAILURES, label="fenced")
                 logger.warning("cxlkv: chunk not stored: %s", e)
+                self._store_lost(key)
                 continue
             self._count(metrics.STORES)
             if self._kv_events:
@@ -306,22 +321,46 @@ class CxlkvManager(OffloadingManager):
         _slot, state, generation, _owner, ns, _len, key = v
         return state, generation, ns, key
 
+    def _keep_announced(self, key):
+        """prepare_store reserved `key`, so no copy of it is in the region: if
+        this replica announced one, it stays announced across this store
+        (module doc) instead of being withdrawn now."""
+        old = self._announced_slot.pop(key, None)
+        if old is None:
+            return
+        if self._announced.get(old, (None,) * 4)[3] == key:
+            del self._announced[old]  # its tail entry drops out when it comes round
+        self._restoring.add(key)
+
+    def _store_lost(self, key):
+        """A store did not commit: withdraw the key if it was kept announced."""
+        if key in self._restoring:
+            self._restoring.discard(key)
+            self._events.append((True, key))
+
     def _announce(self, key, slot):
+        again = key in self._restoring  # still announced from its earlier copy
+        self._restoring.discard(key)
         old = self._announced_slot.get(key)
         if old is not None:
             self._still_there(old)  # a re-store after eviction: withdraw first
-        if slot is None:
+        if slot is None:  # no reservation recorded (cannot happen): announce nothing
+            if again:
+                self._events.append((True, key))
             return
         state, generation, ns, bkey = self._view(slot)
         if state != "ready" or ns != self._ns(key) or bkey != block_key(key):
-            return  # evicted again already: never announced
+            if again:  # evicted again already: withdrawn
+                self._events.append((True, key))
+            return  # else never announced
         prev = self._announced.get(slot)
         if prev is not None:  # our earlier chunk in this slot is gone
             self._withdraw(slot)
         self._announced[slot] = (generation, ns, bkey, key)
         self._announced_slot[key] = slot
         self._tail.append(slot)
-        self._events.append((False, key))
+        if not again:
+            self._events.append((False, key))
 
     def _still_there(self, slot):
         """True if the chunk announced in `slot` is still there; else withdraws it."""
