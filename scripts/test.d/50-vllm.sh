@@ -7,8 +7,10 @@
 # recomputed, not used; TP=2; the OpenAI server with cxlkv's metrics; an
 # engine SIGKILLed mid-store (reservations reclaimed, no half-written chunk
 # served, no stuck key, a restarted one loads exact bytes), the shared tier's
-# KV events through vLLM's ZMQ publisher (removals by another replica
-# reported), and other weights under a live replica's model name refused.
+# KV events through vLLM's ZMQ publisher in the legacy and the self-describing
+# format (the writer announces each chunk once, a replica that only loads
+# announces nothing, removals by another replica reported), and other weights
+# under a live replica's model name refused.
 # Also checks the packaging: cxlkv is built with
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).

@@ -14,8 +14,13 @@ round; default true), hash_algo, loop_s (repeat the rounds until this many
 seconds passed), tp (tensor-parallel size), kv_events (an ipc:// endpoint:
 vLLM's KV events are published there over ZMQ and this process subscribes,
 recording the events of the offloading tier, medium CPU, in the result),
-waits ({round index: file} to wait for before that round), signals ({round
-index: file} to create after it).
+events_format ("legacy", the default, or "self_describing": vLLM's
+self_describing_kv_events extra key), waits ({round index: file} to wait for
+before that round), signals ({round index: file} to create after it), drain
+({"signal": file, "wait": file}: after the rounds, create "signal", wait for
+"wait", then serve a prompt shorter than one chunk, so that the engine steps
+again and its manager reports what changed in the region meanwhile; it
+stores and loads nothing).
 """
 import json
 import os
@@ -33,9 +38,13 @@ def _wait_file(path, timeout=900):
 
 
 class EventTap:
-    """Subscribes to the engine's KV-event publisher (ZMQ PUB) and keeps the
-    events of the offloading tier (medium CPU; the GPU prefix cache's are
-    medium GPU) as {"removed": bool, "hashes": [...]}."""
+    """Subscribes to the engine's KV-event publisher (ZMQ PUB), as a router's
+    indexer does, and keeps the events of the offloading tier (medium CPU;
+    the GPU prefix cache's are medium GPU), in order, as {"removed": bool,
+    "hashes": [...]} plus, for stores, the payload fields that tell the two
+    formats apart: "token_ids", "parent", "block_size" (legacy: [], None, 0;
+    self-describing: the chunk's tokens, the previous block's hash, tokens
+    per block)."""
 
     def __init__(self, endpoint):
         import msgspec
@@ -59,9 +68,16 @@ class EventTap:
                 continue
             _topic, _seq, payload = self._sock.recv_multipart()
             for e in self._dec.decode(payload).events:
-                if isinstance(e, self._kinds) and e.medium == "CPU":
-                    self.events.append({"removed": isinstance(e, self._kinds[1]),
-                                        "hashes": [int(h) for h in e.block_hashes]})
+                if not isinstance(e, self._kinds) or e.medium != "CPU":
+                    continue
+                ev = {"removed": isinstance(e, self._kinds[1]),
+                      "hashes": [int(h) for h in e.block_hashes],
+                      "group": getattr(e, "group_idx", None)}
+                if not ev["removed"]:
+                    ev.update(token_ids=list(e.token_ids), block_size=e.block_size,
+                              parent=None if e.parent_block_hash is None
+                              else int(e.parent_block_hash))
+                self.events.append(ev)
 
     def close(self, linger_s=3.0):
         time.sleep(linger_s)  # the publisher sends from its own thread
@@ -81,6 +97,8 @@ def main():
              "region_path": spec["region"], "region_size": spec.get("region_size", 256 << 20),
              "prefault": "none"}
     extra.update(spec.get("extra", {}))
+    if spec.get("events_format", "legacy") == "self_describing":
+        extra["self_describing_kv_events"] = True
     ktc = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
            "kv_connector_extra_config": extra}
     if spec.get("connector", "cxlkv") == "cxlkv":
@@ -134,6 +152,13 @@ def main():
                 open(signals[str(n)], "w").close()
         if time.time() >= deadline:
             break
+    if spec.get("drain"):
+        open(spec["drain"]["signal"], "w").close()
+        _wait_file(spec["drain"]["wait"])
+        for _ in range(2):  # a few steps each; less than one chunk: no lookup, no store
+            llm.generate([TokensPrompt(prompt_token_ids=list(range(4, 20)))], params,
+                         use_tqdm=False)
+            time.sleep(0.5)
     events = []
     if tap is not None:
         tap.close()

@@ -112,12 +112,15 @@ def world(tmp_path_factory):
     prompt = [random.Random(7).randrange(4, 1000) for _ in range(PROMPT_LEN)]
     base = {"model": model, "region": region, "prompts": [prompt]}
     # Engine A: computes and stores the prompt, then serves it again from its
-    # own GPU (here: CPU) prefix cache.
-    a, probe_a, _, _ = run_engine(tmp, "A", dict(base, rounds=[[0], [0]], reset=False))
+    # own GPU (here: CPU) prefix cache. KV events on, legacy format.
+    a, probe_a, _, _ = run_engine(tmp, "A", dict(base, rounds=[[0], [0]], reset=False,
+                                                 kv_events=f"ipc://{tmp}/events-A"))
     # Engines that only read what A stored (or are refused), two at a time.
+    # B, a replica that only loads, publishes KV events (self-describing).
     one = dict(base, rounds=[[0]])
     batch = run_engines(tmp, [
-        ("B", one, None, True),
+        ("B", dict(one, kv_events=f"ipc://{tmp}/events-B", events_format="self_describing"),
+         None, True),
         ("Bzero", one, {"CXLKV_PROBE_ZERO_LOADS": "1"}, True),
         ("refused-hash_seed_fingerprint", one, {"PYTHONHASHSEED": "12345"}, False),
         ("refused-hash_algorithm", dict(one, hash_algo="sha256_cbor"), None, False),
@@ -173,6 +176,34 @@ def test_zeroed_kv_changes_the_tokens(world):
     assert res["cached"] == full_chunk_tokens(PROMPT_LEN)
     assert list(manager_state(probe_z)["loads"].values()) == [PROMPT_LEN // BLOCK]
     assert res["tokens"] != world["a"]["results"][1]["tokens"]
+
+
+def _low64(hexkey):
+    """vLLM's event hash of an offload key: the block hash's low 64 bits
+    (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, the default)."""
+    return int.from_bytes(bytes.fromhex(hexkey)[:-4], "big") & ((1 << 64) - 1)
+
+
+def test_kv_events_the_writer_announces_a_loader_does_not(world):
+    """The shared tier described once: A, which stored the 64 chunks,
+    announces each of them once (legacy format: the chunk's hash, no tokens);
+    B, another engine that loaded all 64 from the region, announces none of
+    them on the offloading tier (its writer does), though B's KV events are on."""
+    a_events = world["a"]["events"]
+    stored = [ev for ev in a_events if not ev["removed"]]
+    hashes = [h for ev in stored for h in ev["hashes"]]
+    want = {_low64(x) for x in manager_state(world["probe_a"])["stored_keys"]}
+    print(f"events: A announced {len(hashes)} chunks, withdrew "
+          f"{sum(len(ev['hashes']) for ev in a_events if ev['removed'])}")
+    assert len(want) == PROMPT_LEN // BLOCK
+    assert sorted(hashes) == sorted(want), "each chunk A stored, announced once"
+    assert not any(ev["removed"] for ev in a_events), "nothing left the region"
+    assert all((ev["token_ids"], ev["parent"], ev["block_size"]) == ([], None, 0)
+               for ev in stored), "legacy format: the key's hash only"
+    b, probe_b, _, _ = world["batch"]["B"]
+    assert list(manager_state(probe_b)["loads"].values()) == [PROMPT_LEN // BLOCK]
+    print(f"events: B loaded {PROMPT_LEN // BLOCK} chunks, announced {len(b['events'])}")
+    assert b["events"] == [], "a replica that only loaded announces nothing of the shared tier"
 
 
 @pytest.mark.parametrize("field", ["hash_seed_fingerprint", "hash_algorithm"])
@@ -302,12 +333,6 @@ def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(worl
         log.close()
 
 
-def _low64(hexkey):
-    """vLLM's event hash of an offload key: the block hash's low 64 bits
-    (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, the default)."""
-    return int.from_bytes(bytes.fromhex(hexkey)[:-4], "big") & ((1 << 64) - 1)
-
-
 def _slots(region):
     return cxlkv._cxlkv.scan_slots(region, 0, region.info().num_slots)
 
@@ -336,6 +361,7 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
     flag = {n: os.path.join(tmp, n) for n in ("e-stored", "go", "e-done", "arm")}
     base = {"model": tiny_model, "region": region, "region_size": 3 << 20, "prompts": prompts}
     e_spec = dict(base, rounds=[[0], [7]], kv_events=f"ipc://{tmp}/events",
+                  events_format="self_describing",
                   waits={"1": flag["go"]}, signals={"0": flag["e-stored"], "1": flag["e-done"]})
     k_spec = dict(base, rounds=[[i] for i in range(1, 7)] + [[7]], waits={"0": flag["e-stored"]},
                   signals={"5": flag["arm"]})
@@ -355,7 +381,9 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
         _, probe_k, text_k, rc_k = _finish(k, check=False)
         assert rc_k == -9, f"K should have been SIGKILLed mid-store (rc {rc_k}):\n{text_k[-3000:]}"
         # The restarted replica starts now (its start-up overlaps the rest).
-        k2 = _launch(tmp, "K2", dict(base, rounds=[[7]], waits={"0": flag["e-done"]}), core=1)
+        # It publishes KV events (legacy format) and only loads.
+        k2 = _launch(tmp, "K2", dict(base, rounds=[[7]], waits={"0": flag["e-done"]},
+                                     kv_events=f"ipc://{tmp}/events-K2"), core=1)
         (kill_path,) = glob.glob(os.path.join(probe_k, "kill-*.json"))
         with open(kill_path) as f:
             kill = json.load(f)
@@ -396,10 +424,12 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
         k2_loads = probe_files(probe_k2, "load")
         assert len(k2_loads) == 16 and not any(m["failed"] for m, _ in k2_loads)
         assert all(e_pages[tuple(m["key"])] == b for m, b in k2_loads), "K2 loaded other bytes"
-        # E's KV events (vLLM's legacy format through its ZMQ publisher):
-        # BlockStored for every chunk E committed; BlockRemoved for the P0
+        # E's KV events (vLLM's self-describing format through its ZMQ
+        # publisher): BlockStored for every chunk E committed, each with its
+        # 32 tokens and its parent block's hash; BlockRemoved for the P0
         # chunks K evicted, and only for chunks that are really gone.
-        stored_h = {h for ev in e_out["events"] if not ev["removed"] for h in ev["hashes"]}
+        e_stored = [ev for ev in e_out["events"] if not ev["removed"]]
+        stored_h = {h for ev in e_stored for h in ev["hashes"]}
         removed_h = {h for ev in e_out["events"] if ev["removed"] for h in ev["hashes"]}
         by_key = {}  # region key (hi, lo) -> event hash, of every chunk E committed
         for x in e_state["stored_keys"]:
@@ -407,7 +437,20 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
             by_key[(bk.hi, bk.lo)] = _low64(x)
         p0_h = {tuple(key): by_key[(key[1], key[2])] for key in p0}
         print(f"events: E stored {len(stored_h)} chunks, removed {len(removed_h)}; "
-              f"P0 chunks gone {len(gone0)}")
+              f"P0 chunks gone {len(gone0)}; K2 loaded 16, announced {len(k2_out['events'])}")
+        chunk_of = {}  # hash -> (prompt, chunk index), from the tokens E's events carry
+        for ev in e_stored:
+            assert len(ev["hashes"]) == 1 and ev["block_size"] == BLOCK, ev
+            assert ev["token_ids"], "self-describing: the chunk's tokens"
+            for p in (0, 7):
+                for c in range(len(prompts[p]) // BLOCK):
+                    if prompts[p][c * BLOCK:(c + 1) * BLOCK] == ev["token_ids"]:
+                        chunk_of[ev["hashes"][0]] = (p, c)
+        assert set(chunk_of) == stored_h and len(stored_h) == 32, "P0 and PK, 16 chunks each"
+        by_chunk = {pc: h for h, pc in chunk_of.items()}
+        for ev in e_stored:
+            p, c = chunk_of[ev["hashes"][0]]
+            assert ev["parent"] == (by_chunk[(p, c - 1)] if c else None), (p, c)
         assert set(p0_h.values()) <= stored_h, "E announces what it stored (P0)"
         assert gone0, "K's stores evicted some of P0"
         assert {p0_h[key] for key in gone0} <= removed_h, "E withdraws what K evicted"
@@ -415,6 +458,7 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
                  if obs.lookup(key[0], cxlkv.BlockKey(key[1], key[2]))}
         assert not still & removed_h, "a chunk still in the region was reported removed"
         assert removed_h <= stored_h, "only announced chunks are withdrawn"
+        assert k2_out["events"] == [], "K2 only loaded: it announces nothing of the shared tier"
     finally:
         for h in (locals().get("e"), locals().get("k2")):
             if h is not None and h["proc"].poll() is None:
@@ -429,16 +473,24 @@ def test_two_engines_at_once_load_each_others_prefixes_under_eviction(world):
     """Two engines run at the same time for 30 s, one core each, in a region
     small enough to evict; each serves its own prompts and the other's. Every
     loaded chunk is byte-equal to the pages its writer stored; stats show
-    cross-replica hits and evictions; no promised load fails."""
+    cross-replica hits and evictions; no promised load fails. Both publish
+    KV events (X legacy, Y self-describing); once both stopped storing and
+    stepped once more, replaying each one's events gives exactly the chunks
+    it committed that are still in the region, and every chunk in the region
+    is announced by exactly one of them, though each evicted the other's."""
     tmp = world["tmp"]
     region = world["region"] + "-soak"
+    done = {n: os.path.join(tmp, f"soak-done-{n}") for n in ("X", "Y")}
     r = random.Random(11)
     prompts = [[r.randrange(4, 1000) for _ in range(512)] for _ in range(16)]
     # 16 prompts x 16 chunks = 256 chunks for a region of about 100 slots.
     base = dict(world["base"], region=region, region_size=4 << 20, prompts=prompts,
                 loop_s=30)
-    x = dict(base, rounds=[[i] for i in range(8)] + [[i] for i in range(8, 16)])
-    y = dict(base, rounds=[[i] for i in range(8, 16)] + [[i] for i in range(8)])
+    x = dict(base, rounds=[[i] for i in range(8)] + [[i] for i in range(8, 16)],
+             kv_events=f"ipc://{tmp}/events-X", drain={"signal": done["X"], "wait": done["Y"]})
+    y = dict(base, rounds=[[i] for i in range(8, 16)] + [[i] for i in range(8)],
+             kv_events=f"ipc://{tmp}/events-Y", events_format="self_describing",
+             drain={"signal": done["Y"], "wait": done["X"]})
     try:
         res = run_engines(tmp, [("X", x, None, True), ("Y", y, None, True)])
         stored = {}
@@ -468,6 +520,42 @@ def test_two_engines_at_once_load_each_others_prefixes_under_eviction(world):
         assert checked > 0 and diffs == 0
         assert failed == 0 and fallbacks == 0, "no promised load may fail without corruption"
         assert cross > 0 and evictions > 0
+        # The events against the region's directory.
+        own, announced, withdrawn = {}, {}, {}
+        for n in ("X", "Y"):
+            own[n] = {}
+            for x in manager_state(res[n][1])["stored_keys"]:
+                bk = cxlkv.BlockKey.from_bytes(bytes.fromhex(x)[:-4])
+                own[n][(bk.hi, bk.lo)] = _low64(x)
+            held, withdrawn[n] = set(), 0
+            for ev in res[n][0]["events"]:  # replayed in order, as an indexer does
+                if ev["removed"]:
+                    held.difference_update(ev["hashes"])
+                    withdrawn[n] += len(ev["hashes"])
+                else:
+                    held.update(ev["hashes"])
+            announced[n] = held
+        fmt = {n: {bool(ev["token_ids"]) for ev in res[n][0]["events"] if not ev["removed"]}
+               for n in ("X", "Y")}
+        kv_ns = {m["key"][0] for n in ("X", "Y") for m, _ in probe_files(res[n][1], "store")}
+        assert len(kv_ns) == 1, kv_ns  # one namespace (the model-name claim has its own)
+        ready = {(v[6].hi, v[6].lo) for v in _slots(obs) if v[1] == "ready" and v[4] in kv_ns}
+        hash_of = {**own["X"], **own["Y"]}  # region key -> event hash (the same in both)
+        stale = {n: {h for k, h in own[n].items() if h in announced[n] and k not in ready}
+                 for n in ("X", "Y")}
+        # A key both stored (one after the other evicted it) counts for whoever announces it.
+        unannounced = [k for k in ready if not any(hash_of[k] in announced[n] for n in announced)]
+        twice = announced["X"] & announced["Y"]
+        print(f"soak events: X announces {len(announced['X'])} (withdrew {withdrawn['X']}), "
+              f"Y announces {len(announced['Y'])} (withdrew {withdrawn['Y']}); region holds "
+              f"{len(ready)} chunks; announced but gone {len(stale['X'])}+{len(stale['Y'])}, "
+              f"in the region unannounced {len(unannounced)}, announced twice {len(twice)}")
+        assert fmt == {"X": {False}, "Y": {True}}, f"legacy / self-describing payloads: {fmt}"
+        assert withdrawn["X"] > 0 and withdrawn["Y"] > 0
+        assert all(announced[n] <= set(own[n].values()) for n in announced), "only own chunks"
+        assert not stale["X"] and not stale["Y"], "a chunk gone from the region is still announced"
+        assert not unannounced, "a chunk in the region is announced by nobody"
+        assert not twice, "a chunk announced by both replicas"
     finally:
         if os.path.exists(region):
             os.unlink(region)
