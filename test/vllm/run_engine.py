@@ -16,7 +16,10 @@ vLLM's KV events are published there over ZMQ and this process subscribes,
 recording the events of the offloading tier, medium CPU, in the result),
 events_format ("legacy", the default, or "self_describing": vLLM's
 self_describing_kv_events extra key), waits ({round index: file} to wait for
-before that round), signals ({round index: file} to create after it), drain
+before that round), signals ({round index: file} to create after it), start
+({"signal": file, "wait": file}: once the engine is up, create "signal" and
+wait for "wait" before the first round; loop_s counts from there, so engines
+started together run their loops at the same time), drain
 ({"signal": file, "wait": file}: after the rounds, create "signal", wait for
 "wait", then serve a prompt shorter than one chunk, so that the engine steps
 again and its manager reports what changed in the region meanwhile; it
@@ -129,6 +132,9 @@ def main():
               prefix_caching_hash_algo=spec.get("hash_algo", "sha256"),
               kv_transfer_config=ktc, **more)
     started = time.time() - t0
+    if spec.get("start"):
+        open(spec["start"]["signal"], "w").close()
+        _wait_file(spec["start"]["wait"])
     params = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0, ignore_eos=True)
     prompts = spec["prompts"]
     results = []

@@ -481,16 +481,19 @@ def test_two_engines_at_once_load_each_others_prefixes_under_eviction(world):
     tmp = world["tmp"]
     region = world["region"] + "-soak"
     done = {n: os.path.join(tmp, f"soak-done-{n}") for n in ("X", "Y")}
+    up = {n: os.path.join(tmp, f"soak-up-{n}") for n in ("X", "Y")}
     r = random.Random(11)
     prompts = [[r.randrange(4, 1000) for _ in range(512)] for _ in range(16)]
     # 16 prompts x 16 chunks = 256 chunks for a region of about 100 slots.
     base = dict(world["base"], region=region, region_size=4 << 20, prompts=prompts,
                 loop_s=30)
     x = dict(base, rounds=[[i] for i in range(8)] + [[i] for i in range(8, 16)],
-             kv_events=f"ipc://{tmp}/events-X", drain={"signal": done["X"], "wait": done["Y"]})
+             kv_events=f"ipc://{tmp}/events-X", drain={"signal": done["X"], "wait": done["Y"]},
+             start={"signal": up["X"], "wait": up["Y"]})
     y = dict(base, rounds=[[i] for i in range(8, 16)] + [[i] for i in range(8)],
              kv_events=f"ipc://{tmp}/events-Y", events_format="self_describing",
-             drain={"signal": done["Y"], "wait": done["X"]})
+             drain={"signal": done["Y"], "wait": done["X"]},
+             start={"signal": up["Y"], "wait": up["X"]})
     try:
         res = run_engines(tmp, [("X", x, None, True), ("Y", y, None, True)])
         stored = {}
@@ -513,6 +516,12 @@ def test_two_engines_at_once_load_each_others_prefixes_under_eviction(world):
                                 prefault="none")
         evictions = obs.region_counters()["evictions"]
         requests = sum(len(res[n][0]["results"]) for n in ("X", "Y"))
+        # Both loops start once both engines are up (run_engine.py "start"), so
+        # they overlap for at least loop_s; the drain file marks each loop's end.
+        overlap = min(os.path.getmtime(done[n]) for n in done) - max(
+            os.path.getmtime(up[n]) for n in up)
+        print(f"soak: loops overlapped {overlap:.0f} s")
+        assert overlap >= 30
         print(f"soak: {requests} requests, {checked} chunks loaded and compared, {diffs} differ, "
               f"{failed} failed, {fallbacks} load fallbacks, cross-replica hits {cross}, "
               f"evictions {evictions}, "
