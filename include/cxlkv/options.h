@@ -16,10 +16,13 @@ namespace cxlkv {
 enum class CoherenceMode : uint32_t {
   // Loads, stores and atomics are coherent between all attachers: one host
   // (/dev/shm, a local devdax), or hosts sharing memory with hardware
-  // coherence. The only mode this layout version implements.
+  // coherence. Layout version 2.
   kHardware = 1,
-  // Non-coherent multi-host sharing (flush/invalidate, single-writer
-  // partitions). Designed in docs/coherence.md; refused with kUnsupported.
+  // Non-coherent multi-host sharing: one writer host per line (write
+  // partitions), explicit flush/invalidate, no cross-host atomics, CRC
+  // always verified. Layout version 3; x86 only (kUnsupported elsewhere).
+  // Needs RegionConfig::software_partitions to format and
+  // RegionOptions::software_partition to write. docs/coherence.md.
   kSoftware = 2,
 };
 
@@ -62,6 +65,13 @@ struct RegionConfig {
   // the region's value; any other value must equal it.
   uint32_t max_participants = 64;
 
+  // coherence=software only: number of write partitions (hosts that may
+  // write), 1..16. The slots are split evenly between them, so each host
+  // can fill 1/partitions of the region, and a lookup probes every
+  // partition. Required to format in software mode; 0 = accept on attach.
+  // Must be 0 in hardware mode.
+  uint32_t software_partitions = 0;
+
   // Free-form JSON object recorded at format time (e.g. the formatter's
   // engine config) and shown by `cxlkv inspect`. At most 2048 bytes.
   std::string metadata_json;
@@ -92,6 +102,14 @@ struct RegionOptions {
   // Register as a participant (needed to store, pin and reclaim). false: an
   // observer that can only look up and load (inspect, stats, verify).
   bool register_participant = true;
+
+  // coherence=software only: the write partition this attacher owns,
+  // 0..software_partitions-1, or -1 (an observer: reads only). Handed out by
+  // an external lease (e.g. the DRA driver's ResourceClaim owner): no two
+  // processes may hold one partition at once, since nothing in non-coherent
+  // memory can arbitrate that without cross-host atomics. The attacher of
+  // partition 0 formats a blank region; the others wait for it.
+  int32_t software_partition = -1;
 
   // How often this participant advances its heartbeat counter. Default 100 ms.
   uint64_t heartbeat_interval_ns = 100'000'000;

@@ -193,8 +193,10 @@ class Region {
   // header, and registers this process as a participant.
   // Returns kInvalidArgument for options that can never work or a region
   // whose recorded config differs from options.config (message names the
-  // field and both values); kUnsupported for another layout version or an
-  // unimplemented coherence mode; kCorruption for header/config bytes that
+  // field and both values, e.g. a coherence mode other than the region's);
+  // kUnsupported for a layout version this build does not read, or
+  // coherence=software on an architecture without a visibility layer
+  // (docs/coherence.md); kCorruption for header/config bytes that
   // fail validation; kNotFound for an unformatted region with
   // create_if_missing=false; kNoSpace when all participant entries are live;
   // kBusy when another process's format did not finish in format_wait_ns;

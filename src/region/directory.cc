@@ -81,6 +81,10 @@ int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& pl
 }
 
 int64_t RegionImpl::FindReadySlot(NamespaceId ns, const BlockKey& key) const {
+  if (soft_) {
+    SwMeta m;
+    return SwFind(ns, key, true, -1, &m);
+  }
   uint64_t w;
   return Find(ns, key, Place(ns, key), &w, true);
 }
@@ -275,6 +279,11 @@ bool RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
 
 Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
   Count(Counter::kLookups);
+  if (soft_) {
+    SwMeta m;
+    return SwFind(ns, key, true, -1, &m) >= 0 ? Status::OK()
+                                              : Status::NotFound("block not in region");
+  }
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
   if (slot < 0) return Status::NotFound("block not in region");
@@ -283,6 +292,13 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
 }
 
 size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) {
+  if (soft_) {
+    size_t hits = 0;
+    SwMeta m;
+    while (hits < n && SwFind(ns, keys[hits], true, -1, &m) >= 0) ++hits;
+    Count(Counter::kLookups, hits < n ? hits + 1 : n);
+    return hits;
+  }
   // Prefetch the tag lines of the next key while checking this one.
   size_t hits = 0;
   KeyPlace next = n ? Place(ns, keys[0]) : KeyPlace{};
@@ -304,6 +320,11 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
 }
 
 Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, PinSet* pins) {
+  if (soft_) {
+    return Status::Unsupported("region " + info_.path +
+                               ": pins need cross-host atomics, which coherence=software does not "
+                               "use (docs/coherence.md); loads validate by generation instead");
+  }
   CXLKV_RETURN_IF_ERROR(CheckWritable());
   std::vector<uint64_t> slots;
   slots.reserve(n);

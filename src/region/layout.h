@@ -29,6 +29,11 @@ inline constexpr uint64_t kMagic = 0x31474552564B4C43ull;  // "CLKVREG1" little-
 // 2: the slot CRC binds the payload to the slot's identity (SlotCrcTrailer)
 //    and SlotMeta records the writer. Version 1 regions are refused.
 inline constexpr uint32_t kLayoutVersion = 2;
+// 3: coherence=software (docs/coherence.md): version 2's areas and words,
+//    plus `partitions`; every line has one writer host. Hardware-mode
+//    regions stay version 2.
+inline constexpr uint32_t kLayoutVersionSoftware = 3;
+inline constexpr uint32_t kMaxSoftwarePartitions = 16;
 inline constexpr uint64_t kSuperblockBytes = 4096;
 inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
 inline constexpr uint32_t kMaxWays = 16;
@@ -84,13 +89,15 @@ struct alignas(64) Superblock {
   uint64_t config_json_off;
   uint32_t config_json_len;
   uint32_t config_json_crc;
-  uint8_t reserved[292];
+  uint32_t partitions;  // version 3: write partitions (1..16); version 2: 0
+  uint8_t reserved[288];
   uint32_t header_crc;  // CRC32C of bytes [offsetof(layout_version), offsetof(header_crc))
 };
 static_assert(sizeof(Superblock) == 512);
 static_assert(offsetof(Superblock, magic) == 0);
 static_assert(offsetof(Superblock, layout_version) == 24);
 static_assert(offsetof(Superblock, header_crc) == 508);
+static_assert(offsetof(Superblock, partitions) == 216);
 
 // ---- Participant registry ----
 //

@@ -133,7 +133,9 @@ Status ProbePath(const std::string& path, const LifecycleOptions& o, Probe* out)
   ro.format_wait_ns = 0;
   ro.config.max_participants = 0;  // accept what the region records
   ro.sysfs_root = o.sysfs_root;
-  auto impl = std::make_unique<RegionImpl>(std::move(map), ro);
+  // Inspect a region in its own coherence mode (version 3: software).
+  if (sb->layout_version == kLayoutVersionSoftware) ro.config.coherence = CoherenceMode::kSoftware;
+  auto impl = std::make_unique<RegionImpl>(std::move(map), ro, nullptr);
   s = impl->Init();
   if (!s.ok()) {
     r.kind = RegionKind::kDamaged;

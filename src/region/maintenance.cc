@@ -23,6 +23,7 @@ RegionBytesCrc(const uint8_t* p, size_t n) {
 }  // namespace
 
 Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
+  if (soft_) return SwDrop(ns, key);
   CXLKV_RETURN_IF_ERROR(CheckWritable());
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
@@ -38,6 +39,7 @@ Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
 }
 
 Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
+  if (soft_) return SwVerify(drop_corrupt, report);
   *report = ScrubReport{};
   if (drop_corrupt) CXLKV_RETURN_IF_ERROR(CheckWritable());
   for (uint64_t s = 0; s < geo_.num_slots; ++s) {
@@ -84,6 +86,7 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
 }
 
 Status RegionImpl::Wipe(WipeReport* report) {
+  if (soft_) return SwWipe(report);
   *report = WipeReport{};
   CXLKV_RETURN_IF_ERROR(CheckWritable());
   for (uint64_t s = 0; s < geo_.num_slots; ++s) {

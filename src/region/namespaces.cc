@@ -19,24 +19,9 @@ constexpr uint8_t kNsFree = static_cast<uint8_t>(NamespaceState::kFree);
 constexpr uint8_t kNsWriting = static_cast<uint8_t>(NamespaceState::kWriting);
 constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
 
-struct Image {  // the descriptor fields as stored, for hashing and compare
-  uint32_t tp_rank;
-  uint32_t kv_group;
-  char model[128];
-  char dtype[24];
-  char kv_layout[64];
-};
+using Image = NamespaceImage;  // the descriptor fields as stored
 
-Image MakeImage(const NamespaceDesc& d) {
-  Image im;
-  std::memset(&im, 0, sizeof im);
-  im.tp_rank = d.tp_rank;
-  im.kv_group = d.kv_group;
-  std::memcpy(im.model, d.model.data(), d.model.size());
-  std::memcpy(im.dtype, d.dtype.data(), d.dtype.size());
-  std::memcpy(im.kv_layout, d.kv_layout.data(), d.kv_layout.size());
-  return im;
-}
+Image MakeImage(const NamespaceDesc& d) { return MakeNamespaceImage(d); }
 
 // Reads a record's descriptor with relaxed atomic byte loads (another
 // process may be writing it), for comparison and checksum.
@@ -83,7 +68,18 @@ bool Matches(const NamespaceRecord& r, const Image& want) {
 
 }  // namespace
 
-Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
+NamespaceImage MakeNamespaceImage(const NamespaceDesc& d) {
+  NamespaceImage im;
+  std::memset(&im, 0, sizeof im);
+  im.tp_rank = d.tp_rank;
+  im.kv_group = d.kv_group;
+  std::memcpy(im.model, d.model.data(), d.model.size());
+  std::memcpy(im.dtype, d.dtype.data(), d.dtype.size());
+  std::memcpy(im.kv_layout, d.kv_layout.data(), d.kv_layout.size());
+  return im;
+}
+
+Status CheckNamespaceDesc(const NamespaceDesc& d) {
   if (d.model.size() > 127 || d.dtype.size() > 23 || d.kv_layout.size() > 63) {
     return Status::InvalidArgument(
         "namespace field too long (model <= 127, dtype <= 23, "
@@ -94,6 +90,12 @@ Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
       d.kv_layout.find('\0') != std::string::npos) {
     return Status::InvalidArgument("namespace fields must not contain NUL bytes");
   }
+  return Status::OK();
+}
+
+Status RegionImpl::RegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
+  if (soft_) return SwRegisterNamespace(d, id);
+  CXLKV_RETURN_IF_ERROR(CheckNamespaceDesc(d));
   const Image want = MakeImage(d);
   const uint32_t start = Crc32c(&want, sizeof want) % kNamespaceEntries;
   for (uint32_t probe = 0; probe < kNamespaceEntries; ++probe) {

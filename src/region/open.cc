@@ -32,6 +32,20 @@ using internal::kMagic;
 
 Status Region::Open(const std::string& path, const RegionOptions& options,
                     std::unique_ptr<Region>* out) {
+  return internal::OpenRegion(path, options, nullptr, out);
+}
+
+Status RegionInternal::OpenWithVisibility(const std::string& path, const RegionOptions& options,
+                                          std::unique_ptr<internal::Visibility> visibility,
+                                          std::unique_ptr<Region>* out) {
+  if (visibility == nullptr) return Status::InvalidArgument("visibility layer is null");
+  return internal::OpenRegion(path, options, std::move(visibility), out);
+}
+
+namespace internal {
+
+Status OpenRegion(const std::string& path, const RegionOptions& options,
+                  std::unique_ptr<Visibility> visibility, std::unique_ptr<Region>* out) {
   if (path.empty()) return Status::InvalidArgument("region path is empty");
   if (options.register_participant &&
       options.liveness_timeout_ns < 4 * options.heartbeat_interval_ns) {
@@ -58,7 +72,8 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
                                    " bytes, smaller than its 4096-byte header");
   }
   internal::Mapping* raw = map.get();
-  auto impl = std::make_unique<internal::RegionImpl>(std::move(map), options);
+  auto impl =
+      std::make_unique<internal::RegionImpl>(std::move(map), options, std::move(visibility));
   if (Status s = impl->Init(); !s.ok()) {
     // Remove a file we created only while no format of it was ever
     // claimed: if another process won the format race, the region it
@@ -74,7 +89,6 @@ Status Region::Open(const std::string& path, const RegionOptions& options,
   return Status::OK();
 }
 
-namespace internal {
 namespace {
 
 uint64_t RandomNonZero() {
@@ -99,8 +113,9 @@ std::string FieldMismatch(const std::string& path, const char* field, const std:
 
 }  // namespace
 
-RegionImpl::RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options)
-    : map_(std::move(map)), opts_(options) {
+RegionImpl::RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options,
+                       std::unique_ptr<Visibility> visibility)
+    : map_(std::move(map)), opts_(options), vis_(std::move(visibility)) {
   base_ = map_->base();
   sb_ = reinterpret_cast<Superblock*>(base_);
 }
@@ -130,6 +145,11 @@ Status RegionImpl::InitOrThrow() {
   if (c.metadata_json.size() > 2048) {
     return Status::InvalidArgument("metadata_json is " + std::to_string(c.metadata_json.size()) +
                                    " bytes, more than 2048");
+  }
+  if (c.coherence == CoherenceMode::kSoftware) return SwInitOrThrow();
+  if (c.software_partitions != 0 || opts_.software_partition != -1) {
+    return Status::InvalidArgument(
+        "software_partitions and software_partition are for coherence=software only");
   }
   CXLKV_RETURN_IF_ERROR(FormatOrWait());
   CXLKV_RETURN_IF_ERROR(Validate());
@@ -257,51 +277,20 @@ Status RegionImpl::CheckMetadataAreaBlank() const {
   return Status::OK();
 }
 
-Status RegionImpl::Format(uint64_t nonce) {
-  const RegionConfig& c = opts_.config;
-  if (c.coherence != CoherenceMode::kHardware) {
-    sb_->format_lock.store(0, std::memory_order_release);
-    return Status::Unsupported(std::string("coherence mode '") + CoherenceModeName(c.coherence) +
-                               "' is not implemented by layout version " +
-                               std::to_string(kLayoutVersion) + " (see docs/coherence.md)");
-  }
-  Geometry g;
-  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
-  if (!s.ok()) {
-    sb_->format_lock.store(0, std::memory_order_release);
-    return s.WithContext("format region " + map_->path());
-  }
+Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,
+                   uint32_t partitions, Superblock* out, std::string* json_text) {
   nlohmann::json meta = nlohmann::json::object();
   if (!c.metadata_json.empty()) {
     try {
       meta = nlohmann::json::parse(c.metadata_json);
     } catch (const std::exception& e) {
-      sb_->format_lock.store(0, std::memory_order_release);
       return Status::InvalidArgument(std::string("metadata_json is not valid JSON: ") + e.what());
     }
   }
-  CXLKV_FAILPOINT_HIT("format.after_lock");
-
-  // Zero all metadata after the superblock (data slots need no zeroing: a
-  // slot is only read after a READY state word is published for it).
-  const uint64_t chunk = 1ull << 20;
-  // Check that the format is still ours right before every write: a
-  // formatter paused past format_stall_ns has been taken over, and must not
-  // touch a region that may already be live. (A pause landing between the
-  // check and the write itself is not covered: docs/region_format.md.)
-  auto still_ours = [&] { return sb_->format_lock.load(std::memory_order_acquire) == nonce; };
-  for (uint64_t off = kSuperblockBytes; off < g.data_off; off += chunk) {
-    const uint64_t n = std::min(chunk, g.data_off - off);
-    if (!still_ours()) return Status::Busy("format of " + map_->path() + " was taken over");
-    std::memset(base_ + off, 0, n);
-    sb_->format_progress.fetch_add(1, std::memory_order_release);
-    if (off == kSuperblockBytes) CXLKV_FAILPOINT_HIT("format.mid_zero");
-  }
-
-  // Build the header image privately, then copy it in at once.
-  Superblock img;
+  Superblock& img = *out;
   std::memset(static_cast<void*>(&img), 0, sizeof img);
-  img.layout_version = kLayoutVersion;
+  img.layout_version = layout_version;
+  img.partitions = partitions;
   img.superblock_bytes = kSuperblockBytes;
   img.region_size = g.region_size;
   img.slot_size = g.slot_size;
@@ -325,7 +314,7 @@ Status RegionImpl::Format(uint64_t nonce) {
   img.data_off = g.data_off;
 
   nlohmann::json cfg = {
-      {"layout_version", kLayoutVersion},
+      {"layout_version", layout_version},
       {"slot_size", g.slot_size},
       {"hash_algorithm", c.hash_algorithm},
       {"hash_seed_fingerprint", c.hash_seed_fingerprint},
@@ -333,10 +322,10 @@ Status RegionImpl::Format(uint64_t nonce) {
       {"max_participants", g.max_participants},
       {"metadata", meta},
   };
+  if (partitions != 0) cfg["software_partitions"] = partitions;
   // Replace invalid UTF-8 rather than throw: no exception leaves the library.
   const std::string text = cfg.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > kConfigJsonMax) {
-    sb_->format_lock.store(0, std::memory_order_release);
     return Status::InvalidArgument("config JSON is " + std::to_string(text.size()) +
                                    " bytes, more than " + std::to_string(kConfigJsonMax));
   }
@@ -344,6 +333,45 @@ Status RegionImpl::Format(uint64_t nonce) {
   img.config_json_len = static_cast<uint32_t>(text.size());
   img.config_json_crc = Crc32c(text.data(), text.size());
   img.header_crc = HeaderCrc(img);
+
+  *json_text = text;
+  return Status::OK();
+}
+
+Status RegionImpl::Format(uint64_t nonce) {
+  const RegionConfig& c = opts_.config;
+  Geometry g;
+  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
+  if (!s.ok()) {
+    sb_->format_lock.store(0, std::memory_order_release);
+    return s.WithContext("format region " + map_->path());
+  }
+  // The header image is built privately first (bad metadata JSON is refused
+  // before anything is written), then copied in at once at the end.
+  Superblock img;
+  std::string text;
+  s = BuildHeader(g, c, kLayoutVersion, 0, &img, &text);
+  if (!s.ok()) {
+    sb_->format_lock.store(0, std::memory_order_release);
+    return s;
+  }
+  CXLKV_FAILPOINT_HIT("format.after_lock");
+
+  // Zero all metadata after the superblock (data slots need no zeroing: a
+  // slot is only read after a READY state word is published for it).
+  const uint64_t chunk = 1ull << 20;
+  // Check that the format is still ours right before every write: a
+  // formatter paused past format_stall_ns has been taken over, and must not
+  // touch a region that may already be live. (A pause landing between the
+  // check and the write itself is not covered: docs/region_format.md.)
+  auto still_ours = [&] { return sb_->format_lock.load(std::memory_order_acquire) == nonce; };
+  for (uint64_t off = kSuperblockBytes; off < g.data_off; off += chunk) {
+    const uint64_t n = std::min(chunk, g.data_off - off);
+    if (!still_ours()) return Status::Busy("format of " + map_->path() + " was taken over");
+    std::memset(base_ + off, 0, n);
+    sb_->format_progress.fetch_add(1, std::memory_order_release);
+    if (off == kSuperblockBytes) CXLKV_FAILPOINT_HIT("format.mid_zero");
+  }
 
   if (!still_ours()) return Status::Busy("format of " + map_->path() + " was taken over");
   std::memset(base_ + sizeof(Superblock), 0, kSuperblockBytes - sizeof(Superblock));
@@ -365,10 +393,12 @@ Status RegionImpl::Validate() {
   // Validate a private copy: the region can change under us.
   Superblock sb;
   std::memcpy(static_cast<void*>(&sb), sb_, sizeof sb);
-  if (sb.layout_version != kLayoutVersion) {
-    return Status::Unsupported(
-        "region " + path + " has layout version " + std::to_string(sb.layout_version) +
-        "; this build reads layout version " + std::to_string(kLayoutVersion));
+  if (sb.layout_version != kLayoutVersion && sb.layout_version != kLayoutVersionSoftware) {
+    return Status::Unsupported("region " + path + " has layout version " +
+                               std::to_string(sb.layout_version) + "; this build reads layout " +
+                               "version " + std::to_string(kLayoutVersion) +
+                               " (coherence=hardware) and layout version " +
+                               std::to_string(kLayoutVersionSoftware) + " (coherence=software)");
   }
   const uint32_t crc = HeaderCrc(sb);
   if (crc != sb.header_crc) {
@@ -383,10 +413,22 @@ Status RegionImpl::Validate() {
   }
   Status s = CheckRecordedGeometry(sb, map_->size(), &geo_);
   if (!s.ok()) return s.WithContext("region " + path);
-  if (sb.coherence != static_cast<uint32_t>(CoherenceMode::kHardware) &&
-      sb.coherence != static_cast<uint32_t>(CoherenceMode::kSoftware)) {
-    return Status::Corruption("region " + path + ": unknown coherence mode " +
-                              std::to_string(sb.coherence));
+  const uint32_t version_mode = sb.layout_version == kLayoutVersionSoftware
+                                    ? static_cast<uint32_t>(CoherenceMode::kSoftware)
+                                    : static_cast<uint32_t>(CoherenceMode::kHardware);
+  if (sb.coherence != version_mode) {
+    return Status::Corruption("region " + path + ": coherence mode " +
+                              std::to_string(sb.coherence) + " in a layout version " +
+                              std::to_string(sb.layout_version) + " header (expected " +
+                              std::to_string(version_mode) + ")");
+  }
+  const bool software = sb.layout_version == kLayoutVersionSoftware;
+  if (software ? (sb.partitions < 1 || sb.partitions > kMaxSoftwarePartitions ||
+                  sb.partitions > sb.num_sets)
+               : sb.partitions != 0) {
+    return Status::Corruption("region " + path + ": partitions " + std::to_string(sb.partitions) +
+                              " out of range for layout version " +
+                              std::to_string(sb.layout_version));
   }
   if (std::memchr(sb.hash_algorithm, 0, sizeof sb.hash_algorithm) == nullptr) {
     return Status::Corruption("region " + path + ": hash_algorithm is not terminated");
@@ -408,7 +450,8 @@ Status RegionImpl::Validate() {
         cfg.at("layout_version").get<uint32_t>() != sb.layout_version ||
         cfg.at("max_participants").get<uint32_t>() != sb.max_participants ||
         cfg.at("hash_algorithm").get<std::string>() != std::string(sb.hash_algorithm) ||
-        cfg.at("hash_seed_fingerprint").get<uint64_t>() != sb.hash_seed_fingerprint) {
+        cfg.at("hash_seed_fingerprint").get<uint64_t>() != sb.hash_seed_fingerprint ||
+        cfg.value("software_partitions", 0u) != sb.partitions) {
       return Status::Corruption("region " + path + ": config JSON disagrees with the header");
     }
   } catch (const std::exception& e) {
@@ -442,8 +485,9 @@ Status RegionImpl::Validate() {
     return Status::InvalidArgument(FieldMismatch(
         path, "coherence", CoherenceModeName(region_coherence), CoherenceModeName(want.coherence)));
   }
-  if (region_coherence != CoherenceMode::kHardware) {
-    return Status::Unsupported("region " + path + ": coherence mode 'software' is not implemented");
+  if (want.software_partitions != 0 && want.software_partitions != sb.partitions) {
+    return Status::InvalidArgument(FieldMismatch(path, "software_partitions", num(sb.partitions),
+                                                 num(want.software_partitions)));
   }
   // max_participants: 64 is the default, so only an explicit non-default
   // value is a demand the region must meet.
@@ -477,6 +521,7 @@ Status RegionImpl::Validate() {
   info_.config.hash_seed_fingerprint = sb.hash_seed_fingerprint;
   info_.config.coherence = region_coherence;
   info_.config.max_participants = sb.max_participants;
+  info_.config.software_partitions = sb.partitions;
   info_.config.metadata_json =
       cfg.contains("metadata")
           ? cfg["metadata"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)

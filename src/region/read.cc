@@ -53,6 +53,7 @@ CopyWithCrc(void* dst, const void* src, size_t n, bool verify) {
 
 Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
                         const LoadOptions& options, LoadInfo* info) {
+  if (soft_) return SwLoad(ns, key, dst, capacity, info);  // always verifies the CRC
   if (map_->lost()) return map_->LostStatus();
   uint64_t w;
   const int64_t found = Find(ns, key, Place(ns, key), &w, true);
@@ -120,6 +121,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
 }
 
 Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) {
+  if (soft_) return SwBeginRead(ns, key, lease);
   if (lease->open()) (void)EndRead(lease, nullptr, nullptr);
   if (map_->lost()) return map_->LostStatus();
   uint64_t w;
@@ -153,6 +155,7 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
 }
 
 Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c) {
+  if (soft_) return SwEndRead(lease, copied, copied_crc32c);
   if (!lease->open()) return Status::InvalidArgument("EndRead on a closed lease");
   const uint64_t slot = RegionInternal::LeaseSlot(*lease);
   const uint64_t w = RegionInternal::LeaseWord(*lease);

@@ -22,6 +22,10 @@ uint8_t* RegionInternal::SlotData(Region* region, uint64_t slot) {
   return static_cast<internal::RegionImpl*>(region)->SlotData(slot);
 }
 
+internal::Visibility* RegionInternal::GetVisibility(Region* region) {
+  return static_cast<internal::RegionImpl*>(region)->visibility();
+}
+
 int64_t RegionInternal::FindReadySlot(Region* region, NamespaceId ns, const BlockKey& key) {
   return static_cast<internal::RegionImpl*>(region)->FindReadySlot(ns, key);
 }

@@ -23,6 +23,7 @@
 #include "layout.h"
 #include "mapping.h"
 #include "region_internal.h"
+#include "visibility/visibility.h"
 
 namespace cxlkv::internal {
 
@@ -33,9 +34,35 @@ struct KeyPlace {
   uint32_t tag;
 };
 
+// The descriptor fields of a NamespaceRecord as stored (bytes [8, 232) of
+// the record), for hashing and comparing.
+struct NamespaceImage {
+  uint32_t tp_rank;
+  uint32_t kv_group;
+  char model[128];
+  char dtype[24];
+  char kv_layout[64];
+};
+static_assert(sizeof(NamespaceImage) == 224 && offsetof(NamespaceRecord, tp_rank) == 8 &&
+              offsetof(NamespaceRecord, desc_crc) == 8 + sizeof(NamespaceImage));
+NamespaceImage MakeNamespaceImage(const NamespaceDesc& d);
+// kInvalidArgument for over-long fields or NUL bytes.
+Status CheckNamespaceDesc(const NamespaceDesc& d);
+
+// The header image and config JSON a format writes (open.cc), for layout
+// version 2 (partitions 0) or 3 (software mode, partitions 1..16).
+Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,
+                   uint32_t partitions, Superblock* out, std::string* json_text);
+
+// Region::Open and RegionInternal::OpenWithVisibility (null: the CPU's own
+// visibility layer where software mode needs one).
+Status OpenRegion(const std::string& path, const RegionOptions& options,
+                  std::unique_ptr<Visibility> visibility, std::unique_ptr<Region>* out);
+
 class RegionImpl final : public Region {
  public:
-  RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options);
+  RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options,
+             std::unique_ptr<Visibility> visibility);
   ~RegionImpl() override;
 
   // Format-or-attach, validation, registration, prefault. Called once by
@@ -75,6 +102,8 @@ class RegionImpl final : public Region {
   SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
+  // coherence=software: the visibility layer (null in hardware mode).
+  Visibility* visibility() const { return soft_ ? vis_.get() : nullptr; }
   // The mapping (lifecycle.cc: scans, the SIGBUS guard's state).
   const Mapping& mapping() const { return *map_; }
 
@@ -164,6 +193,64 @@ class RegionImpl final : public Region {
   // with the slot's reuse costs at most a miss until the next store.
   void RepairTag(uint64_t slot, uint64_t word, uint32_t tag);
 
+  // ---- coherence=software (software.cc; docs/coherence.md) ----
+  // What one slot's metadata line said, read through the visibility layer.
+  struct SwMeta {
+    uint64_t state = 0;
+    BlockKey key;
+    uint32_t ns = 0, len = 0, crc = 0, writer = 0;
+  };
+  Status SwInitOrThrow();
+  Status SwFormatOrWait();
+  Status SwFormat(uint64_t nonce);
+  Status SwRegister();
+  void SwDeregister();
+  void SwHeartbeatLoop();
+  void SwPublishCounters();
+  // Frees slots of our partition left WRITING/EVICTING by an earlier owner.
+  void SwRecoverPartition();
+  // Checks our registry record (inval + load): false, and fenced, if a
+  // newer incarnation of our partition exists; an older one (a zombie's
+  // late line) is overwritten with ours again.
+  bool SwStillOwner();
+  uint32_t SwPartitionOf(uint64_t slot) const {
+    return static_cast<uint32_t>(slot / geo_.ways / part_sets_);
+  }
+  // True for a slot of the partition we hold (not once fenced: its lines
+  // are then the new holder's, and are invalidated like anyone's).
+  bool SwOwnSlot(uint64_t slot) const {
+    return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
+           slot / geo_.ways / part_sets_ == self_index();
+  }
+  void SwSets(uint32_t partition, NamespaceId ns, const BlockKey& key, uint64_t set[2],
+              uint32_t* tag) const;
+  SwMeta SwReadMeta(uint64_t slot, bool fresh) const;
+  // Finds (ns, key) READY (or, unless readable_only, WRITING) in
+  // `partition`, or in every partition (own first) when partition < 0.
+  int64_t SwFind(NamespaceId ns, const BlockKey& key, bool readable_only, int32_t partition,
+                 SwMeta* meta) const;
+  bool SwNamespaceReady(NamespaceId ns) const;
+  // Own slot: if it still holds `word`, clear its tag and make it FREE.
+  bool SwFreeOwn(uint64_t slot, uint64_t word);
+  Status SwCheckWritable(StoreOutcome* outcome) const;
+  Status SwRegisterNamespace(const NamespaceDesc& desc, NamespaceId* id);
+  // raw_fill: the caller fills lease->data() itself (BeginWrite), not
+  // through the visibility layer (Store).
+  Status SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
+                      StoreOutcome* outcome, bool raw_fill);
+  Status SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome);
+  void SwAbortWrite(WriteLease* lease);
+  Status SwStore(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
+                 StoreOutcome* outcome);
+  Status SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity, LoadInfo* info);
+  Status SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease);
+  Status SwEndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c);
+  Status SwDrop(NamespaceId ns, const BlockKey& key);
+  Status SwVerify(bool drop_corrupt, ScrubReport* report);
+  Status SwWipe(WipeReport* report);
+  Counters SwRegionCounters() const;
+  std::vector<ParticipantInfo> SwParticipants() const;
+
   // write.cc / read.cc
   // Claims a slot among place's ways: a FREE one, else (CLOCK) an unpinned
   // READY one. False if none; then, if a READY copy of (ns, key) without its
@@ -237,6 +324,19 @@ class RegionImpl final : public Region {
   std::unordered_map<uint64_t, uint32_t> pin_counts_[kPinStripes];
 
   mutable std::atomic<uint32_t> clock_hand_{0};  // where eviction scans start
+
+  // ---- coherence=software ----
+  std::unique_ptr<Visibility> vis_;  // the CPU's, or a test's (emulator)
+  bool soft_ = false;
+  uint32_t partitions_ = 0;
+  uint64_t part_sets_ = 0;      // sets per partition
+  std::mutex sw_claim_mu_;      // serialises this process's slot claims
+  Counters sw_counter_base_{};  // our record's counters before we attached
+  // Process-local CLOCK bits of our own partition's slots (no other host
+  // may write our lines, so hits by others are not seen).
+  std::unique_ptr<std::atomic<uint8_t>[]> sw_ref_;
+  mutable std::mutex sw_ns_mu_;
+  mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
 
   // ---- orphan sweep (heartbeat thread only) ----
   struct OrphanObs {

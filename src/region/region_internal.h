@@ -20,14 +20,33 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "cxlkv/region.h"
 
 namespace cxlkv {
+namespace internal {
+class Visibility;  // src/region/visibility/visibility.h
+}  // namespace internal
 
 class RegionInternal {
  public:
+  // ---- coherence=software ----
+
+  // Region::Open with `visibility` as the layer every software-mode load,
+  // store, flush and invalidate of this process goes through (e.g. the
+  // non-coherence emulator: each process a simulated host). Only used in
+  // coherence=software; hardware mode ignores it. kInvalidArgument if null.
+  static Status OpenWithVisibility(const std::string& path, const RegionOptions& options,
+                                   std::unique_ptr<internal::Visibility> visibility,
+                                   std::unique_ptr<Region>* out);
+  // The layer a software-mode region uses (null in hardware mode), e.g. to
+  // read a CountingVisibility's counts; and whether a slot's bytes must be
+  // invalidated before a DMA reads them.
+  static internal::Visibility* GetVisibility(Region* region);
+
   // ---- The slot area ----
 
   // The bytes every slot's payload lives in: [*base, *base + *len), slot i

@@ -228,13 +228,18 @@ TEST(RegionTest, StoreIntoAnUnregisteredNamespaceIsRefused) {
   EXPECT_EQ(r->RegionCounters()[Counter::kStoreRefused], 2u);
 }
 
-TEST(RegionTest, SoftwareCoherenceIsNotFormatted) {
+// coherence=software without a partition count is not formatted, and the
+// region is left unformatted for a correct opener (software_test.cc has the
+// software mode itself).
+TEST(RegionTest, SoftwareCoherenceWithoutPartitionsIsNotFormatted) {
   ScratchRegion sr;
   RegionOptions o = TestOptions(4 << 20, kSlot);
   o.config.coherence = CoherenceMode::kSoftware;
+  o.software_partition = 0;
   std::unique_ptr<Region> r;
-  EXPECT_TRUE(Region::Open(sr.path(), o, &r).IsUnsupported());
-  // ... and the region is left unformatted for a correct opener.
+  Status s = Region::Open(sr.path(), o, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("software_partitions"), std::string::npos) << s.ToString();
   EXPECT_TRUE(Region::Open(sr.path(), TestOptions(4 << 20, kSlot), &r).ok());
 }
 

@@ -72,6 +72,7 @@ Status RegionImpl::TryRegister() {
 }
 
 void RegionImpl::Deregister() {
+  if (soft_) return SwDeregister();
   if (self_ < 0) return;
   {
     std::lock_guard<std::mutex> l(hb_mu_);
@@ -134,6 +135,9 @@ void RegionImpl::Fence() {
 }
 
 size_t RegionImpl::ReapDeadParticipants() {
+  // Software mode: nothing of a dead host needs freeing by others (its
+  // partition's next owner recovers it at attach: docs/coherence.md).
+  if (soft_) return 0;
   if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return 0;
   return ReapDead();
 }
@@ -309,6 +313,7 @@ void RegionImpl::SweepOrphans() {
 }
 
 std::vector<ParticipantInfo> RegionImpl::Participants() const {
+  if (soft_) return SwParticipants();
   std::vector<ParticipantInfo> out;
   for (uint32_t i = 0; i < geo_.max_participants; ++i) {
     const ParticipantRecord& r = parts_[i];
@@ -346,6 +351,7 @@ Counters RegionImpl::ProcessCounters() const {
 }
 
 Counters RegionImpl::RegionCounters() const {
+  if (soft_) return SwRegionCounters();
   Counters c;
   for (uint32_t k = 0; k < kCounterCount; ++k) {
     c.v[k] = retired_->v[k].load(std::memory_order_relaxed);

@@ -124,6 +124,7 @@ Status RegionImpl::LostSlot(StoreOutcome* outcome) {
 
 Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
                               StoreOutcome* outcome) {
+  if (soft_) return SwBeginWrite(ns, key, len, lease, outcome, /*raw_fill=*/true);
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) AbortWrite(lease);
@@ -250,6 +251,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
 }
 
 Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome) {
+  if (soft_) return SwCommitWrite(lease, crc32c, outcome);
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (!lease->open()) {
@@ -286,6 +288,7 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
 }
 
 void RegionImpl::AbortWrite(WriteLease* lease) {
+  if (soft_) return SwAbortWrite(lease);
   if (!lease->open()) return;
   const uint64_t slot = RegionInternal::LeaseSlot(*lease);
   const uint64_t writing = RegionInternal::LeaseWord(*lease);
@@ -297,6 +300,7 @@ void RegionImpl::AbortWrite(WriteLease* lease) {
 
 Status RegionImpl::Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
                          StoreOutcome* outcome) {
+  if (soft_) return SwStore(ns, key, data, len, outcome);
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   WriteLease lease;

@@ -1,0 +1,930 @@
+// Copyright cxlkv authors.
+//
+// coherence=software (layout version 3): the region shared by hosts whose
+// caches the hardware does not keep coherent. The protocol, its steps
+// (SW1..SW5, SR1..SR4) and what it costs are in docs/coherence.md; this file
+// is that protocol, step by step. Every load, store, flush and invalidate of
+// region memory here goes through vis_ (src/region/visibility/), and no
+// read-modify-write of region memory is used: each line has one writer host
+// (the owner of its partition), so a line that a host's cache writes back on
+// its own can only carry that host's bytes.
+//
+// Threads of one process share one partition: they are coherent with each
+// other, and serialise slot claims on sw_claim_mu_.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "crc32c.h"
+#include "region_impl.h"
+
+namespace cxlkv::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
+constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
+constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
+constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
+constexpr uint8_t kPActive = static_cast<uint8_t>(ParticipantState::kActive);
+constexpr uint8_t kPFree = static_cast<uint8_t>(ParticipantState::kFree);
+constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
+
+uint64_t Reduce(uint64_t h, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * n) >> 64);
+}
+
+uint64_t NewNonce() {
+  const uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  const uint64_t v = Mix64(t ^ (uint64_t(::getpid()) << 32));
+  return v == 0 ? 2 : v & ~1ull;
+}
+
+}  // namespace
+
+// ---- attach ----
+
+Status RegionImpl::SwInitOrThrow() {
+  const RegionConfig& c = opts_.config;
+  if (vis_ == nullptr) vis_ = NewCpuVisibility();
+  if (vis_ == nullptr) {
+    return Status::Unsupported(
+        "coherence=software needs cache flush and invalidate instructions; this build has none "
+        "for its architecture (x86-64 only; arm64 is unsupported: docs/coherence.md)");
+  }
+  if (c.software_partitions > kMaxSoftwarePartitions) {
+    return Status::InvalidArgument("software_partitions " + std::to_string(c.software_partitions) +
+                                   " out of range [1, 16]");
+  }
+  if (opts_.software_partition >= static_cast<int32_t>(kMaxSoftwarePartitions) ||
+      opts_.software_partition < -1) {
+    return Status::InvalidArgument("software_partition " +
+                                   std::to_string(opts_.software_partition) +
+                                   " out of range [-1, 15]");
+  }
+  vis_->Attach(base_, map_->size());
+  CXLKV_RETURN_IF_ERROR(SwFormatOrWait());
+  CXLKV_RETURN_IF_ERROR(Validate());
+  // After Validate, so that a region of the other mode is refused for that.
+  if (opts_.register_participant && opts_.software_partition < 0) {
+    return Status::InvalidArgument(
+        "coherence=software: a participant needs software_partition (0..software_partitions-1, "
+        "handed out by an external lease); register_participant=false attaches read-only");
+  }
+  partitions_ = sb_->partitions;  // validated: 1..16, <= num_sets
+  part_sets_ = geo_.num_sets / partitions_;
+  if (opts_.register_participant &&
+      static_cast<uint32_t>(opts_.software_partition) >= partitions_) {
+    return Status::InvalidArgument("region " + map_->path() + " has " +
+                                   std::to_string(partitions_) +
+                                   " write partitions; software_partition " +
+                                   std::to_string(opts_.software_partition) + " does not exist");
+  }
+  soft_ = true;
+  sw_ns_ok_.assign(kNamespaceEntries, false);
+  sw_ref_ = std::make_unique<std::atomic<uint8_t>[]>(part_sets_ * geo_.ways);
+  obs_.resize(geo_.max_participants);
+  if (opts_.register_participant) {
+    CXLKV_RETURN_IF_ERROR(SwRegister());
+    heartbeat_ = std::thread([this] { SwHeartbeatLoop(); });
+  }
+  return StartPrefault();
+}
+
+// Format-or-attach without a format lock CAS: only the attacher of
+// partition 0 formats (the external lease makes it one process); everyone
+// else waits for the magic.
+Status RegionImpl::SwFormatOrWait() {
+  const std::string& path = map_->path();
+  const auto deadline = Clock::now() + std::chrono::nanoseconds(opts_.format_wait_ns);
+  const bool formatter = opts_.register_participant && opts_.software_partition == 0;
+  for (;;) {
+    vis_->Invalidate(sb_, kSuperblockBytes);
+    vis_->FullFence();
+    if (vis_->Load64(&sb_->magic) == kMagic) return Status::OK();
+    const uint64_t lock = vis_->Load64(&sb_->format_lock);
+    if (formatter && opts_.create_if_missing) {
+      const RegionConfig& c = opts_.config;
+      if (c.slot_size == 0) {
+        return Status::InvalidArgument("region " + path +
+                                       " is not formatted and no slot_size was given to format it");
+      }
+      if (c.software_partitions < 1) {
+        return Status::InvalidArgument(
+            "region " + path +
+            " is not formatted; formatting with coherence=software needs software_partitions "
+            "(1..16)");
+      }
+      // lock != 0 and no magic: a format of partition 0's lease that did not
+      // finish (only partition 0 formats), so it is redone. lock == 0: the
+      // bytes must be blank, as in hardware mode (foreign bytes are never
+      // formatted over).
+      if (lock == 0 && !map_->created()) {
+        for (uint64_t i = 0; i < kSuperblockBytes; ++i) {
+          if (reinterpret_cast<volatile const uint8_t*>(base_)[i] != 0) {
+            return Status::InvalidArgument(
+                "region " + path +
+                " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB are not "
+                "zero); refusing to format over them");
+          }
+        }
+        CXLKV_RETURN_IF_ERROR(CheckMetadataAreaBlank());
+      }
+      return SwFormat(NewNonce());
+    }
+    if (!opts_.create_if_missing) {
+      return Status::NotFound("region " + path + " is not formatted");
+    }
+    if (Clock::now() > deadline) {
+      return Status::Busy("region " + path +
+                          ": not formatted, and the attacher of write partition 0 (which formats "
+                          "in coherence=software) did not format it within " +
+                          std::to_string(opts_.format_wait_ns / 1000000) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status RegionImpl::SwFormat(uint64_t nonce) {
+  const RegionConfig& c = opts_.config;
+  Geometry g;
+  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
+  if (!s.ok()) return s.WithContext("format region " + map_->path());
+  if (c.software_partitions > g.num_sets) {
+    return Status::InvalidArgument("format region " + map_->path() + ": " +
+                                   std::to_string(c.software_partitions) +
+                                   " write partitions need at least as many sets; the region has " +
+                                   std::to_string(g.num_sets));
+  }
+  Superblock img;
+  std::string text;
+  CXLKV_RETURN_IF_ERROR(
+      BuildHeader(g, c, kLayoutVersionSoftware, c.software_partitions, &img, &text));
+  // The lock word says "a format of partition 0 is under way" to a restarted
+  // partition 0; nobody else acts on it.
+  vis_->Store64(&sb_->format_lock, nonce);
+  vis_->Flush(&sb_->format_lock, 8);
+  vis_->StoreFence();
+  // Zero every metadata line (data slots are read only once READY).
+  static const uint8_t kZero[1 << 16] = {};
+  for (uint64_t off = kSuperblockBytes; off < g.data_off; off += sizeof kZero) {
+    const uint64_t n = std::min<uint64_t>(sizeof kZero, g.data_off - off);
+    vis_->CopyToRegion(base_ + off, kZero, n);
+    vis_->Flush(base_ + off, n);
+  }
+  std::vector<uint8_t> json_area(kSuperblockBytes - sizeof(Superblock), 0);
+  std::memcpy(json_area.data(), text.data(), text.size());
+  vis_->CopyToRegion(base_ + sizeof(Superblock), json_area.data(), json_area.size());
+  vis_->CopyToRegion(reinterpret_cast<uint8_t*>(sb_) + offsetof(Superblock, layout_version),
+                     reinterpret_cast<const uint8_t*>(&img) + offsetof(Superblock, layout_version),
+                     sizeof(Superblock) - offsetof(Superblock, layout_version));
+  vis_->Flush(base_, kSuperblockBytes);
+  vis_->StoreFence();
+  // Magic last, once everything above has reached memory.
+  vis_->Store64(&sb_->format_lock, nonce | 1);
+  vis_->Store64(&sb_->magic, kMagic);
+  vis_->Flush(sb_, 64);
+  vis_->StoreFence();
+  return Status::OK();
+}
+
+// ---- the registry record of our partition ----
+
+Status RegionImpl::SwRegister() {
+  const uint32_t p = static_cast<uint32_t>(opts_.software_partition);
+  ParticipantRecord& r = parts_[p];
+  vis_->Invalidate(&r, sizeof r);
+  vis_->FullFence();
+  const uint64_t old = vis_->Load64(&r.state);
+  const uint64_t mine = PackWord(WordGen(old) + 1, 0, kPActive);
+  // Counters of earlier owners of the partition stay in the record.
+  for (uint32_t k = 0; k < kCounterCount; ++k)
+    sw_counter_base_.v[k] = vis_->Load64(&r.counters.v[k]);
+  vis_->Store64(&r.heartbeat_interval_ns, opts_.heartbeat_interval_ns);
+  vis_->Store32(&r.pid, static_cast<uint32_t>(::getpid()));
+  char host[32] = {};
+  ::gethostname(host, sizeof host - 1);
+  vis_->CopyToRegion(r.host, host, sizeof host);
+  vis_->Store64(&r.heartbeat, vis_->Load64(&r.heartbeat) + 1);
+  vis_->Store64(&r.state, mine);
+  vis_->Flush(&r, sizeof r);
+  vis_->StoreFence();
+  self_ = static_cast<int32_t>(p);
+  self_word_ = mine;
+  info_.participant = self_;
+  SwRecoverPartition();
+  return Status::OK();
+}
+
+void RegionImpl::SwRecoverPartition() {
+  // A process that held this partition before us and died (or was replaced
+  // by the lease) may have left slots WRITING or EVICTING; they were never
+  // READY, so nobody can be reading them. READY blocks stay.
+  const uint64_t first = uint64_t(self_index()) * part_sets_ * geo_.ways;
+  const uint64_t n = part_sets_ * geo_.ways;
+  vis_->Invalidate(&meta_[first], n * sizeof(SlotMeta));
+  vis_->Invalidate(&tags_[first / geo_.ways], part_sets_ * sizeof(SetTags));
+  vis_->FullFence();
+  uint64_t freed = 0;
+  for (uint64_t s = first; s < first + n; ++s) {
+    const uint64_t w = vis_->Load64(&meta_[s].state);
+    const uint8_t st = WordState(w);
+    if (st == kReady || (st == kFree && WordOwner(w) == 0)) continue;
+    // WRITING, EVICTING or an impossible word: free it with a new
+    // generation, so no reader's earlier READY word can match again.
+    vis_->Store32(&tags_[s / geo_.ways].tag[s % geo_.ways], 0);
+    vis_->Store64(&meta_[s].state, PackWord(WordGen(w) + 1, 0, kFree));
+    ++freed;
+  }
+  vis_->Flush(&meta_[first], n * sizeof(SlotMeta));
+  vis_->Flush(&tags_[first / geo_.ways], part_sets_ * sizeof(SetTags));
+  vis_->StoreFence();
+  if (freed) Count(Counter::kReclaimedSlots, freed);
+}
+
+bool RegionImpl::SwStillOwner() {
+  if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return false;
+  ParticipantRecord& r = parts_[self_];
+  vis_->Invalidate(&r, 64);
+  vis_->FullFence();
+  const uint64_t w = vis_->Load64(&r.state);
+  if (w == self_word_) return true;
+  if (WordState(w) == kPActive && WordGen(w) > WordGen(self_word_)) {
+    Fence();  // the lease gave our partition to a newer process
+    return false;
+  }
+  // An older word: a late write-back of a previous (paused) owner's line.
+  // We hold the lease: put ours back.
+  vis_->Store64(&r.state, self_word_);
+  vis_->Flush(&r, 64);
+  vis_->StoreFence();
+  return true;
+}
+
+void RegionImpl::SwPublishCounters() {
+  if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return;
+  ParticipantRecord& r = parts_[self_];
+  for (uint32_t k = 0; k < kCounterCount; ++k) {
+    vis_->Store64(&r.counters.v[k],
+                  sw_counter_base_.v[k] + observer_counters_.v[k].load(std::memory_order_relaxed));
+  }
+  vis_->Flush(&r.counters, sizeof r.counters);
+  vis_->StoreFence();
+}
+
+void RegionImpl::SwHeartbeatLoop() {
+  std::unique_lock<std::mutex> l(hb_mu_);
+  while (!stop_) {
+    l.unlock();
+    if (SwStillOwner()) {
+      ParticipantRecord& r = parts_[self_];
+      vis_->Store64(&r.heartbeat, vis_->Load64(&r.heartbeat) + 1);
+      vis_->Flush(&r, 64);
+      vis_->StoreFence();
+      SwPublishCounters();
+    }
+    l.lock();
+    hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
+                    [this] { return stop_; });
+  }
+}
+
+void RegionImpl::SwDeregister() {
+  if (self_ < 0) return;
+  {
+    std::lock_guard<std::mutex> l(hb_mu_);
+    stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (SwStillOwner()) {
+    SwPublishCounters();
+    ParticipantRecord& r = parts_[self_];
+    // FREE keeps the incarnation, so the next owner's is larger still.
+    vis_->Store64(&r.state, PackWord(WordGen(self_word_), 0, kPFree));
+    vis_->Flush(&r, 64);
+    vis_->StoreFence();
+  }
+  self_ = -1;
+}
+
+// ---- directory ----
+
+void RegionImpl::SwSets(uint32_t partition, NamespaceId ns, const BlockKey& key, uint64_t set[2],
+                        uint32_t* tag) const {
+  // The same hashes as Place(), reduced into the partition's sets.
+  const uint64_t a = Mix64(key.lo ^ (uint64_t(ns) * 0x9E3779B97F4A7C15ull));
+  const uint64_t b = Mix64(key.hi + a);
+  const uint64_t first = uint64_t(partition) * part_sets_;
+  set[0] = first + Reduce(a, part_sets_);
+  set[1] = first + Reduce(b, part_sets_);
+  *tag = static_cast<uint32_t>(b >> 32) | 1u;
+}
+
+RegionImpl::SwMeta RegionImpl::SwReadMeta(uint64_t slot, bool fresh) const {
+  SlotMeta& m = meta_[slot];
+  if (fresh) {
+    vis_->Invalidate(&m, sizeof m);
+    vis_->FullFence();
+  }
+  SwMeta out;
+  out.state = vis_->Load64(&m.state);
+  out.key.hi = vis_->Load64(&m.key_hi);
+  out.key.lo = vis_->Load64(&m.key_lo);
+  out.ns = vis_->Load32(&m.ns);
+  out.len = vis_->Load32(&m.len);
+  out.crc = vis_->Load32(&m.crc);
+  out.writer = vis_->Load32(&m.writer);
+  return out;
+}
+
+int64_t RegionImpl::SwFind(NamespaceId ns, const BlockKey& key, bool readable_only,
+                           int32_t partition, SwMeta* meta) const {
+  const uint32_t own = self_ >= 0 ? self_index() : partitions_;
+  for (uint32_t k = 0; k < partitions_; ++k) {
+    // Own partition first (its lines are authoritative in our own cache).
+    const uint32_t q = own < partitions_ ? (own + k) % partitions_ : k;
+    if (partition >= 0 && q != static_cast<uint32_t>(partition)) continue;
+    const bool fresh = q != own;  // another host's lines: SR1 invalidates
+    uint64_t set[2];
+    uint32_t tag;
+    SwSets(q, ns, key, set, &tag);
+    const int nsets = set[0] == set[1] ? 1 : 2;
+    for (int i = 0; i < nsets; ++i) {
+      SetTags& t = tags_[set[i]];
+      if (fresh) {
+        vis_->Invalidate(&t, sizeof t);
+        vis_->FullFence();
+      }
+      for (uint32_t way = 0; way < geo_.ways; ++way) {
+        if (vis_->Load32(&t.tag[way]) != tag) continue;
+        const uint64_t slot = set[i] * geo_.ways + way;
+        const SwMeta m = SwReadMeta(slot, fresh);
+        const uint8_t st = WordState(m.state);
+        if (st != kReady && (readable_only || st != kWriting)) continue;
+        if (m.key.hi != key.hi || m.key.lo != key.lo || m.ns != ns) continue;
+        *meta = m;
+        return static_cast<int64_t>(slot);
+      }
+    }
+  }
+  return -1;
+}
+
+bool RegionImpl::SwNamespaceReady(NamespaceId ns) const {
+  if (ns >= kNamespaceEntries) return false;
+  {
+    std::lock_guard<std::mutex> l(sw_ns_mu_);
+    if (sw_ns_ok_[ns]) return true;  // entries never change once READY
+  }
+  NamespaceRecord& r = nss_[ns];
+  vis_->Invalidate(&r, sizeof r);
+  vis_->FullFence();
+  if (WordState(vis_->Load64(&r.state)) != kNsReady) return false;
+  NamespaceImage im;
+  vis_->CopyFromRegion(&im, &r.tp_rank, sizeof im);
+  if (Crc32c(&im, sizeof im) != vis_->Load32(&r.desc_crc)) return false;
+  std::lock_guard<std::mutex> l(sw_ns_mu_);
+  sw_ns_ok_[ns] = true;
+  return true;
+}
+
+Status RegionImpl::SwRegisterNamespace(const NamespaceDesc& d, NamespaceId* id) {
+  CXLKV_RETURN_IF_ERROR(CheckNamespaceDesc(d));
+  const NamespaceImage want = MakeNamespaceImage(d);
+  const uint32_t crc = Crc32c(&want, sizeof want);
+  // The lowest READY, intact entry with this descriptor in any partition's
+  // range. Two hosts registering one descriptor at once can end up with two
+  // ids (a cost of no CAS: their blocks do not dedupe); every later
+  // registration picks the lowest.
+  vis_->Invalidate(nss_, kNamespaceEntries * sizeof(NamespaceRecord));
+  vis_->FullFence();
+  for (uint32_t i = 0; i < kNamespaceEntries; ++i) {
+    NamespaceRecord& r = nss_[i];
+    if (WordState(vis_->Load64(&r.state)) != kNsReady) continue;
+    NamespaceImage got;
+    vis_->CopyFromRegion(&got, &r.tp_rank, sizeof got);
+    if (std::memcmp(&got, &want, sizeof got) == 0 && vis_->Load32(&r.desc_crc) == crc) {
+      *id = i;
+      return Status::OK();
+    }
+  }
+  if (self_ < 0) {
+    return Status::NotFound("namespace " + d.ToString() + " is not registered in region " +
+                            info_.path);
+  }
+  std::lock_guard<std::mutex> l(sw_claim_mu_);
+  const uint32_t lo = self_index() * kNamespaceEntries / partitions_;
+  const uint32_t hi = (self_index() + 1) * kNamespaceEntries / partitions_;
+  for (uint32_t i = lo; i < hi; ++i) {
+    NamespaceRecord& r = nss_[i];
+    const uint64_t w = vis_->Load64(&r.state);
+    if (WordState(w) == kNsReady) {
+      NamespaceImage got;
+      vis_->CopyFromRegion(&got, &r.tp_rank, sizeof got);
+      if (std::memcmp(&got, &want, sizeof got) == 0 && vis_->Load32(&r.desc_crc) == crc) {
+        *id = i;  // another thread of ours registered it meanwhile
+        return Status::OK();
+      }
+      continue;
+    }
+    // FREE (or a WRITING left by a predecessor of our partition): ours.
+    vis_->CopyToRegion(&r.tp_rank, &want, sizeof want);
+    vis_->Store32(&r.desc_crc, crc);
+    vis_->Flush(&r, sizeof r);
+    vis_->StoreFence();
+    vis_->Store64(&r.state, PackWord(0, self_index(), kNsReady));
+    vis_->Flush(&r.state, 8);
+    vis_->StoreFence();
+    *id = i;
+    return Status::OK();
+  }
+  return Status::NoSpace("region " + info_.path + ": write partition " +
+                         std::to_string(self_index()) + "'s " + std::to_string(hi - lo) +
+                         " namespace entries are all in use");
+}
+
+// ---- writes ----
+
+Status RegionImpl::SwCheckWritable(StoreOutcome* outcome) const {
+  if (map_->lost()) {
+    *outcome = StoreOutcome::kRefused;
+    return map_->LostStatus();
+  }
+  if (self_ < 0) {
+    *outcome = StoreOutcome::kRefused;
+    Count(Counter::kStoreRefused);
+    return Status::InvalidArgument("region " + info_.path +
+                                   " was opened as an observer (no software_partition)");
+  }
+  if (fenced_.load(std::memory_order_acquire)) {
+    *outcome = StoreOutcome::kFenced;
+    Count(Counter::kStoreFenced);
+    return Status::Busy("region " + info_.path + ": write partition " +
+                        std::to_string(self_index()) +
+                        " was given to a newer process; reopen the region");
+  }
+  return Status::OK();
+}
+
+bool RegionImpl::SwFreeOwn(uint64_t slot, uint64_t word) {
+  SlotMeta& m = meta_[slot];
+  if (vis_->Load64(&m.state) != word) return false;
+  SetTags& t = tags_[slot / geo_.ways];
+  vis_->Store32(&t.tag[slot % geo_.ways], 0);
+  vis_->Store64(&m.state, PackWord(WordGen(word), 0, kFree));
+  vis_->Flush(&m, sizeof m);
+  vis_->Flush(&t, sizeof t);
+  vis_->StoreFence();
+  return true;
+}
+
+Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
+                                StoreOutcome* outcome, bool raw_fill) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
+  if (lease->open()) SwAbortWrite(lease);
+  CXLKV_RETURN_IF_ERROR(SwCheckWritable(outcome));
+  if (len > geo_.slot_size) {
+    *outcome = StoreOutcome::kTooLarge;
+    Count(Counter::kStoreTooLarge);
+    return Status::InvalidArgument("block of " + std::to_string(len) +
+                                   " bytes is larger than the slot size " +
+                                   std::to_string(geo_.slot_size));
+  }
+  if (!SwNamespaceReady(ns)) {
+    *outcome = StoreOutcome::kRefused;
+    Count(Counter::kStoreRefused);
+    return Status::InvalidArgument("namespace " + std::to_string(ns) +
+                                   " is not registered in region " + info_.path);
+  }
+  // SW1: a READY copy anywhere (ours or another host's) is a duplicate.
+  SwMeta m;
+  if (SwFind(ns, key, true, -1, &m) >= 0) {
+    *outcome = StoreOutcome::kDuplicate;
+    Count(Counter::kStoreDuplicate);
+    return Status::OK();
+  }
+  uint64_t set[2];
+  uint32_t tag;
+  SwSets(self_index(), ns, key, set, &tag);
+  std::unique_lock<std::mutex> l(sw_claim_mu_);
+  // Our own partition again under the claim lock: another thread of ours.
+  const int64_t mine = SwFind(ns, key, false, static_cast<int32_t>(self_index()), &m);
+  if (mine >= 0) {
+    const bool ready = WordState(m.state) == kReady;
+    *outcome = ready ? StoreOutcome::kDuplicate : StoreOutcome::kLostRace;
+    Count(ready ? Counter::kStoreDuplicate : Counter::kStoreLostRace);
+    return ready ? Status::OK() : Status::Busy("another thread is storing this block");
+  }
+  // SW2: a FREE way of the two sets, else CLOCK over READY ones (second
+  // chance on our process-local reference bits).
+  const int nsets = set[0] == set[1] ? 1 : 2;
+  const uint64_t base_slot = uint64_t(self_index()) * part_sets_ * geo_.ways;
+  int64_t chosen = -1;
+  uint64_t chosen_word = 0;
+  bool evicted = false;
+  for (int i = 0; i < nsets && chosen < 0; ++i) {
+    for (uint32_t way = 0; way < geo_.ways; ++way) {
+      const uint64_t s = set[i] * geo_.ways + way;
+      const uint64_t w = vis_->Load64(&meta_[s].state);
+      if (WordState(w) == kFree) {
+        chosen = static_cast<int64_t>(s);
+        chosen_word = w;
+        break;
+      }
+    }
+  }
+  if (chosen < 0) {
+    const uint32_t total = static_cast<uint32_t>(nsets) * geo_.ways;
+    const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
+    for (uint32_t pass = 0; pass < 2 * total && chosen < 0; ++pass) {
+      const uint32_t k = (start + pass) % total;
+      const uint64_t s = set[k / geo_.ways] * geo_.ways + k % geo_.ways;
+      const uint64_t w = vis_->Load64(&meta_[s].state);
+      if (WordState(w) != kReady) continue;
+      std::atomic<uint8_t>& ref = sw_ref_[s - base_slot];
+      if (ref.load(std::memory_order_relaxed) != 0) {
+        ref.store(0, std::memory_order_relaxed);
+        continue;
+      }
+      chosen = static_cast<int64_t>(s);
+      chosen_word = w;
+      evicted = true;
+    }
+  }
+  if (chosen < 0) {
+    *outcome = StoreOutcome::kFull;
+    Count(Counter::kStoreFull);
+    return Status::NoSpace("no free or evictable slot for the block in write partition " +
+                           std::to_string(self_index()));
+  }
+  const auto slot = static_cast<uint64_t>(chosen);
+  SlotMeta& sm = meta_[slot];
+  SetTags& t = tags_[slot / geo_.ways];
+  // SW3: the whole line says WRITING(g+1) with the new identity, and reaches
+  // memory before any payload byte changes.
+  const uint64_t writing = PackWord(WordGen(chosen_word) + 1, self_index(), kWriting);
+  vis_->Store64(&sm.state, writing);
+  vis_->Store64(&sm.key_hi, key.hi);
+  vis_->Store64(&sm.key_lo, key.lo);
+  vis_->Store32(&sm.ns, ns);
+  vis_->Store32(&sm.len, static_cast<uint32_t>(len));
+  vis_->Store32(&sm.crc, 0);
+  vis_->Store32(&sm.writer, self_index());
+  vis_->Store32(&t.tag[slot % geo_.ways], tag);
+  vis_->Flush(&sm, sizeof sm);
+  vis_->Flush(&t, sizeof t);
+  vis_->StoreFence();
+  sw_ref_[slot - base_slot].store(0, std::memory_order_relaxed);
+  l.unlock();
+  if (evicted) Count(Counter::kEvictions);
+  if (raw_fill) {
+    // The caller (or a DMA engine) fills data() directly, not through the
+    // visibility layer: drop this host's cached copies of the slot's old
+    // bytes first, so no stale line can shadow the fill (a DMA write would
+    // snoop them out on x86; an emulated cache would not).
+    vis_->Invalidate(SlotData(slot), len);
+    vis_->FullFence();
+  }
+  RegionInternal::InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
+  *outcome = StoreOutcome::kStored;
+  return Status::OK();
+}
+
+Status RegionImpl::SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
+  if (!lease->open()) {
+    *outcome = StoreOutcome::kRefused;
+    return Status::InvalidArgument("CommitWrite on a closed lease");
+  }
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t word = RegionInternal::LeaseWord(*lease);
+  const NamespaceId ns = RegionInternal::LeaseNs(*lease);
+  const BlockKey key = RegionInternal::LeaseKey(*lease);
+  const size_t len = lease->len();
+  uint8_t* data = SlotData(slot);
+  RegionInternal::CloseWriteLease(lease);
+  // SW4: the payload reaches memory before the publish record.
+  vis_->Flush(data, len);
+  vis_->StoreFence();
+  if (!SwStillOwner()) {
+    *outcome = StoreOutcome::kFenced;
+    Count(Counter::kStoreFenced);
+    return Status::Busy("region " + info_.path + ": write partition " +
+                        std::to_string(self_index()) +
+                        " was given to a newer process; reopen the region");
+  }
+  SlotMeta& m = meta_[slot];
+  if (vis_->Load64(&m.state) != word) {
+    *outcome = StoreOutcome::kLostRace;
+    Count(Counter::kStoreLostRace);
+    return Status::Busy("slot " + std::to_string(slot) + " changed under its writer");
+  }
+  uint32_t src_crc;
+  if (crc32c != nullptr) {
+    src_crc = *crc32c;
+  } else {
+    std::vector<uint8_t> copy(len);
+    vis_->CopyFromRegion(copy.data(), data, len);
+    src_crc = Crc32c(copy.data(), len);
+  }
+  // SW5: crc, then READY, in one line (a spontaneous write-back carries
+  // both or neither of the READY word's companions).
+  const uint64_t ready = PackWord(WordGen(word), self_index(), kReady);
+  vis_->Store32(&m.crc, BindSlotCrc(src_crc, WordGen(word), ns, key, len));
+  vis_->Store64(&m.state, ready);
+  vis_->Flush(&m, sizeof m);
+  vis_->StoreFence();
+  Count(Counter::kStores);
+  Count(Counter::kBytesStored, len);
+  *outcome = StoreOutcome::kStored;
+  return Status::OK();
+}
+
+void RegionImpl::SwAbortWrite(WriteLease* lease) {
+  if (!lease->open()) return;
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t word = RegionInternal::LeaseWord(*lease);
+  RegionInternal::CloseWriteLease(lease);
+  if (self_ < 0 || fenced_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> l(sw_claim_mu_);
+  (void)SwFreeOwn(slot, word);
+}
+
+Status RegionImpl::SwStore(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
+                           StoreOutcome* outcome) {
+  StoreOutcome dummy;
+  if (outcome == nullptr) outcome = &dummy;
+  WriteLease lease;
+  Status s = SwBeginWrite(ns, key, len, &lease, outcome, /*raw_fill=*/false);
+  if (!s.ok() || !lease.open()) return s;
+  const uint32_t crc = Crc32c(data, len);
+  vis_->CopyToRegion(lease.data(), data, len);
+  return SwCommitWrite(&lease, &crc, outcome);
+}
+
+// ---- reads ----
+
+Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
+                          LoadInfo* info) {
+  if (map_->lost()) return map_->LostStatus();
+  SwMeta m;
+  const int64_t found = SwFind(ns, key, true, -1, &m);  // SR1
+  if (found < 0) {
+    Count(Counter::kMisses);
+    return Status::NotFound("block not in region");
+  }
+  const auto slot = static_cast<uint64_t>(found);
+  if (m.len > geo_.slot_size) {  // untrusted: never copy past the slot
+    Count(Counter::kCrcFailures);
+    Count(Counter::kMisses);
+    return Status::Corruption("slot " + std::to_string(slot) + " records length " +
+                              std::to_string(m.len) + " > slot size");
+  }
+  if (capacity < m.len) {
+    return Status::InvalidArgument("destination of " + std::to_string(capacity) +
+                                   " bytes is smaller than the block (" + std::to_string(m.len) +
+                                   ")");
+  }
+  const bool own = SwOwnSlot(slot);
+  const uint8_t* data = SlotData(slot);
+  // SR2: drop any copy of the payload lines this host cached earlier.
+  if (!own) {
+    vis_->Invalidate(data, m.len);
+    vis_->FullFence();
+  }
+  vis_->CopyFromRegion(dst, data, m.len);
+  const uint32_t got = BindSlotCrc(Crc32c(dst, m.len), WordGen(m.state), ns, key, m.len);
+  // SR3: the copy's loads before the re-read of the state word.
+  vis_->FullFence();
+  const SwMeta after = SwReadMeta(slot, !own);
+  if (after.state != m.state || after.key.hi != key.hi || after.key.lo != key.lo ||
+      after.ns != ns) {
+    Count(Counter::kLoadRaces);
+    Count(Counter::kMisses);
+    return Status::NotFound("block replaced while it was being read");
+  }
+  // SR4: CRC always verified in this mode.
+  if (got != m.crc) {
+    Count(Counter::kCrcFailures);
+    Count(Counter::kMisses);
+    if (own && !fenced_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> l(sw_claim_mu_);
+      (void)SwFreeOwn(slot, m.state);
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", m.crc, got);
+    return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
+  }
+  if (own) sw_ref_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(1);
+  const uint32_t writer = WordOwner(m.state);
+  const bool cross = self_ < 0 || writer != self_index();
+  Count(Counter::kHits);
+  Count(Counter::kBytesLoaded, m.len);
+  if (cross) Count(Counter::kCrossHits);
+  if (info != nullptr) {
+    info->len = m.len;
+    info->writer_participant = writer;
+    info->cross_participant = cross;
+  }
+  return Status::OK();
+}
+
+Status RegionImpl::SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease) {
+  if (lease->open()) (void)SwEndRead(lease, nullptr, nullptr);
+  if (map_->lost()) return map_->LostStatus();
+  SwMeta m;
+  const int64_t found = SwFind(ns, key, true, -1, &m);
+  if (found < 0 || m.len > geo_.slot_size) {
+    Count(Counter::kMisses);
+    return Status::NotFound("block not in region");
+  }
+  const auto slot = static_cast<uint64_t>(found);
+  const uint8_t* data = SlotData(slot);
+  // The caller (or a DMA engine) reads these bytes next: drop this host's
+  // cached copies of them first (SR2).
+  if (!SwOwnSlot(slot)) {
+    vis_->Invalidate(data, m.len);
+    vis_->FullFence();
+  }
+  RegionInternal::InitReadLease(lease, this, data, m.len, slot, m.state, m.crc, WordOwner(m.state),
+                                false, ns, key);
+  return Status::OK();
+}
+
+Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c) {
+  if (!lease->open()) return Status::InvalidArgument("EndRead on a closed lease");
+  const uint64_t slot = RegionInternal::LeaseSlot(*lease);
+  const uint64_t word = RegionInternal::LeaseWord(*lease);
+  const NamespaceId ns = RegionInternal::LeaseNs(*lease);
+  const BlockKey key = RegionInternal::LeaseKey(*lease);
+  const size_t len = lease->len();
+  const uint32_t crc = lease->crc32c();
+  RegionInternal::CloseReadLease(lease);
+  const bool own = SwOwnSlot(slot);
+  // CRC mandatory: of the caller's copy, or its own CRC, or (neither given)
+  // of the slot's bytes now, which equal what the caller read if the state
+  // word is unchanged below.
+  uint32_t plain;
+  if (copied_crc32c != nullptr) {
+    plain = *copied_crc32c;
+  } else if (copied != nullptr) {
+    plain = Crc32c(copied, len);
+  } else {
+    std::vector<uint8_t> now(len);
+    vis_->CopyFromRegion(now.data(), SlotData(slot), len);
+    plain = Crc32c(now.data(), len);
+  }
+  vis_->FullFence();
+  const SwMeta after = SwReadMeta(slot, !own);
+  if (after.state != word || after.key.hi != key.hi || after.key.lo != key.lo || after.ns != ns) {
+    Count(Counter::kLoadRaces);
+    Count(Counter::kMisses);
+    return Status::NotFound("block replaced while it was being read");
+  }
+  if (BindSlotCrc(plain, WordGen(word), ns, key, len) != crc) {
+    Count(Counter::kCrcFailures);
+    Count(Counter::kMisses);
+    if (own && !fenced_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> l(sw_claim_mu_);
+      (void)SwFreeOwn(slot, word);
+    }
+    return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
+  }
+  Count(Counter::kHits);
+  Count(Counter::kBytesLoaded, len);
+  if (self_ < 0 || WordOwner(word) != self_index()) Count(Counter::kCrossHits);
+  return Status::OK();
+}
+
+// ---- maintenance ----
+
+Status RegionImpl::SwDrop(NamespaceId ns, const BlockKey& key) {
+  StoreOutcome o;
+  CXLKV_RETURN_IF_ERROR(SwCheckWritable(&o));
+  SwMeta m;
+  const int64_t found = SwFind(ns, key, true, -1, &m);
+  if (found < 0) return Status::NotFound("block not in region");
+  const auto slot = static_cast<uint64_t>(found);
+  if (!SwOwnSlot(slot)) {
+    return Status::Unsupported("block is in write partition " +
+                               std::to_string(SwPartitionOf(slot)) +
+                               "; in coherence=software only that partition's owner may drop it");
+  }
+  std::lock_guard<std::mutex> l(sw_claim_mu_);
+  if (!SwFreeOwn(slot, m.state)) return Status::Busy("block changed concurrently");
+  return Status::OK();
+}
+
+Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
+  *report = ScrubReport{};
+  if (drop_corrupt) {
+    StoreOutcome o;
+    CXLKV_RETURN_IF_ERROR(SwCheckWritable(&o));
+  }
+  std::vector<uint8_t> buf(geo_.slot_size);
+  const uint64_t used = uint64_t(partitions_) * part_sets_ * geo_.ways;
+  for (uint64_t s = 0; s < used; ++s) {
+    const bool own = SwOwnSlot(s);
+    const SwMeta m = SwReadMeta(s, !own);
+    if (WordState(m.state) != kReady) continue;
+    ++report->ready;
+    bool ok = false;
+    if (m.len <= geo_.slot_size) {
+      if (!own) {
+        vis_->Invalidate(SlotData(s), m.len);
+        vis_->FullFence();
+      }
+      vis_->CopyFromRegion(buf.data(), SlotData(s), m.len);
+      vis_->FullFence();
+      if (SwReadMeta(s, !own).state != m.state) {
+        ++report->skipped_changed;
+        continue;
+      }
+      ok = BindSlotCrc(Crc32c(buf.data(), m.len), WordGen(m.state), m.ns, m.key, m.len) == m.crc;
+    }
+    if (ok) {
+      ++report->verified;
+      continue;
+    }
+    ++report->crc_failures;
+    Count(Counter::kCrcFailures);
+    if (drop_corrupt && own) {
+      std::lock_guard<std::mutex> l(sw_claim_mu_);
+      if (SwFreeOwn(s, m.state)) ++report->dropped;
+    }
+  }
+  return Status::OK();
+}
+
+Status RegionImpl::SwWipe(WipeReport* report) {
+  *report = WipeReport{};
+  StoreOutcome o;
+  CXLKV_RETURN_IF_ERROR(SwCheckWritable(&o));
+  // Only our own partition: other hosts' lines are theirs to write.
+  const uint64_t first = uint64_t(self_index()) * part_sets_ * geo_.ways;
+  std::lock_guard<std::mutex> l(sw_claim_mu_);
+  for (uint64_t s = first; s < first + part_sets_ * geo_.ways; ++s) {
+    const uint64_t w = vis_->Load64(&meta_[s].state);
+    const uint8_t st = WordState(w);
+    if (st == kReady) {
+      if (SwFreeOwn(s, w)) ++report->dropped;
+    } else if (st == kWriting || st == kEvicting) {
+      ++report->writing;
+    }
+  }
+  return Status::OK();
+}
+
+// ---- counters and participants ----
+
+Counters RegionImpl::SwRegionCounters() const {
+  Counters c;
+  for (uint32_t p = 0; p < partitions_; ++p) {
+    if (self_ >= 0 && p == self_index()) {
+      for (uint32_t k = 0; k < kCounterCount; ++k)
+        c.v[k] += sw_counter_base_.v[k] + observer_counters_.v[k].load(std::memory_order_relaxed);
+      continue;
+    }
+    const ParticipantRecord& r = parts_[p];
+    vis_->Invalidate(&r.counters, sizeof r.counters);
+    vis_->FullFence();
+    for (uint32_t k = 0; k < kCounterCount; ++k) c.v[k] += vis_->Load64(&r.counters.v[k]);
+  }
+  if (self_ < 0) {
+    for (uint32_t k = 0; k < kCounterCount; ++k)
+      c.v[k] += observer_counters_.v[k].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+std::vector<ParticipantInfo> RegionImpl::SwParticipants() const {
+  std::vector<ParticipantInfo> out;
+  for (uint32_t i = 0; i < partitions_; ++i) {
+    const ParticipantRecord& r = parts_[i];
+    vis_->Invalidate(&r, sizeof r);
+    vis_->FullFence();
+    const uint64_t w = vis_->Load64(&r.state);
+    if (WordState(w) != kPActive) continue;
+    ParticipantInfo p;
+    p.index = i;
+    p.incarnation = WordGen(w);
+    p.pid = vis_->Load32(&r.pid);
+    char host[33] = {};
+    vis_->CopyFromRegion(host, r.host, 32);
+    p.host = std::string(host, strnlen(host, 32));
+    p.heartbeat = vis_->Load64(&r.heartbeat);
+    p.heartbeat_interval_ns = vis_->Load64(&r.heartbeat_interval_ns);
+    p.self = static_cast<int32_t>(i) == self_;
+    for (uint32_t k = 0; k < kCounterCount; ++k) p.counters.v[k] = vis_->Load64(&r.counters.v[k]);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace cxlkv::internal

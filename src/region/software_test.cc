@@ -1,0 +1,399 @@
+// Copyright cxlkv authors.
+//
+// coherence=software (layout version 3, docs/coherence.md) through the
+// public API, in one process: several Region objects on one file stand for
+// several hosts (each its own write partition and visibility layer). The
+// machine is coherent, so these tests show the protocol's logic and where it
+// flushes and invalidates (CountingVisibility); the non-coherence emulator
+// suites make the hosts non-coherent. Multi-process runs:
+// software_multiprocess_test.cc.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "region_internal.h"
+#include "testutil.h"
+#include "visibility/visibility.h"
+
+namespace cxlkv {
+namespace {
+
+// Software mode needs the CPU's visibility layer (x86-64 only); elsewhere
+// Open refuses it with kUnsupported and these tests do not apply.
+#define CXLKV_NEED_VISIBILITY()                                                  \
+  do {                                                                           \
+    if (internal::NewCpuVisibility() == nullptr)                                 \
+      GTEST_SKIP() << "no visibility layer for this architecture (x86-64 only)"; \
+  } while (0)
+
+using internal::CountingVisibility;
+using test::FillPattern;
+using test::MustOpen;
+using test::ScratchRegion;
+
+const NamespaceDesc kNs{"m", "bf16", "NHD", 0, 0};
+
+RegionOptions Soft(uint64_t size, uint64_t slot, uint32_t partitions, int32_t partition) {
+  RegionOptions o = test::TestOptions(size, slot);
+  o.config.coherence = CoherenceMode::kSoftware;
+  o.config.software_partitions = partitions;
+  o.software_partition = partition;
+  return o;
+}
+
+std::vector<uint8_t> Block(uint64_t id, size_t n) {
+  std::vector<uint8_t> v(n);
+  FillPattern(id, v.data(), n);
+  return v;
+}
+
+struct Counted {
+  std::unique_ptr<Region> r;
+  CountingVisibility* vis = nullptr;
+};
+
+Counted OpenCounted(const std::string& path, const RegionOptions& o) {
+  Counted c;
+  auto v = std::make_unique<CountingVisibility>(internal::NewCpuVisibility());
+  c.vis = v.get();
+  Status s = RegionInternal::OpenWithVisibility(path, o, std::move(v), &c.r);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return c;
+}
+
+TEST(Software, FormatsLayoutVersion3AndServesEveryPartitionsBlocks) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 3, 0));
+  auto h1 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 0, 1));  // 0: accept
+  auto h2 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 3, 2));
+  EXPECT_EQ(h0->info().layout_version, 3u);
+  EXPECT_EQ(h1->info().config.software_partitions, 3u);
+  EXPECT_EQ(h1->info().config.coherence, CoherenceMode::kSoftware);
+  Region* hosts[3] = {h0.get(), h1.get(), h2.get()};
+  NamespaceId ns[3];
+  for (int h = 0; h < 3; ++h) ASSERT_TRUE(hosts[h]->RegisterNamespace(kNs, &ns[h]).ok());
+  EXPECT_EQ(ns[1], ns[0]);  // registered by host 0 first: found by the others
+  EXPECT_EQ(ns[2], ns[0]);
+  for (int h = 0; h < 3; ++h) {
+    for (uint64_t i = 0; i < 20; ++i) {
+      const uint64_t id = h * 1000 + i;
+      const auto b = Block(id, 1000 + i * 100);
+      StoreOutcome o;
+      ASSERT_TRUE(hosts[h]->Store(ns[h], BlockKey::FromId(id), b.data(), b.size(), &o).ok());
+      EXPECT_EQ(o, StoreOutcome::kStored);
+    }
+  }
+  for (int reader = 0; reader < 3; ++reader) {
+    for (int h = 0; h < 3; ++h) {
+      for (uint64_t i = 0; i < 20; ++i) {
+        const uint64_t id = h * 1000 + i;
+        const auto want = Block(id, 1000 + i * 100);
+        std::vector<uint8_t> got(4096);
+        LoadInfo info;
+        Status s = hosts[reader]->Load(ns[reader], BlockKey::FromId(id), got.data(), got.size(), {},
+                                       &info);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_EQ(info.len, want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+        EXPECT_EQ(info.writer_participant, static_cast<uint32_t>(h));
+        EXPECT_EQ(info.cross_participant, h != reader);
+      }
+    }
+    BlockKey chain[3] = {BlockKey::FromId(0), BlockKey::FromId(1), BlockKey::FromId(999)};
+    EXPECT_EQ(hosts[reader]->LookupPrefix(ns[reader], chain, 3), 2u);
+    EXPECT_TRUE(hosts[reader]->Lookup(ns[reader], BlockKey::FromId(2001)).ok());
+  }
+  // A key stored by one host is a duplicate for every other.
+  const auto b = Block(1, 1100);
+  StoreOutcome o;
+  ASSERT_TRUE(h2->Store(ns[2], BlockKey::FromId(1), b.data(), b.size(), &o).ok());
+  EXPECT_EQ(o, StoreOutcome::kDuplicate);
+  EXPECT_EQ(h0->Participants().size(), 3u);
+  EXPECT_GE(h1->RegionCounters()[Counter::kStores], 20u);  // own, at least
+}
+
+TEST(Software, StoreFlushesPayloadAndMetadataAndCrossLoadInvalidatesThem) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  Counted w = OpenCounted(tmp.path(), Soft(8 << 20, 1 << 16, 2, 0));
+  Counted r = OpenCounted(tmp.path(), Soft(8 << 20, 1 << 16, 2, 1));
+  NamespaceId ns;
+  ASSERT_TRUE(w.r->RegisterNamespace(kNs, &ns).ok());
+  const size_t n = 40000;  // 625 lines
+  const auto b = Block(7, n);
+  w.vis->Reset();
+  ASSERT_TRUE(w.r->Store(ns, BlockKey::FromId(7), b.data(), b.size()).ok());
+  auto k = w.vis->counts();
+  // Payload lines, the meta line twice (WRITING, READY) and the tag line.
+  EXPECT_GE(k.flush_lines, n / 64 + 3);
+  EXPECT_GE(k.store_fences, 3u);
+  EXPECT_EQ(k.copy_in_bytes, n);
+  // The writer's own load invalidates nothing of its own block.
+  std::vector<uint8_t> got(n);
+  w.vis->Reset();
+  ASSERT_TRUE(w.r->Load(ns, BlockKey::FromId(7), got.data(), got.size()).ok());
+  EXPECT_LT(w.vis->counts().invalidate_lines, 8u);  // other partition's tag lines only
+  // Another host's load invalidates the tag line, the meta line (before
+  // and after the copy) and every payload line.
+  ASSERT_TRUE(r.r->RegisterNamespace(kNs, &ns).ok());
+  r.vis->Reset();
+  ASSERT_TRUE(r.r->Load(ns, BlockKey::FromId(7), got.data(), got.size()).ok());
+  EXPECT_EQ(got, b);
+  k = r.vis->counts();
+  EXPECT_GE(k.invalidate_lines, n / 64 + 3);
+  EXPECT_GE(k.full_fences, 3u);
+  EXPECT_EQ(k.copy_out_bytes, n);
+}
+
+TEST(Software, VersionAndModeMismatchesNameBoth) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion hw, sw;
+  { auto r = MustOpen(hw.path(), test::TestOptions(4 << 20, 4096)); }
+  { auto r = MustOpen(sw.path(), Soft(4 << 20, 4096, 2, 0)); }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(hw.path(), Soft(0, 0, 0, 0), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("hardware"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("software"), std::string::npos) << s.ToString();
+  RegionOptions plain = test::TestOptions(0, 0);
+  s = Region::Open(sw.path(), plain, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("hardware"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.ToString().find("software"), std::string::npos) << s.ToString();
+  // Partition counts must agree; partitions must exist.
+  s = Region::Open(sw.path(), Soft(0, 0, 3, 1), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = Region::Open(sw.path(), Soft(0, 0, 0, 2), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  // A participant needs a partition; hardware mode takes none.
+  s = Region::Open(sw.path(), Soft(0, 0, 0, -1), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  RegionOptions hwp = test::TestOptions(0, 0);
+  hwp.software_partition = 0;
+  s = Region::Open(hw.path(), hwp, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  // Formatting needs a partition count.
+  ScratchRegion blank;
+  s = Region::Open(blank.path(), Soft(4 << 20, 4096, 0, 0), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("software_partitions"), std::string::npos) << s.ToString();
+}
+
+TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  RegionOptions o = Soft(4 << 20, 4096, 2, 1);
+  o.format_wait_ns = 100'000'000;
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(tmp.path(), o, &r);
+  EXPECT_TRUE(s.IsBusy()) << s.ToString();
+  o.create_if_missing = false;
+  s = Region::Open(tmp.path(), o, &r);
+  EXPECT_TRUE(s.IsNotFound() || s.IsIOError()) << s.ToString();
+  // Partition 1 waiting in a thread attaches once partition 0 formats.
+  RegionOptions waiting = Soft(4 << 20, 4096, 2, 1);
+  Status ws;
+  std::unique_ptr<Region> late;
+  std::thread t([&] { ws = Region::Open(tmp.path(), waiting, &late); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  t.join();
+  ASSERT_TRUE(ws.ok()) << ws.ToString();
+  EXPECT_EQ(late->info().format_epoch, h0->info().format_epoch);
+}
+
+TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(2 << 20, 4096, 2, 0));
+  auto h1 = MustOpen(tmp.path(), Soft(2 << 20, 4096, 2, 1));
+  NamespaceId ns;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  const uint64_t slots = h0->info().num_slots;
+  // Host 1's blocks, which host 0's stores must never evict.
+  for (uint64_t i = 0; i < 16; ++i) {
+    const auto b = Block(1'000'000 + i, 3000);
+    ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(1'000'000 + i), b.data(), b.size()).ok());
+  }
+  uint64_t full = 0;
+  for (uint64_t i = 0; i < 3 * slots; ++i) {
+    const auto b = Block(i, 2000);
+    StoreOutcome o;
+    Status s = h0->Store(ns, BlockKey::FromId(i), b.data(), b.size(), &o);
+    if (s.IsNoSpace()) ++full;
+    ASSERT_TRUE(s.ok() || s.IsNoSpace()) << s.ToString();
+  }
+  EXPECT_GT(h0->ProcessCounters()[Counter::kEvictions], 0u);
+  uint64_t hits = 0;
+  for (uint64_t i = 0; i < 3 * slots; ++i) {
+    std::vector<uint8_t> got(4096);
+    for (Region* r : {h0.get(), h1.get()}) {
+      Status s = r->Load(ns, BlockKey::FromId(i), got.data(), got.size());
+      if (s.IsNotFound()) continue;
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ++hits;
+      EXPECT_EQ(std::memcmp(got.data(), Block(i, 2000).data(), 2000), 0) << i;
+    }
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_LE(hits / 2, slots / 2);  // host 0 holds at most its partition
+  for (uint64_t i = 0; i < 16; ++i) {
+    std::vector<uint8_t> got(4096);
+    ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(1'000'000 + i), got.data(), got.size()).ok()) << i;
+    EXPECT_EQ(std::memcmp(got.data(), Block(1'000'000 + i, 3000).data(), 3000), 0);
+  }
+  (void)full;
+}
+
+TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 8192, 2, 0));
+  auto h1 = MustOpen(tmp.path(), Soft(4 << 20, 8192, 2, 1));
+  NamespaceId ns;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  // BeginWrite / fill / CommitWrite without a CRC (computed from the slot).
+  WriteLease wl;
+  ASSERT_TRUE(h0->BeginWrite(ns, BlockKey::FromId(1), 5000, &wl).ok());
+  ASSERT_TRUE(wl.open());
+  FillPattern(1, wl.data(), 5000);
+  EXPECT_FALSE(h1->Lookup(ns, BlockKey::FromId(1)).ok());  // WRITING: invisible
+  ASSERT_TRUE(h0->CommitWrite(&wl).ok());
+  // An aborted lease leaves nothing.
+  ASSERT_TRUE(h0->BeginWrite(ns, BlockKey::FromId(2), 100, &wl).ok());
+  h0->AbortWrite(&wl);
+  EXPECT_FALSE(h0->Lookup(ns, BlockKey::FromId(2)).ok());
+  // Zero-copy read by the other host, verified at EndRead.
+  ReadLease rl;
+  ASSERT_TRUE(h1->BeginRead(ns, BlockKey::FromId(1), &rl).ok());
+  std::vector<uint8_t> copy(rl.len());
+  std::memcpy(copy.data(), rl.data(), rl.len());
+  ASSERT_TRUE(h1->EndRead(&rl, copy.data()).ok());
+  EXPECT_EQ(copy, Block(1, 5000));
+  // Pins are not offered.
+  PinSet pins;
+  BlockKey k1 = BlockKey::FromId(1);
+  EXPECT_TRUE(h1->PinPrefix(ns, &k1, 1, &pins).IsUnsupported());
+  // Only the owner drops; Wipe clears only its own partition.
+  EXPECT_TRUE(h1->Drop(ns, k1).IsUnsupported());
+  const auto b = Block(3, 700);
+  ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(3), b.data(), b.size()).ok());
+  Region::WipeReport wr;
+  ASSERT_TRUE(h0->Wipe(&wr).ok());
+  EXPECT_EQ(wr.dropped, 1u);
+  EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(3)).ok());
+  EXPECT_FALSE(h0->Lookup(ns, k1).ok());
+  ASSERT_TRUE(h1->Drop(ns, BlockKey::FromId(3)).ok());
+  EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(3)).IsNotFound());
+  // Damage one payload byte of host 1's block: every reader gets
+  // kCorruption (CRC mandatory, verify_crc=false ignored), Verify finds it,
+  // and only host 1 drops it.
+  ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(4), b.data(), b.size()).ok());
+  const int64_t slot = RegionInternal::FindReadySlot(h0.get(), ns, BlockKey::FromId(4));
+  ASSERT_GE(slot, 0);
+  RegionInternal::SlotData(h0.get(), slot)[10] ^= 0x40;
+  std::vector<uint8_t> got(8192);
+  LoadOptions nov;
+  nov.verify_crc = false;
+  EXPECT_TRUE(h0->Load(ns, BlockKey::FromId(4), got.data(), got.size(), nov).IsCorruption());
+  Region::ScrubReport sr;
+  ASSERT_TRUE(h0->Verify(true, &sr).ok());
+  EXPECT_EQ(sr.crc_failures, 1u);
+  EXPECT_EQ(sr.dropped, 0u);  // not host 0's to drop
+  ASSERT_TRUE(h1->Verify(true, &sr).ok());
+  EXPECT_EQ(sr.dropped, 1u);
+  EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(4)).IsNotFound());
+}
+
+TEST(Software, ObserverReadsButCannotWrite) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  NamespaceId ns;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  const auto b = Block(9, 300);
+  ASSERT_TRUE(h0->Store(ns, BlockKey::FromId(9), b.data(), b.size()).ok());
+  RegionOptions o = Soft(0, 0, 0, -1);
+  o.register_participant = false;
+  auto obs = MustOpen(tmp.path(), o);
+  NamespaceId ons;
+  ASSERT_TRUE(obs->RegisterNamespace(kNs, &ons).ok());
+  std::vector<uint8_t> got(4096);
+  ASSERT_TRUE(obs->Load(ons, BlockKey::FromId(9), got.data(), got.size()).ok());
+  StoreOutcome out;
+  EXPECT_TRUE(obs->Store(ons, BlockKey::FromId(10), b.data(), b.size(), &out).IsInvalidArgument());
+  EXPECT_EQ(out, StoreOutcome::kRefused);
+  NamespaceId other;
+  EXPECT_TRUE(obs->RegisterNamespace({"x", "bf16", "NHD", 0, 0}, &other).IsNotFound());
+}
+
+TEST(Software, ANewHolderOfThePartitionFencesTheOldOne) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  auto old1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  NamespaceId ns;
+  ASSERT_TRUE(old1->RegisterNamespace(kNs, &ns).ok());
+  WriteLease wl;
+  ASSERT_TRUE(old1->BeginWrite(ns, BlockKey::FromId(5), 64, &wl).ok());
+  FillPattern(5, wl.data(), 64);
+  // The lease gives partition 1 to a new process (the old one paused): it
+  // recovers the half-written slot at attach.
+  auto new1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  EXPECT_EQ(new1->ProcessCounters()[Counter::kReclaimedSlots], 1u);
+  StoreOutcome o;
+  EXPECT_TRUE(old1->CommitWrite(&wl, nullptr, &o).IsBusy());
+  EXPECT_EQ(o, StoreOutcome::kFenced);
+  const auto b = Block(5, 64);
+  EXPECT_TRUE(old1->Store(ns, BlockKey::FromId(5), b.data(), b.size(), &o).IsBusy());
+  EXPECT_EQ(o, StoreOutcome::kFenced);
+  ASSERT_TRUE(new1->Store(ns, BlockKey::FromId(5), b.data(), b.size(), &o).ok());
+  EXPECT_EQ(o, StoreOutcome::kStored);
+  std::vector<uint8_t> got(64);
+  ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(5), got.data(), got.size()).ok());
+  EXPECT_EQ(got, b);
+}
+
+// Threads of one host store and load concurrently (the TSan stage runs it).
+TEST(Software, ThreadsOfOneHostShareItsPartition) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  auto h1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  NamespaceId ns;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  std::atomic<uint64_t> wrong{0}, hits{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      Region* r = t % 2 ? h1.get() : h0.get();
+      std::vector<uint8_t> got(4096);
+      for (uint64_t i = 0; i < 300; ++i) {
+        const uint64_t id = (i * 7 + t) % 200;
+        const auto b = Block(id, 1024);
+        Status s = r->Store(ns, BlockKey::FromId(id), b.data(), b.size());
+        if (!s.ok() && !s.IsBusy() && !s.IsNoSpace()) ++wrong;
+        s = r->Load(ns, BlockKey::FromId((id * 13) % 200), got.data(), got.size());
+        if (s.ok()) {
+          ++hits;
+          if (std::memcmp(got.data(), Block((id * 13) % 200, 1024).data(), 1024) != 0) ++wrong;
+        } else if (!s.IsNotFound()) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(hits.load(), 0u);
+}
+
+}  // namespace
+}  // namespace cxlkv
