@@ -19,6 +19,7 @@
 #include "cxlkv/base/size.h"
 #include "cxlkv/lifecycle.h"
 #include "region_internal.h"
+#include "visibility/visibility.h"
 
 namespace cxlkv::cli {
 namespace {
@@ -31,6 +32,7 @@ struct Flags {
   std::string region_size = "2GiB";
   double seconds = 1.0;
   bool json = false;
+  bool coherence = true;  // the software-vs-hardware section
 };
 
 const NamespaceDesc kNs{"bench", "bfloat16", "NHD", 0, 0};
@@ -296,6 +298,117 @@ json FirstLoadBench(const Flags& f) {
   return out;
 }
 
+// coherence=software against coherence=hardware on this machine, same slot
+// size and region size, interleaved in short rounds (docs/coherence.md,
+// "What it costs"). Software mode: two write partitions in one process, so
+// "cross" loads are of the other partition's blocks and pay the
+// invalidates; "own" loads are of one's own. Both modes verify the CRC (it
+// is mandatory in software mode). Ratios: software / hardware.
+json CoherenceBench(const Flags& f, uint64_t region_size, uint64_t slot) {
+  const std::string hw_path = ScratchPath(f, "coh-hw"), sw_path = ScratchPath(f, "coh-sw");
+  Scratch hw_scratch{hw_path}, sw_scratch{sw_path};
+  std::unique_ptr<Region> hw, sw0, sw1;
+  Status s = Region::Open(hw_path, BenchOptions(region_size, slot, Prefault::kAtAttach), &hw);
+  if (!s.ok()) return {{"error", s.ToString()}};
+  RegionOptions so = BenchOptions(region_size, slot, Prefault::kAtAttach);
+  so.config.coherence = CoherenceMode::kSoftware;
+  so.config.software_partitions = 2;
+  so.software_partition = 0;
+  s = Region::Open(sw_path, so, &sw0);
+  if (!s.ok()) return {{"error", s.ToString()}};
+  so.software_partition = 1;
+  s = Region::Open(sw_path, so, &sw1);
+  if (!s.ok()) return {{"error", s.ToString()}};
+  NamespaceId hns, sns;
+  (void)hw->RegisterNamespace(kNs, &hns);
+  (void)sw0->RegisterNamespace(kNs, &sns);
+  (void)sw1->RegisterNamespace(kNs, &sns);
+  std::vector<uint8_t> src(slot), dst(slot);
+  for (size_t i = 0; i < slot; ++i) src[i] = static_cast<uint8_t>(i * 131);
+  // Blocks to load: as many as software partition 0 holds, in both.
+  const uint64_t n = sw0->info().num_slots / 2;
+  std::vector<BlockKey> hw_keys, sw_keys;
+  for (uint64_t i = 0; i < n; ++i) {
+    const BlockKey k = BlockKey::FromId(2'000'000'000 + i);
+    (void)hw->Store(hns, k, src.data(), slot);
+    (void)sw0->Store(sns, k, src.data(), slot);
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    const BlockKey k = BlockKey::FromId(2'000'000'000 + i);
+    if (hw->Lookup(hns, k).ok()) hw_keys.push_back(k);
+    if (sw0->Lookup(sns, k).ok()) sw_keys.push_back(k);
+  }
+  if (hw_keys.empty() || sw_keys.empty()) return {{"error", "no block could be stored"}};
+  const std::vector<int64_t> slots = [&] {
+    std::vector<int64_t> v;
+    for (const BlockKey& k : hw_keys) v.push_back(RegionInternal::FindReadySlot(hw.get(), hns, k));
+    return v;
+  }();
+  uint64_t misses = 0, next_key = 0;
+  const double t = f.seconds / 5;
+  auto load = [&](Region* r, NamespaceId ns, const std::vector<BlockKey>& keys) {
+    return Rate(t, slot, [&](uint64_t i) {
+      if (!r->Load(ns, keys[i % keys.size()], dst.data(), slot).ok()) ++misses;
+    });
+  };
+  auto store = [&](Region* r, NamespaceId ns) {
+    return Rate(t, slot, [&](uint64_t) {
+      (void)r->Store(ns, BlockKey::FromId(next_key++), src.data(), slot);
+    });
+  };
+  std::vector<double> mc, hs, ss, hl, sl_own, sl_cross, r_store, r_own, r_cross;
+  const int rounds = 3;
+  for (int k = 0; k < rounds; ++k) {
+    mc.push_back(Rate(t, slot, [&](uint64_t i) {
+      std::memcpy(dst.data(), RegionInternal::SlotData(hw.get(), slots[i % slots.size()]), slot);
+    }));
+    hl.push_back(load(hw.get(), hns, hw_keys));
+    sl_own.push_back(load(sw0.get(), sns, sw_keys));
+    sl_cross.push_back(load(sw1.get(), sns, sw_keys));
+    r_own.push_back(sl_own.back() / hl.back());
+    r_cross.push_back(sl_cross.back() / hl.back());
+  }
+  // Stores last: they evict the blocks loaded above.
+  for (int k = 0; k < rounds; ++k) {
+    hs.push_back(store(hw.get(), hns));
+    ss.push_back(store(sw0.get(), sns));
+    r_store.push_back(ss.back() / hs.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  // Lookup of a present key: hardware vs software from another partition
+  // (probes both partitions, invalidating the other's tag and meta lines).
+  const size_t samples = 20000;
+  const BlockKey probe_hw = hw_keys[0], probe_sw = sw_keys[0];
+  uint64_t wrong = 0;
+  const Percentiles lh =
+      Latency(samples, [&](size_t) { wrong += !hw->Lookup(hns, probe_hw).ok(); });
+  const Percentiles ls =
+      Latency(samples, [&](size_t) { wrong += !sw1->Lookup(sns, probe_sw).ok(); });
+  const double hw_load = median(hl);
+  return {{"slot_bytes", slot},
+          {"visibility", RegionInternal::GetVisibility(sw0.get()) != nullptr
+                             ? RegionInternal::GetVisibility(sw0.get())->Name()
+                             : "none"},
+          {"memcpy_load_gbps", median(mc)},
+          {"hardware_load_gbps", hw_load},
+          {"hardware_load_vs_memcpy", hw_load / median(mc)},
+          {"software_own_load_gbps", median(sl_own)},
+          {"software_cross_load_gbps", median(sl_cross)},
+          {"software_own_load_vs_hardware", median(r_own)},
+          {"software_cross_load_vs_hardware", median(r_cross)},
+          {"hardware_store_gbps", median(hs)},
+          {"software_store_gbps", median(ss)},
+          {"software_store_vs_hardware", median(r_store)},
+          {"hardware_lookup_hit_p50_ns", lh.p50},
+          {"software_cross_lookup_hit_p50_ns", ls.p50},
+          {"software_lookup_vs_hardware", ls.p50 > 0 && lh.p50 > 0 ? lh.p50 / ls.p50 : 0.0},
+          {"load_misses", misses},
+          {"wrong_answers", wrong}};
+}
+
 int Bench(const Flags& f) {
   ::mkdir(f.dir.c_str(), 0770);
   uint64_t size = 0;
@@ -307,6 +420,11 @@ int Bench(const Flags& f) {
   for (uint64_t slot : {896ull << 10, 14ull << 20}) out["copy"].push_back(CopyBench(f, size, slot));
   out["lookup"] = LookupBench(f);
   out["first_load"] = FirstLoadBench(f);
+  if (f.coherence) {
+    out["coherence"] = json::array();
+    for (uint64_t slot : {896ull << 10, 14ull << 20})
+      out["coherence"].push_back(CoherenceBench(f, std::min<uint64_t>(size, 1ull << 30), slot));
+  }
   out["targets"] = {
       {"load_noverify_vs_memcpy", 0.9}, {"load_verify_vs_memcpy", 0.6}, {"lookup_hit_p50_ns", 150}};
   if (f.json) {
@@ -343,6 +461,29 @@ int Bench(const Flags& f) {
         k, x["attach_ms"].get<double>(), x["first_load_ms"].get<double>(),
         x["second_load_ms"].get<double>());
   }
+  if (f.coherence) {
+    std::printf(
+        "coherence=software vs hardware (ratios software/hardware; CRC verified in both)\n");
+    std::printf("%-10s %9s %9s %9s %9s %9s %9s %9s\n", "slot", "hw load", "own", "(ratio)", "cross",
+                "(ratio)", "store", "(ratio)");
+    for (auto& c : out["coherence"]) {
+      if (c.contains("error")) {
+        std::printf("error: %s\n", c["error"].get<std::string>().c_str());
+        continue;
+      }
+      std::printf("%-10s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f   GB/s\n",
+                  Human(c["slot_bytes"]).c_str(), c["hardware_load_gbps"].get<double>(),
+                  c["software_own_load_gbps"].get<double>(),
+                  c["software_own_load_vs_hardware"].get<double>(),
+                  c["software_cross_load_gbps"].get<double>(),
+                  c["software_cross_load_vs_hardware"].get<double>(),
+                  c["software_store_gbps"].get<double>(),
+                  c["software_store_vs_hardware"].get<double>());
+      std::printf("%-10s lookup hit p50: hardware %.0f ns, software (other partition) %.0f ns\n",
+                  "", c["hardware_lookup_hit_p50_ns"].get<double>(),
+                  c["software_cross_lookup_hit_p50_ns"].get<double>());
+    }
+  }
   std::printf("targets: load >= 0.9x memcpy, load+crc >= 0.6x memcpy, lookup p50 <= 150 ns\n");
   return kExitOk;
 }
@@ -357,6 +498,8 @@ void AddBenchCommand(CLI::App& app, int* rc) {
                   "size of the copy-benchmark regions (default 2GiB)");
   cmd->add_option("--seconds", f->seconds, "seconds per copy measurement (default 1)");
   cmd->add_flag("--json", f->json, "machine-readable output");
+  cmd->add_flag("!--no-coherence", f->coherence,
+                "skip the coherence=software vs hardware section (docs/coherence.md)");
   cmd->callback([=] { *rc = Bench(*f); });
 }
 
