@@ -17,8 +17,11 @@
 //
 // The "vllm" section (vllm_layout.h) does the same for vLLM's real layout:
 // 32 KiB pieces, one per layer and GPU block, by each copy method.
+// The "coherence" section (coherence_cost.h): a coherence=software load of
+// 14 MiB chunks (invalidate before DMA) against hardware mode, the
+// invalidate alone, and DMA from a write-combining buffer instead.
 //
-//   cxlkv-bench-gpu [--sections flat,vllm] [--sizes 917504,14680064]
+//   cxlkv-bench-gpu [--sections flat,vllm,coherence] [--sizes 917504,14680064]
 //                   [--batches 1,2,4,8,16,32,64,128] [--tokens 2048,8192,16384,32768]
 //                   [--sm-blocks N] [--iters 7] [--dir /dev/shm] [--json FILE]
 #include <cuda.h>
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "coherence_cost.h"
 #include "cuda_status.h"
 #include "cxlkv/region.h"
 #include "region_gpu.h"
@@ -50,7 +54,7 @@ struct Flags {
   int iters = 7;
   std::string dir = "/dev/shm";
   std::string json;
-  bool flat = true, vllm = true;
+  bool flat = true, vllm = true, coherence = true;
   std::vector<uint64_t> tokens = {2048, 8192, 16384, 32768};
   unsigned sm_blocks = 0;
 };
@@ -93,7 +97,9 @@ int main(int argc, char** argv) {
       const std::string v = next();
       f.flat = v.find("flat") != std::string::npos;
       f.vllm = v.find("vllm") != std::string::npos;
-      if (!f.flat && !f.vllm) Die("--sections takes flat, vllm or flat,vllm");
+      f.coherence = v.find("coherence") != std::string::npos;
+      if (!f.flat && !f.vllm && !f.coherence)
+        Die("--sections takes a comma-separated list of flat, vllm, coherence");
     } else
       Die("unknown flag " + a + " (see the header of tools/bench_gpu/bench_gpu.cc)");
   }
@@ -303,6 +309,17 @@ int main(int argc, char** argv) {
     vf.sm_blocks = f.sm_blocks;
     vrows = RunVllmLayout(vf, name);
   }
+  std::vector<CoherenceCostRow> crows;
+  if (f.coherence) {
+    CoherenceCostFlags cf;
+    cf.iters = f.iters;
+    cf.dir = f.dir;
+    cf.sizes.clear();
+    for (uint64_t s : f.sizes)
+      if (s >= (1ull << 20)) cf.sizes.push_back(s);  // big chunks: where the cost shows
+    if (cf.sizes.empty()) cf.sizes.push_back(14680064);
+    crows = RunCoherenceCost(cf);
+  }
 
   if (f.flat)
     std::printf(
@@ -324,6 +341,7 @@ int main(int argc, char** argv) {
         r.direct_nocrc / r.h2d);
   }
   if (f.vllm) PrintVllmLayout(vrows);
+  if (f.coherence) PrintCoherenceCost(crows);
   if (!f.json.empty()) {
     FILE* out = std::fopen(f.json.c_str(), "w");
     if (!out) Die("cannot write " + f.json);
@@ -346,6 +364,8 @@ int main(int argc, char** argv) {
     }
     std::fprintf(out, "],\n");
     WriteVllmLayoutJson(vrows, out);
+    std::fprintf(out, ",\n");
+    WriteCoherenceCostJson(crows, out);
     std::fprintf(out, "}\n");
     std::fclose(out);
   }
