@@ -1,0 +1,634 @@
+// Copyright cxlkv authors.
+//
+// coherence=software under the non-coherence emulator (visibility/
+// emulator.h): every forked child is one simulated host with a private cache
+// of 64-byte lines over the region's real MAP_SHARED file; lines reach the
+// file only when flushed, invalidated, or written back at random (seeded)
+// moments, whole; a killed or SIGSTOPped host's dirty lines are written back
+// later by a sweeper in the parent. Suites: store/load across three hosts
+// (after every host cached the empty lines, so stale copies are around),
+// format-or-attach with the formatter last, drops seen from other hosts,
+// eviction under cross-host reads, a writer killed mid-store, a writer paused
+// and replaced by the next holder of its partition. The property everywhere:
+// zero wrong bytes served; where no host failed, also no CRC failure and no
+// miss of a block that was stored and not evicted.
+//
+// Environment (test/coherence/mutants.sh sets them): CXLKV_EMU_SEED (the
+// emulator's seed, default 1), CXLKV_EMU_SITES (record Flush/Invalidate call
+// sites in this file), CXLKV_EMU_DROP_SITES (sites to turn into no-ops),
+// CXLKV_EMU_WRITEBACK_EVERY (spontaneous write-backs, one per N calls;
+// default 8, 0 = none), CXLKV_EMU_QUICK=1 (shorter phases: a mutant only has
+// to be caught once).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "emulator.h"
+#include "layout.h"
+#include "region_internal.h"
+#include "testutil.h"
+
+namespace cxlkv {
+namespace {
+
+using internal::EmulatedHost;
+using internal::EmulatorCacheSweeper;
+using internal::EmulatorOptions;
+using test::Reap;
+using test::ScratchRegion;
+using test::SharedAnon;
+using test::Spawn;
+using Clock = std::chrono::steady_clock;
+
+const NamespaceDesc kNs{"m", "bf16", "NHD", 0, 0};
+constexpr uint64_t kRegionBytes = 8 << 20;
+
+bool Quick() {
+  const char* q = std::getenv("CXLKV_EMU_QUICK");
+  return q != nullptr && q[0] == '1';
+}
+int Ms(int full) { return Quick() ? full / 3 : full; }
+
+RegionOptions Soft(uint32_t partitions, int32_t partition) {
+  RegionOptions o = test::TestOptions(kRegionBytes, 4096);
+  o.config.coherence = CoherenceMode::kSoftware;
+  o.config.software_partitions = partitions;
+  o.software_partition = partition;
+  return o;
+}
+
+// A block's bytes: 8 bytes of the writer's version, then a pattern of (id,
+// version). A reader can tell whole, right bytes from anything else.
+size_t LenOf(uint64_t id) { return 600 + (id * 37) % 3000; }
+void Fill(uint64_t id, uint64_t version, uint8_t* b) {
+  std::memcpy(b, &version, 8);
+  test::FillPattern(id * 1000003 + version, b + 8, LenOf(id) - 8);
+}
+
+struct Tally {
+  std::atomic<uint64_t> hits{0}, misses{0}, wrong{0}, corrupt{0}, stale{0}, errors{0};
+  std::atomic<int> phase{0}, arrived{0}, done{0};
+};
+
+enum class Got { kHit, kMiss, kWrong, kCorrupt, kError };
+
+// Loads `id`: a hit must be a whole block of one writer version.
+Got Check(Region* r, NamespaceId ns, uint64_t id, uint64_t* version = nullptr) {
+  std::vector<uint8_t> got(8192), want(LenOf(id));
+  LoadInfo info;
+  Status s = r->Load(ns, BlockKey::FromId(id), got.data(), got.size(), {}, &info);
+  if (s.IsNotFound()) return Got::kMiss;
+  if (s.IsCorruption()) return Got::kCorrupt;
+  if (!s.ok()) return Got::kError;
+  uint64_t v;
+  std::memcpy(&v, got.data(), 8);
+  Fill(id, v, want.data());
+  if (info.len != want.size() || std::memcmp(got.data(), want.data(), want.size()) != 0)
+    return Got::kWrong;
+  if (version) *version = v;
+  return Got::kHit;
+}
+
+// The same through a zero-copy read lease, its bytes read as this host's CPU
+// would, through its cache (a DMA engine reads them alike).
+Got CheckLease(Region* r, NamespaceId ns, uint64_t id, uint64_t version) {
+  ReadLease l;
+  Status b = r->BeginRead(ns, BlockKey::FromId(id), &l);
+  if (b.IsNotFound()) return Got::kMiss;
+  if (!b.ok()) return Got::kError;
+  std::vector<uint8_t> got(l.len()), want(LenOf(id));
+  RegionInternal::GetVisibility(r)->CopyFromRegion(got.data(), l.data(), l.len());
+  Status e = r->EndRead(&l, got.data(), nullptr);
+  if (e.IsNotFound()) return Got::kMiss;
+  if (e.IsCorruption()) return Got::kCorrupt;
+  if (!e.ok()) return Got::kError;
+  Fill(id, version, want.data());
+  return got == want ? Got::kHit : Got::kWrong;
+}
+
+void Count(Tally* t, Got g) {
+  switch (g) {
+    case Got::kHit:
+      t->hits++;
+      break;
+    case Got::kMiss:
+      t->misses++;
+      break;
+    case Got::kWrong:
+      t->wrong++;
+      break;
+    case Got::kCorrupt:
+      t->corrupt++;
+      break;
+    case Got::kError:
+      t->errors++;
+      break;
+  }
+}
+
+bool StoreBlock(Region* r, NamespaceId ns, uint64_t id, uint64_t version, StoreOutcome* o) {
+  std::vector<uint8_t> b(LenOf(id));
+  Fill(id, version, b.data());
+  return r->Store(ns, BlockKey::FromId(id), b.data(), b.size(), o).ok();
+}
+
+// One emulated machine: the region file, the emulator's directory, and
+// (parent side) a mapping of the file for the sweeper.
+class Machine {
+ public:
+  Machine() {
+    char tmpl[] = "/dev/shm/cxlkv-noncoherent-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  ~Machine() {
+    sweeper_stop_ = true;
+    if (sweeper_.joinable()) sweeper_.join();
+    sw_.reset();
+    if (shared_) ::munmap(shared_, kRegionBytes);
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& path() const { return region_.path(); }
+
+  // Opens the region as host `host` holding `partition`, behind an emulated
+  // private cache. Returns a Status so a child can exit with a code.
+  Status Open(uint32_t host, int32_t partition, uint32_t partitions,
+              std::unique_ptr<Region>* r) const {
+    EmulatorOptions eo;
+    eo.dir = dir_;
+    eo.host = host;
+    const char* seed = std::getenv("CXLKV_EMU_SEED");
+    eo.seed = (seed ? std::strtoull(seed, nullptr, 0) : 1) * 131 + host;
+    if (const char* every = std::getenv("CXLKV_EMU_WRITEBACK_EVERY"))
+      eo.writeback_every = static_cast<uint32_t>(std::strtoul(every, nullptr, 10));
+    if (const char* sites = std::getenv("CXLKV_EMU_SITES")) eo.sites_path = sites;
+    if (const char* drop = std::getenv("CXLKV_EMU_DROP_SITES")) {
+      Status s = internal::ParseEmulatorSites(drop, &eo.drop_sites);
+      if (!s.ok()) return s;
+    }
+    std::unique_ptr<EmulatedHost> e;
+    Status s = EmulatedHost::Open(eo, &e);
+    if (!s.ok()) return s;
+    RegionOptions o = Soft(partitions, partition);
+    o.register_participant = partition >= 0;  // -1: an observer that only reads
+    return RegionInternal::OpenWithVisibility(path(), o, std::move(e), r);
+  }
+
+  // Writes back random dirty lines of every host from this process, every
+  // millisecond, until destruction: a stopped or dead host's lines land.
+  void StartSweeper() {
+    const int fd = ::open(path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    shared_ = static_cast<uint8_t*>(
+        ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    ASSERT_NE(shared_, MAP_FAILED);
+    Status s = EmulatorCacheSweeper::Open(dir_, shared_, kRegionBytes, 99, &sw_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    sweeper_ = std::thread([this] {
+      while (!sweeper_stop_) {
+        sw_->Sweep(16);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+
+ private:
+  ScratchRegion region_{"nc"};
+  std::string dir_;
+  uint8_t* shared_ = nullptr;
+  std::unique_ptr<EmulatorCacheSweeper> sw_;
+  std::thread sweeper_;
+  std::atomic<bool> sweeper_stop_{false};
+};
+
+// Everyone arrives, then phase `to` begins (n participants).
+bool Barrier(Tally* t, int n, int to) {
+  if (t->arrived.fetch_add(1) + 1 == n * to) t->phase.store(to);
+  return test::WaitFor([&] { return t->phase.load() >= to; }, 30000);
+}
+
+// Three hosts, the formatter (partition 0) attaching last. Hosts 1 and 2
+// cache the namespace table, the registry's counters and every block's
+// lines while they are still empty; host 0 then registers the namespace and
+// the others must find it; every host stores its own blocks and reads
+// everyone's (half through Load, half through a zero-copy read lease whose
+// bytes are read through the host's cache): all hits, whole; each host drops
+// half of its own and the others must miss those; everyone's heartbeat and
+// counters are seen advancing from another host; one host leaves and the
+// others see its record FREE.
+TEST(NoncoherentEmulator, ThreeHostsStoreLoadDropWithStaleCaches) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr int kHosts = 3;
+  const int kIds = Quick() ? 40 : 120;
+  const NamespaceDesc other{"other", "bf16", "NHD", 0, 0};
+  std::vector<pid_t> kids;
+  for (int h = kHosts - 1; h >= 0; --h) {
+    kids.push_back(Spawn([&, h] {
+      std::unique_ptr<Region> r;
+      Status s = m.Open(h, h, kHosts, &r);
+      if (!s.ok()) {
+        std::fprintf(stderr, "host %d: %s\n", h, s.ToString().c_str());
+        return 10;
+      }
+      NamespaceId ns = 0, ons;
+      if (h != 0) {
+        if (!r->RegisterNamespace(other, &ons).ok()) return 11;
+        (void)r->RegionCounters();
+      }
+      if (!Barrier(t, kHosts, 1)) return 12;
+      if (h == 0 && !r->RegisterNamespace(kNs, &ns).ok()) return 13;
+      if (!Barrier(t, kHosts, 2)) return 14;
+      if (h != 0 && !r->RegisterNamespace(kNs, &ns).ok()) return 15;
+      for (int q = 0; q < kHosts; ++q)
+        for (int i = 0; i < kIds; ++i)
+          if (Check(r.get(), ns, q * 100000 + i) != Got::kMiss) t->stale++;
+      if (!Barrier(t, kHosts, 3)) return 16;
+      for (int i = 0; i < kIds; ++i) {
+        StoreOutcome o;
+        if (!StoreBlock(r.get(), ns, h * 100000 + i, 1, &o) || o != StoreOutcome::kStored)
+          t->errors++;
+      }
+      if (!Barrier(t, kHosts, 4)) return 17;
+      for (int q = 0; q < kHosts; ++q) {
+        for (int i = 0; i < kIds; ++i) {
+          if (i % 2 == 0) {
+            Count(t, Check(r.get(), ns, q * 100000 + i));
+            continue;
+          }
+          Count(t, CheckLease(r.get(), ns, q * 100000 + i, 1));
+        }
+      }
+      if (!Barrier(t, kHosts, 5)) return 18;
+      for (int i = 0; i < kIds; i += 2)
+        if (!r->Drop(ns, BlockKey::FromId(h * 100000 + i)).ok()) t->errors++;
+      if (!Barrier(t, kHosts, 6)) return 19;
+      for (int q = 0; q < kHosts; ++q) {
+        for (int i = 0; i < kIds; ++i) {
+          const Got g = Check(r.get(), ns, q * 100000 + i);
+          if (i % 2 == 0 && g == Got::kHit) t->stale++;  // a dropped block served
+          if (i % 2 == 1) Count(t, g);
+        }
+      }
+      // Memory holds exactly the blocks not dropped: a scrub from this host
+      // (READY slots of every partition) counts them.
+      Region::ScrubReport rep;
+      if (!r->Verify(false, &rep).ok() || rep.ready != uint64_t(kHosts * (kIds / 2)) ||
+          rep.crc_failures != 0)
+        t->errors++;
+      // The region's counters (each host's, published on its heartbeats)
+      // reach every store, and every other host's heartbeat advances.
+      if (!test::WaitFor(
+              [&] { return r->RegionCounters()[Counter::kStores] >= uint64_t(kHosts * kIds); },
+              Ms(3000)))
+        t->errors++;
+      auto before = r->Participants();
+      if (before.size() != kHosts) t->errors++;
+      const bool advanced = test::WaitFor(
+          [&] {
+            auto now = r->Participants();
+            if (now.size() != before.size()) return false;
+            for (size_t k = 0; k < now.size(); ++k)
+              if (!now[k].self && now[k].heartbeat == before[k].heartbeat) return false;
+            return true;
+          },
+          Ms(3000));
+      if (!advanced) t->errors++;
+      if (!Barrier(t, kHosts, 7)) return 20;
+      // Host 2 leaves; the others see its record FREE.
+      if (h == 2) r.reset();
+      if (!Barrier(t, kHosts, 8)) return 21;
+      if (h != 2 && r->Participants().size() != kHosts - 1) t->errors++;
+      return Barrier(t, kHosts, 9) ? 0 : 22;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (pid_t k : kids) EXPECT_EQ(Reap(k), 0);
+  EXPECT_EQ(t->wrong.load(), 0u);
+  EXPECT_EQ(t->corrupt.load(), 0u);
+  EXPECT_EQ(t->misses.load(), 0u);
+  EXPECT_EQ(t->stale.load(), 0u);
+  EXPECT_EQ(t->errors.load(), 0u);
+  EXPECT_EQ(t->hits.load(), uint64_t(kHosts * kIds * kHosts + kHosts * (kIds / 2) * kHosts));
+}
+
+// Host 0 keeps storing more blocks than its partition holds (evicting by
+// CLOCK) while hosts 1 and 2 read recent ones: no wrong bytes, and no CRC
+// failure either (the seqlock must turn every torn read into a miss).
+TEST(NoncoherentEmulator, EvictionUnderCrossHostReads) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  std::atomic<uint64_t>* newest = SharedAnon<std::atomic<uint64_t>>();
+  const pid_t writer = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    t->arrived++;
+    // Until the time is up and at least 200 blocks were evicted.
+    const auto end = Clock::now() + std::chrono::milliseconds(Ms(1500));
+    uint64_t i = 0;
+    for (; i < 200000; ++i) {
+      StoreOutcome o;
+      if (!StoreBlock(r.get(), ns, i, 7, &o)) t->errors++;
+      newest->store(i);
+      if (i % 64 == 0 && Clock::now() >= end && r->ProcessCounters()[Counter::kEvictions] >= 200)
+        break;
+    }
+    t->done.store(1);
+    return r->ProcessCounters()[Counter::kEvictions] >= 200 ? 0 : 12;
+  });
+  std::vector<pid_t> readers;
+  for (int h = 1; h <= 2; ++h) {
+    readers.push_back(Spawn([&, h] {
+      if (!test::WaitFor([&] { return t->arrived.load() >= 1; }, 10000)) return 9;
+      std::unique_ptr<Region> r;
+      if (!m.Open(h, h, 3, &r).ok()) return 10;
+      NamespaceId ns;
+      if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+      uint64_t x = h;
+      const bool verify = true;
+      while (t->done.load() == 0) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t n = newest->load();
+        // Recent blocks, and old ones that CLOCK is about to evict (the
+        // partition holds about 600): a torn read shows on those.
+        const uint64_t id = n - std::min<uint64_t>(n, (x >> 33) % 700);
+        Count(t, (x >> 20) & 1 ? CheckLease(r.get(), ns, id, 7) : Check(r.get(), ns, id));
+      }
+      // A scrub from this host, whose cache holds lines of blocks since
+      // evicted: every READY block verifies.
+      Region::ScrubReport rep;
+      if (verify && (!r->Verify(false, &rep).ok() || rep.crc_failures != 0 || rep.verified == 0))
+        return 12;
+      return 0;
+    }));
+  }
+  EXPECT_EQ(Reap(writer), 0);
+  for (pid_t k : readers) EXPECT_EQ(Reap(k), 0);
+  EXPECT_EQ(t->wrong.load(), 0u);
+  EXPECT_EQ(t->corrupt.load(), 0u);
+  EXPECT_EQ(t->errors.load(), 0u);
+  EXPECT_GT(t->hits.load(), 0u);
+}
+
+// Host 0 is killed in the middle of its stores; its host's cache keeps its
+// dirty lines, which the sweeper lands at random moments. Every block host 0
+// was told was stored stays readable from hosts 1 and 2, whole; the next
+// holder of partition 0 (a new process on host 0) recovers the partition and
+// its blocks are read from the other hosts.
+TEST(NoncoherentEmulator, WriterKilledMidStore) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  std::atomic<uint64_t>* acked = SharedAnon<std::atomic<uint64_t>>();
+  const pid_t victim = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    for (uint64_t i = 1;; ++i) {
+      StoreOutcome o;
+      if (StoreBlock(r.get(), ns, i, 3, &o) && o == StoreOutcome::kStored) acked->store(i);
+      if (i == 300) return 12;  // must have been killed long before
+    }
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return acked->load() >= 5; }, 20000));
+  m.StartSweeper();
+  ASSERT_TRUE(test::WaitFor([&] { return acked->load() >= 60; }, 20000));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  EXPECT_EQ(Reap(victim), 128 + SIGKILL);
+  const uint64_t last = acked->load();
+  std::vector<pid_t> readers;
+  for (int h = 1; h <= 2; ++h) {
+    readers.push_back(Spawn([&, h] {
+      std::unique_ptr<Region> r;
+      if (!m.Open(h, h, 3, &r).ok()) return 10;
+      NamespaceId ns;
+      if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+      for (uint64_t i = 1; i <= last; ++i) Count(t, Check(r.get(), ns, i));
+      if (!Barrier(t, 3, 1)) return 12;  // read before the heir attaches
+      if (!Barrier(t, 3, 2)) return 13;  // the heir has stored
+      for (uint64_t i = 0; i < 40; ++i) {
+        uint64_t v = 0;
+        const Got g = Check(r.get(), ns, 900000 + i, &v);
+        Count(t, g);
+        if (g == Got::kHit && v != 4) t->wrong++;
+      }
+      return 0;
+    }));
+  }
+  const pid_t heir = Spawn([&] {
+    if (!Barrier(t, 3, 1)) return 9;
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    for (uint64_t i = 0; i < 40; ++i) {
+      StoreOutcome o;
+      if (!StoreBlock(r.get(), ns, 900000 + i, 4, &o) || o != StoreOutcome::kStored) t->errors++;
+    }
+    return Barrier(t, 3, 2) ? 0 : 12;
+  });
+  EXPECT_EQ(Reap(heir), 0);
+  for (pid_t k : readers) EXPECT_EQ(Reap(k), 0);
+  EXPECT_EQ(t->wrong.load(), 0u);
+  EXPECT_EQ(t->corrupt.load(), 0u);
+  EXPECT_EQ(t->misses.load(), 0u);
+  EXPECT_EQ(t->errors.load(), 0u);
+  EXPECT_EQ(t->hits.load(), 2 * (last + 40));
+}
+
+// Host 0 is SIGSTOPped mid-store; the lease gives partition 0 to a process on
+// host 3, which stores its own blocks; host 0 resumes (a zombie) and keeps
+// storing until it finds itself fenced. Its late lines land at random
+// moments. Readers on hosts 1 and 2 never get wrong bytes; the heir's
+// blocks that no zombie line overwrote are whole.
+TEST(NoncoherentEmulator, WriterPausedAndReplaced) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  std::atomic<uint64_t>* acked = SharedAnon<std::atomic<uint64_t>>();
+  std::atomic<int>* fenced = SharedAnon<std::atomic<int>>();
+  // Partition 0's first holder comes and goes, and host 3 (an observer)
+  // reads the registry meanwhile: host 3's cache keeps that record line.
+  const pid_t first = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    if (!Barrier(t, 2, 1)) return 12;  // the observer has read the registry
+    return 0;
+  });
+  const pid_t observer = Spawn([&] {
+    if (!test::WaitFor([&] { return std::filesystem::exists(m.path()); }, 10000)) return 9;
+    std::unique_ptr<Region> r;
+    Status s = m.Open(3, -1, 3, &r);
+    for (int i = 0; i < 500 && s.IsBusy(); ++i) {  // the format may still be under way
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s = m.Open(3, -1, 3, &r);
+    }
+    if (!s.ok()) return 10;
+    // The holder registers right after its format is published.
+    if (!test::WaitFor([&] { return !r->Participants().empty(); }, 10000)) return 11;
+    return Barrier(t, 2, 1) ? 0 : 12;
+  });
+  EXPECT_EQ(Reap(first), 0);
+  EXPECT_EQ(Reap(observer), 0);
+  t->arrived = 0;
+  t->phase = 0;
+  // The second holder: stores, is paused, replaced, resumed.
+  const pid_t zombie = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    Status s = r->RegisterNamespace(kNs, &ns);
+    if (!s.ok()) {
+      std::fprintf(stderr, "zombie: %s\n", s.ToString().c_str());
+      return 11;
+    }
+    for (uint64_t i = 1; i < 100000; ++i) {
+      StoreOutcome o;
+      (void)StoreBlock(r.get(), ns, i, 5, &o);
+      if (o == StoreOutcome::kStored) acked->store(i);
+      if (o == StoreOutcome::kFenced) {
+        fenced->store(1);
+        return 0;
+      }
+      if (t->done.load() >= 2) return 12;  // the heir gave up waiting: never fenced
+    }
+    return 13;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return acked->load() >= 5; }, 20000));
+  m.StartSweeper();
+  ASSERT_TRUE(test::WaitFor([&] { return acked->load() >= 40; }, 20000));
+  ASSERT_EQ(::kill(zombie, SIGSTOP), 0);
+  ASSERT_TRUE(test::WaitStopped(zombie));
+  std::vector<pid_t> readers;
+  for (int h = 1; h <= 2; ++h) {
+    readers.push_back(Spawn([&, h] {
+      std::unique_ptr<Region> r;
+      if (!m.Open(h, h, 3, &r).ok()) return 10;
+      NamespaceId ns;
+      if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+      while (t->done.load() < 2) {
+        for (uint64_t i = 1; i < 200 && t->done.load() < 2; ++i) Count(t, Check(r.get(), ns, i));
+      }
+      return 0;
+    }));
+  }
+  const pid_t heir = Spawn([&] {
+    std::unique_ptr<Region> r;
+    Status s = m.Open(3, 0, 3, &r);
+    if (!s.ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    t->done++;  // the lease has moved: the zombie may resume
+    for (uint64_t i = 100; i < 160; ++i) {
+      StoreOutcome o;
+      if (!StoreBlock(r.get(), ns, i, 6, &o)) t->errors++;
+    }
+    const bool ok = test::WaitFor([&] { return fenced->load() == 1; }, Ms(6000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(Ms(300)));
+    t->done++;
+    return ok ? 0 : 12;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return t->done.load() >= 1; }, 20000));
+  ASSERT_EQ(::kill(zombie, SIGCONT), 0);
+  EXPECT_EQ(Reap(zombie), 0) << "the paused writer must find itself fenced";
+  EXPECT_EQ(Reap(heir), 0);
+  for (pid_t k : readers) EXPECT_EQ(Reap(k), 0);
+  EXPECT_EQ(t->wrong.load(), 0u);
+  EXPECT_EQ(t->errors.load(), 0u);
+  EXPECT_GT(t->hits.load(), 0u);
+}
+
+// Host 0 fills its partition, host 3 (an observer) reads every block (its
+// cache now holds the partition's meta lines), host 0 then begins a write
+// that evicts one of them and is killed with the lease open. The next holder
+// of partition 0 runs on host 3: its attach must see the WRITING slot through
+// its stale cache (invalidate first), free it, and leave memory with no
+// WRITING slot; the block can then be stored and read from host 1.
+TEST(NoncoherentEmulator, WriterKilledMidWriteHeirOnAHostWithStaleLines) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr uint64_t kIds = 800;  // more than partition 0 holds: it is full
+  constexpr uint64_t kKey = 777777;
+  const pid_t victim = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    for (uint64_t i = 1; i <= kIds; ++i) {
+      StoreOutcome o;
+      if (!StoreBlock(r.get(), ns, i, 8, &o)) return 12;
+    }
+    if (!Barrier(t, 2, 1)) return 13;  // stored
+    if (!Barrier(t, 2, 2)) return 14;  // the observer has read them all
+    WriteLease l;
+    if (!r->BeginWrite(ns, BlockKey::FromId(kKey), 1000, &l).ok() || !l.open()) return 15;
+    std::memset(l.data(), 0xAB, 1000);
+    t->done.store(1);
+    for (;;) pause();  // killed here, mid-write
+  });
+  const pid_t observer = Spawn([&] {
+    if (!Barrier(t, 2, 1)) return 9;
+    std::unique_ptr<Region> r;
+    if (!m.Open(3, -1, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    for (uint64_t i = 1; i <= kIds; ++i) Count(t, Check(r.get(), ns, i));
+    return Barrier(t, 2, 2) ? 0 : 12;
+  });
+  EXPECT_EQ(Reap(observer), 0);
+  ASSERT_TRUE(test::WaitFor([&] { return t->done.load() == 1; }, 20000));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  EXPECT_EQ(Reap(victim), 128 + SIGKILL);
+  const uint64_t read_hits = t->hits.load();
+  const pid_t heir = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(3, 0, 3, &r).ok()) return 10;
+    if (r->ProcessCounters()[Counter::kReclaimedSlots] != 1) return 11;
+    // Memory itself (not a cache) holds no WRITING slot any more.
+    const int fd = ::open(m.path().c_str(), O_RDONLY);
+    if (fd < 0) return 12;
+    void* p = ::mmap(nullptr, kRegionBytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return 13;
+    const auto* sb = static_cast<const internal::Superblock*>(p);
+    const auto* meta =
+        reinterpret_cast<const internal::SlotMeta*>(static_cast<const uint8_t*>(p) + sb->meta_off);
+    for (uint64_t s = 0; s < sb->num_slots; ++s)
+      if (internal::WordState(meta[s].state.load()) == uint8_t(internal::SlotState::kWriting))
+        return 14;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 15;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, kKey, 9, &o) || o != StoreOutcome::kStored) return 16;
+    return 0;
+  });
+  EXPECT_EQ(Reap(heir), 0);
+  const pid_t reader = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(1, 1, 3, &r).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    uint64_t v = 0;
+    return Check(r.get(), ns, kKey, &v) == Got::kHit && v == 9 ? 0 : 12;
+  });
+  EXPECT_EQ(Reap(reader), 0);
+  EXPECT_GT(read_hits, 100u);
+  EXPECT_EQ(t->wrong.load(), 0u);
+  EXPECT_EQ(t->corrupt.load(), 0u);
+}
+
+}  // namespace
+}  // namespace cxlkv
