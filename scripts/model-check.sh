@@ -35,7 +35,10 @@ FULL_MEM=${MODEL_FULL_MEMLIM_MB:-6144}
 # assertion that must fail) | spin -D flags (bounds: docs/model.md) | state
 # storage (default -DCOLLAPSE, exact; the full cases use -DHC4, hash
 # compaction: a hash collision can hide a state). Cases named fmt-* check
-# model/format.pml, the others model/slot_protocol.pml.
+# model/format.pml, sw-* model/coherence.pml (software mode), the others
+# model/slot_protocol.pml. `violation:` with no text accepts any assertion
+# (the mutants: one per flush and invalidate site of coherence.pml, each
+# removed in turn with -DDROP=n, must each break some property).
 CASES=(
   "v2-1slot|default|pass|-DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
   "v2-2slots|default|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DNO_REGION_CRC"
@@ -45,11 +48,20 @@ CASES=(
   "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
   "fmt-2openers|default|pass|-DNO=2 -DNCHUNK=2 -DCRASHES=1"
   "fmt-limit|default|violation:nattached==0|-DNO=2 -DNCHUNK=1 -DCRASHES=0 -DFORMAT_LIMIT"
+  "sw-1slot|default|pass|-DNSLOT=1 -DNK=2 -DOPS=1"
+  "sw-doc|default|violation:legit[|-DDOC_PROTOCOL -DCHECK_READS_ONLY"
+  "sw-hb-in-rec|default|violation:legit[|-DHB_IN_REC -DCHECK_READS_ONLY"
   "v2-ops2|full|pass|-DOPS0=1 -DOPS=2 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC|-DHC4"
   "v2-2slots-2keys|full|pass|-DOPS=1 -DNSLOT=2 -DNK=2 -DNO_REGION_CRC|-DHC4"
   "v2-rcrash|full|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DRCRASHES=1 -DCRASHES=2 -DNO_REGION_CRC|-DHC4"
   "fmt-3openers|full|pass|-DNO=3 -DNCHUNK=1 -DCRASHES=1|-DHC4"
+  "sw-2slots|full|pass|-DNSLOT=2 -DNK=2 -DOPS=1|-DHC4"
+  "sw-ops2|full|pass|-DNSLOT=1 -DNK=2 -DOPS=2|-DHC4"
+  "sw-clean-drops|full|pass|-DNSLOT=1 -DNK=2 -DOPS=1 -DCLEAN_DROPS|-DHC4"
 )
+# The software-mode mutants: every flush/invalidate site of coherence.pml
+# (its S_* numbers 1..13), each removed in turn, must be caught.
+for n in $(seq 1 13); do CASES+=("sw-drop-$n|default|violation:|-DNSLOT=1 -DNK=2 -DOPS=1 -DDROP=$n"); done
 
 if [ $LIST = 1 ]; then
   printf '%s\n' "${CASES[@]}" | tr '|' '\t'
@@ -65,7 +77,11 @@ for c in "${CASES[@]}"; do
   IFS='|' read -r name tier _ defs <<< "$c"
   [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ] && continue
-  if [[ " $defs " == *" -DOLD_PROTOCOL "* ]]; then variants+=(-DOLD_PROTOCOL); else variants+=(v2); fi
+  v=v2
+  for flag in -DOLD_PROTOCOL -DDOC_PROTOCOL -DHB_IN_REC; do
+    [[ " $defs " == *" $flag "* ]] && v=$flag
+  done
+  variants+=("$v")
 done
 echo "== model names (scripts/check-model-names.sh)"
 if scripts/check-model-names.sh --self-test; then
@@ -120,6 +136,7 @@ for c in "${CASES[@]}"; do
   mem=$MEM
   pml=slot_protocol.pml
   [[ $name == fmt-* ]] && pml=format.pml
+  [[ $name == sw-* ]] && pml=coherence.pml
   [ "$tier" = full ] && mem=$FULL_MEM
   echo "== case $name: spin $defs (verifier $store, memory cap $mem MB)"
   d=$work/$name
