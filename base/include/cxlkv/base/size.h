@@ -19,19 +19,24 @@
 
 namespace cxlkv::base {
 
-// Parses a decimal number (digits and points) and an optional suffix,
-// with optional spaces between: none or B (bytes); KiB/K/k, MiB/M, GiB/G,
-// TiB/T (powers of 1024); KB/kB, MB, GB, TB (powers of 1000). A fraction is
-// rounded to the nearest byte. kInvalidArgument, naming the text, for no
-// leading number, an unknown suffix, or a value above 9.2e18 bytes; *bytes
-// is untouched then.
+// A number here is decimal digits with at most one point ("4096", "1.5",
+// "1.", ".5"): no sign, exponent, hex or second point ("1.2.3GiB" is an
+// error, not 1.2 GiB). Integers are exact; the largest size is 2^63 - 1
+// bytes (off_t's range).
+
+// Parses a number and an optional suffix, with optional spaces between:
+// none or B (bytes); KiB/K/k, MiB/M, GiB/G, TiB/T (powers of 1024); KB/kB,
+// MB, GB, TB (powers of 1000). A fraction is rounded to the nearest byte.
+// kInvalidArgument, naming the text and what is wrong, for no leading number,
+// a malformed one, an unknown suffix, or a value above 2^63 - 1 bytes;
+// *bytes is untouched then.
 Status ParseSize(const std::string& text, uint64_t* bytes);
 
-// Parses a Kubernetes quantity of bytes: a decimal number and one of the
-// suffixes "", k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024),
-// no space between. kInvalidArgument, naming the text, for no number, another
-// suffix (milli "m", exponents "e3", signs), or a value that is not a whole
-// number of bytes in [0, 9.2e18]; *bytes is untouched then.
+// Parses a Kubernetes quantity of bytes: a number and one of the suffixes
+// "", k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), no space
+// between. kInvalidArgument, naming the text, for no number or a malformed
+// one, another suffix (milli "m", exponents "e3", signs), or a value that is
+// not a whole number of bytes in [0, 2^63 - 1]; *bytes is untouched then.
 Status ParseQuantity(const std::string& q, int64_t* bytes);
 
 // "4 KiB", "896 KiB", "1.50 GiB": the largest power-of-1024 unit (B to PiB)
