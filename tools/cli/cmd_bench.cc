@@ -368,6 +368,15 @@ json CoherenceBench(const Flags& f, uint64_t region_size, uint64_t slot) {
     r_own.push_back(sl_own.back() / hl.back());
     r_cross.push_back(sl_cross.back() / hl.back());
   }
+  // Lookup of a present key: hardware vs software from another partition
+  // (probes both partitions, invalidating the other's tag and meta lines).
+  const size_t samples = 20000;
+  const BlockKey probe_hw = hw_keys[0], probe_sw = sw_keys[0];
+  uint64_t wrong = 0;
+  const Percentiles lh =
+      Latency(samples, [&](size_t) { wrong += !hw->Lookup(hns, probe_hw).ok(); });
+  const Percentiles ls =
+      Latency(samples, [&](size_t) { wrong += !sw1->Lookup(sns, probe_sw).ok(); });
   // Stores last: they evict the blocks loaded above.
   for (int k = 0; k < rounds; ++k) {
     hs.push_back(store(hw.get(), hns));
@@ -378,15 +387,6 @@ json CoherenceBench(const Flags& f, uint64_t region_size, uint64_t slot) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  // Lookup of a present key: hardware vs software from another partition
-  // (probes both partitions, invalidating the other's tag and meta lines).
-  const size_t samples = 20000;
-  const BlockKey probe_hw = hw_keys[0], probe_sw = sw_keys[0];
-  uint64_t wrong = 0;
-  const Percentiles lh =
-      Latency(samples, [&](size_t) { wrong += !hw->Lookup(hns, probe_hw).ok(); });
-  const Percentiles ls =
-      Latency(samples, [&](size_t) { wrong += !sw1->Lookup(sns, probe_sw).ok(); });
   const double hw_load = median(hl);
   return {{"slot_bytes", slot},
           {"visibility", RegionInternal::GetVisibility(sw0.get()) != nullptr
