@@ -1,43 +1,29 @@
 // Copyright cxlkv authors.
 #include "cxlkv/status.h"
 
+#include <iterator>
+
 namespace cxlkv {
 
-const std::string& Status::message() const {
-  static const std::string kEmpty;
-  return state_ ? state_->msg : kEmpty;
-}
-
 const char* Status::CodeName(Code c) {
-  switch (c) {
-    case Code::kOk:
-      return "OK";
-    case Code::kNotFound:
-      return "NotFound";
-    case Code::kBusy:
-      return "Busy";
-    case Code::kNoSpace:
-      return "NoSpace";
-    case Code::kCorruption:
-      return "Corruption";
-    case Code::kInvalidArgument:
-      return "InvalidArgument";
-    case Code::kIOError:
-      return "IOError";
-    case Code::kUnsupported:
-      return "Unsupported";
-  }
-  return "Unknown";
+  static constexpr const char* kNames[] = {
+      "OK",         "NotFound",        "Busy",    "NoSpace",
+      "Corruption", "InvalidArgument", "IOError", "Unsupported",
+  };
+  static_assert(std::size(kNames) == static_cast<size_t>(Code::kUnsupported) + 1,
+                "one name per Status::Code, in value order");
+  return base::CodeNameIn(kNames, c);
 }
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(CodeName(state_->code)) + ": " + state_->msg;
+  return std::string(CodeName(code())) + ": " + message();
 }
 
 Status Status::WithContext(std::string_view context) const {
-  if (ok()) return Status();
-  return Status(state_->code, std::string(context) + ": " + state_->msg);
+  Status s(*this);
+  s.PrependContext(context);
+  return s;
 }
 
 }  // namespace cxlkv

@@ -10,36 +10,34 @@
 #ifndef CXLKV_STATUS_H_
 #define CXLKV_STATUS_H_
 
-#include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
+
+#include "cxlkv/base/status_core.h"
 
 namespace cxlkv {
 
-class [[nodiscard]] Status {
+// Status::Code (declared here so that base::StatusCore can hold it).
+// Each code means exactly one thing.
+enum class StatusCode : unsigned char {
+  kOk = 0,
+  kNotFound = 1,         // key absent, or changed while being read (a miss)
+  kBusy = 2,             // contention: another participant holds what we need (or, for
+                         // writes, holds what we held: we were judged dead, "fenced")
+  kNoSpace = 3,          // region full / nothing evictable / table exhausted
+  kCorruption = 4,       // region bytes failed validation (header, CRC, ...)
+  kInvalidArgument = 5,  // caller passed something that can never succeed
+  kIOError = 6,          // the operating system refused (open, mmap, ...)
+  kUnsupported = 7,      // valid request this build/layout cannot serve
+};
+
+// ok(), code() and message() ("" when ok()) come from base::StatusCore
+// (base/include/cxlkv/base/status_core.h), shared with kube::Status.
+class [[nodiscard]] Status : public base::StatusCore<StatusCode> {
  public:
-  // Each code means exactly one thing.
-  enum class Code : unsigned char {
-    kOk = 0,
-    kNotFound = 1,         // key absent, or changed while being read (a miss)
-    kBusy = 2,             // contention: another participant holds what we need (or, for
-                           // writes, holds what we held: we were judged dead, "fenced")
-    kNoSpace = 3,          // region full / nothing evictable / table exhausted
-    kCorruption = 4,       // region bytes failed validation (header, CRC, ...)
-    kInvalidArgument = 5,  // caller passed something that can never succeed
-    kIOError = 6,          // the operating system refused (open, mmap, ...)
-    kUnsupported = 7,      // valid request this build/layout cannot serve
-  };
+  using Code = StatusCode;
 
   Status() noexcept = default;
-  Status(const Status& o) : state_(o.state_ ? std::make_unique<State>(*o.state_) : nullptr) {}
-  Status& operator=(const Status& o) {
-    if (this != &o) state_ = o.state_ ? std::make_unique<State>(*o.state_) : nullptr;
-    return *this;
-  }
-  Status(Status&&) noexcept = default;
-  Status& operator=(Status&&) noexcept = default;
 
   static Status OK() { return Status(); }
   static Status NotFound(std::string_view msg) { return Status(Code::kNotFound, msg); }
@@ -52,8 +50,6 @@ class [[nodiscard]] Status {
   static Status IOError(std::string_view msg) { return Status(Code::kIOError, msg); }
   static Status Unsupported(std::string_view msg) { return Status(Code::kUnsupported, msg); }
 
-  bool ok() const { return state_ == nullptr; }
-  Code code() const { return state_ ? state_->code : Code::kOk; }
   bool IsNotFound() const { return code() == Code::kNotFound; }
   bool IsBusy() const { return code() == Code::kBusy; }
   bool IsNoSpace() const { return code() == Code::kNoSpace; }
@@ -62,23 +58,16 @@ class [[nodiscard]] Status {
   bool IsIOError() const { return code() == Code::kIOError; }
   bool IsUnsupported() const { return code() == Code::kUnsupported; }
 
-  // The message alone ("" when ok()).
-  const std::string& message() const;
   // "<Code name>: <message>", or "OK".
   std::string ToString() const;
   // Returns a copy whose message is "<context>: <message>". OK stays OK.
   Status WithContext(std::string_view context) const;
 
+  // "OK", "NotFound", ... (the enumerator without its k).
   static const char* CodeName(Code c);
 
  private:
-  struct State {
-    Code code;
-    std::string msg;
-  };
-  Status(Code c, std::string_view msg)
-      : state_(std::make_unique<State>(State{c, std::string(msg)})) {}
-  std::unique_ptr<State> state_;  // null means OK
+  Status(Code c, std::string_view msg) : StatusCore(c, msg) {}
 };
 
 }  // namespace cxlkv

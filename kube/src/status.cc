@@ -1,11 +1,10 @@
 // Copyright cxlkv authors.
 #include "cxlkv/kube/status.h"
 
-namespace cxlkv::kube {
+#include <iterator>
+#include <string>
 
-namespace {
-const std::string kEmpty;
-}
+namespace cxlkv::kube {
 
 Status Status::FromHttp(int http, std::string_view reason, std::string_view message) {
   Code c;
@@ -40,63 +39,35 @@ Status Status::FromHttp(int http, std::string_view reason, std::string_view mess
   }
   std::string msg(message);
   if (msg.empty()) msg = "HTTP " + std::to_string(http);
-  return Status(c, http, reason, msg);
+  return Status(c, msg, HttpAnswer{http, std::string(reason)});
 }
-
-const std::string& Status::reason() const { return state_ ? state_->reason : kEmpty; }
-const std::string& Status::message() const { return state_ ? state_->msg : kEmpty; }
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string s = CodeName(code());
-  if (state_->http != 0) {
-    s += " (HTTP " + std::to_string(state_->http);
-    if (!state_->reason.empty()) s += " " + state_->reason;
+  if (http_status() != 0) {
+    s += " (HTTP " + std::to_string(http_status());
+    if (!reason().empty()) s += " " + reason();
     s += ")";
   }
-  return s + ": " + state_->msg;
+  return s + ": " + message();
 }
 
 Status Status::WithContext(std::string_view context) const {
-  if (ok()) return Status();
-  std::string m(context);
-  m += ": ";
-  m += state_->msg;
-  return Status(state_->code, state_->http, state_->reason, m);
+  Status s(*this);
+  s.PrependContext(context);
+  return s;
 }
 
 const char* Status::CodeName(Code c) {
-  switch (c) {
-    case Code::kOk:
-      return "OK";
-    case Code::kNotFound:
-      return "NotFound";
-    case Code::kAlreadyExists:
-      return "AlreadyExists";
-    case Code::kConflict:
-      return "Conflict";
-    case Code::kGone:
-      return "Gone";
-    case Code::kInvalid:
-      return "Invalid";
-    case Code::kUnauthorized:
-      return "Unauthorized";
-    case Code::kForbidden:
-      return "Forbidden";
-    case Code::kTooManyRequests:
-      return "TooManyRequests";
-    case Code::kServerError:
-      return "ServerError";
-    case Code::kTransport:
-      return "Transport";
-    case Code::kBadResponse:
-      return "BadResponse";
-    case Code::kInvalidArgument:
-      return "InvalidArgument";
-    case Code::kCancelled:
-      return "Cancelled";
-  }
-  return "Unknown";
+  static constexpr const char* kNames[] = {
+      "OK",        "NotFound",     "AlreadyExists",   "Conflict",        "Gone",
+      "Invalid",   "Unauthorized", "Forbidden",       "TooManyRequests", "ServerError",
+      "Transport", "BadResponse",  "InvalidArgument", "Cancelled",
+  };
+  static_assert(std::size(kNames) == static_cast<size_t>(Code::kCancelled) + 1,
+                "one name per Status::Code, in value order");
+  return base::CodeNameIn(kNames, c);
 }
 
 }  // namespace cxlkv::kube

@@ -43,5 +43,41 @@ TEST(StatusTest, NonStatusBodyBecomesMessage) {
   EXPECT_EQ(s.ToString(), "ServerError (HTTP 503): service unavailable");
 }
 
+// Every code's name, in the order the API's distinctions are listed.
+TEST(StatusTest, CodeNamesAreTheEnumeratorsWithoutK) {
+  const char* names[] = {
+      "OK",        "NotFound",     "AlreadyExists",   "Conflict",        "Gone",
+      "Invalid",   "Unauthorized", "Forbidden",       "TooManyRequests", "ServerError",
+      "Transport", "BadResponse",  "InvalidArgument", "Cancelled"};
+  for (int i = 0; i < 14; ++i)
+    EXPECT_STREQ(Status::CodeName(static_cast<Status::Code>(i)), names[i]) << i;
+  EXPECT_STREQ(Status::CodeName(static_cast<Status::Code>(14)), "Unknown");
+}
+
+// WithContext keeps the HTTP answer; copies are independent; Error has none.
+TEST(StatusTest, ContextAndCopiesKeepTheHttpAnswer) {
+  const Status s = Status::FromHttp(403, "Forbidden", "no");
+  Status c = s.WithContext("list ResourceSlices");
+  EXPECT_EQ(c.code(), Status::Code::kForbidden);
+  EXPECT_EQ(c.http_status(), 403);
+  EXPECT_EQ(c.reason(), "Forbidden");
+  EXPECT_EQ(c.ToString(), "Forbidden (HTTP 403 Forbidden): list ResourceSlices: no");
+  EXPECT_EQ(s.message(), "no");
+  Status copy = c;
+  c = Status::OK();
+  EXPECT_TRUE(c.ok());
+  EXPECT_EQ(c.http_status(), 0);
+  EXPECT_EQ(c.reason(), "");
+  EXPECT_EQ(c.message(), "");
+  EXPECT_EQ(c.ToString(), "OK");
+  EXPECT_EQ(copy.http_status(), 403);
+  EXPECT_EQ(Status::FromHttp(500, "", "").ToString(), "ServerError (HTTP 500): HTTP 500");
+  const Status e = Status::Error(Status::Code::kTransport, "connect: refused");
+  EXPECT_EQ(e.http_status(), 0);
+  EXPECT_EQ(e.ToString(), "Transport: connect: refused");
+  EXPECT_TRUE(Status::OK().WithContext("x").ok());
+  static_assert(sizeof(Status) == sizeof(void*));
+}
+
 }  // namespace
 }  // namespace cxlkv::kube
