@@ -92,6 +92,12 @@ Status CheckMapping(const Region& region);
 
 // ---- Regions by path ----
 
+// Whose region files GcDirectory may collect.
+enum class GcOwners : uint8_t {
+  kMine = 0,  // only files owned by this process's effective uid
+  kAny = 1,   // every owner's (an administrator's sweep)
+};
+
 struct LifecycleOptions {
   // Where the region lives in the file/device: byte offset, and size
   // (0 = what the region's header records, else the rest of the file).
@@ -103,8 +109,14 @@ struct LifecycleOptions {
   uint64_t liveness_timeout_ns = 5'000'000'000;
   // Root of sysfs, for devdax facts (as RegionOptions::sysfs_root).
   std::string sysfs_root = "/sys";
-  // GcDirectory only: report what would be removed, remove nothing.
+  // GcDirectory and GcFiles: report what would be removed, remove nothing.
   bool dry_run = false;
+  // GcDirectory only: whose files a sweep collects. By default only this
+  // user's: a region another user left unattached may still be wanted (a
+  // cache kept between runs), and "nobody attached" is all gc can prove.
+  // Another owner's regions are kept and reported with their uid. GcFiles
+  // (files named one by one) does not check the owner.
+  GcOwners gc_owners = GcOwners::kMine;
 };
 
 enum class RegionKind : uint8_t {
@@ -168,13 +180,24 @@ struct GcReport {
   std::vector<GcEntry> kept;     // regions (valid or damaged) kept, and why
 };
 
-// Removes from directory `dir` (not recursively) every region file nobody is
-// attached to, and empty files left by failed creates. Damaged regions are
-// kept and reported; blank and foreign files are never touched nor
-// reported. All candidates are watched at once (one watch, not one per
-// file). options.offset and size are ignored (region files start at 0).
-// kIOError if `dir` cannot be read.
+// Removes from directory `dir` (not recursively) every region file that is
+// abandoned — nobody attached, by the definition at the top of this file —
+// and owned as options.gc_owners says (by default this user's), and empty
+// files left by failed creates (same owner rule). Kept and reported: damaged
+// regions, regions in use, other owners' regions and empty files (with the
+// uid). Blank and foreign files are never touched nor reported. All
+// candidates are watched at once (one watch, not one per file).
+// options.offset and size are ignored (region files start at 0). kIOError
+// if `dir` cannot be read.
 Status GcDirectory(const std::string& dir, const LifecycleOptions& options, GcReport* out);
+
+// GcDirectory's rules for the files in `paths`, named one by one, whoever
+// owns them (naming a file is the owner's consent; the OS still decides
+// whether this user may remove it). A named path that is not a region or an
+// empty regular file is kept and reported (absent, a directory or device,
+// blank or foreign bytes), never touched. OK with *out filled.
+Status GcFiles(const std::vector<std::string>& paths, const LifecycleOptions& options,
+               GcReport* out);
 
 }  // namespace cxlkv
 

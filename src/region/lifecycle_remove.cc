@@ -179,55 +179,75 @@ Status UnformatRegion(const std::string& path, const LifecycleOptions& options) 
                      [&](int fd) { return ZeroRegion(path, p, options, fd); });
 }
 
-Status GcDirectory(const std::string& dir, const LifecycleOptions& options, GcReport* out) {
-  *out = GcReport{};
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return Status::IOError("open directory " + dir + ": " + std::strerror(errno));
-  LifecycleOptions o = options;
-  o.offset = 0;
-  o.size = 0;
-  struct Candidate {
-    std::string path;
-    internal::Probe probe;
-    internal::WatchTarget target;
-  };
-  std::vector<std::unique_ptr<Candidate>> cands;
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    if (name == "." || name == "..") continue;
-    const std::string path = dir + "/" + name;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    auto c = std::make_unique<Candidate>();
-    c->path = path;
-    if (Status s = internal::ProbePath(path, o, &c->probe); !s.ok()) {
-      out->kept.push_back({path, s.ToString()});
-      continue;
-    }
-    const RegionKind k = c->probe.report.kind;
-    if (k == RegionKind::kDamaged) {
-      out->kept.push_back({path, "damaged region: " + c->probe.report.detail});
-      continue;
-    }
-    if (k != RegionKind::kRegion && k != RegionKind::kEmpty) continue;  // not ours
-    int fd = -1;
-    std::string err;
-    const FlockResult r =
-        internal::TryExclusive(path, O_RDONLY, c->probe.dev, c->probe.ino, &fd, &err);
-    if (fd >= 0) ::close(fd);
-    if (r != FlockResult::kAcquired) {
-      out->kept.push_back({path, r == FlockResult::kHeld ? "in use: held open by a process on "
-                                                           "this host (flock)"
-                                                         : err});
-      continue;
-    }
-    c->target.region = c->probe.region.get();
-    cands.push_back(std::move(c));
+namespace {
+
+struct GcCandidate {
+  std::string path;
+  internal::Probe probe;
+  internal::WatchTarget target;
+};
+
+// Probes one file for gc and adds it to *cands, or says in out->kept why
+// not. A directory sweep (`named` false) passes over files that are not
+// ours without a word; a named file is always reported.
+void ConsiderForGc(const std::string& path, bool named, const LifecycleOptions& o, GcReport* out,
+                   std::vector<std::unique_ptr<GcCandidate>>* cands) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (named) out->kept.push_back({path, std::string("cannot stat: ") + std::strerror(errno)});
+    return;
   }
-  // One watch for all of them.
+  if (!S_ISREG(st.st_mode)) {
+    if (named) out->kept.push_back({path, "not a regular file; gc removes region files only"});
+    return;
+  }
+  auto c = std::make_unique<GcCandidate>();
+  c->path = path;
+  if (Status s = internal::ProbePath(path, o, &c->probe); !s.ok()) {
+    out->kept.push_back({path, s.ToString()});
+    return;
+  }
+  const RegionKind k = c->probe.report.kind;
+  if (k == RegionKind::kDamaged) {
+    out->kept.push_back({path, "damaged region: " + c->probe.report.detail});
+    return;
+  }
+  if (k != RegionKind::kRegion && k != RegionKind::kEmpty) {  // not ours
+    if (named)
+      out->kept.push_back({path, std::string("not a cxlkv region (") + RegionKindName(k) +
+                                     "); gc never touches it"});
+    return;
+  }
+  // The owner is the lstat's; the probe must have opened that same file.
+  if (c->probe.dev != st.st_dev || c->probe.ino != st.st_ino) {
+    out->kept.push_back({path, "replaced while gc looked at it"});
+    return;
+  }
+  if (!named && o.gc_owners == GcOwners::kMine && st.st_uid != ::geteuid()) {
+    out->kept.push_back({path, "owned by uid " + std::to_string(st.st_uid) +
+                                   ", not this user (uid " + std::to_string(::geteuid()) +
+                                   "): collected only when named, or with any owner"});
+    return;
+  }
+  int fd = -1;
+  std::string err;
+  const FlockResult r =
+      internal::TryExclusive(path, O_RDONLY, c->probe.dev, c->probe.ino, &fd, &err);
+  if (fd >= 0) ::close(fd);
+  if (r != FlockResult::kAcquired) {
+    out->kept.push_back({path, r == FlockResult::kHeld ? "in use: held open by a process on "
+                                                         "this host (flock)"
+                                                       : err});
+    return;
+  }
+  c->target.region = c->probe.region.get();
+  cands->push_back(std::move(c));
+}
+
+// Watches every candidate at once, then removes those nobody is attached
+// to, each under the exclusive flock and after one more look at its records.
+void CollectAbandoned(std::vector<std::unique_ptr<GcCandidate>>& cands, const LifecycleOptions& o,
+                      GcReport* out) {
   std::vector<internal::WatchTarget*> targets;
   for (auto& c : cands)
     if (c->target.region != nullptr) targets.push_back(&c->target);
@@ -266,6 +286,42 @@ Status GcDirectory(const std::string& dir, const LifecycleOptions& options, GcRe
       out->kept.push_back({c->path, why});
     }
   }
+}
+
+LifecycleOptions GcOptions(const LifecycleOptions& options) {
+  LifecycleOptions o = options;
+  o.offset = 0;
+  o.size = 0;
+  return o;
+}
+
+}  // namespace
+
+Status GcDirectory(const std::string& dir, const LifecycleOptions& options, GcReport* out) {
+  *out = GcReport{};
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Status::IOError("open directory " + dir + ": " + std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  const LifecycleOptions o = GcOptions(options);
+  std::vector<std::unique_ptr<GcCandidate>> cands;
+  for (const std::string& name : names) {
+    if (name == "." || name == "..") continue;
+    ConsiderForGc(dir + "/" + name, /*named=*/false, o, out, &cands);
+  }
+  CollectAbandoned(cands, o, out);
+  return Status::OK();
+}
+
+Status GcFiles(const std::vector<std::string>& paths, const LifecycleOptions& options,
+               GcReport* out) {
+  *out = GcReport{};
+  const LifecycleOptions o = GcOptions(options);
+  std::vector<std::unique_ptr<GcCandidate>> cands;
+  for (const std::string& path : paths) ConsiderForGc(path, /*named=*/true, o, out, &cands);
+  CollectAbandoned(cands, o, out);
   return Status::OK();
 }
 

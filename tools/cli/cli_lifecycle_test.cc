@@ -278,6 +278,45 @@ TEST(CliLifecycleTest, GcRemovesRegionsOfDeadParticipantsAndEmptyFiles) {
   EXPECT_EQ(ReadAll(d / "other"), "keep me");
 }
 
+// `cxlkv gc DIR` (the README's command) sweeps this user's abandoned
+// regions only; another user's is kept with its uid until named or swept
+// with --any-owner. Owners are real (chown, so root only).
+TEST(CliLifecycleTest, GcSweepsOnlyThisUsersRegionsUnlessNamedOrAnyOwner) {
+  Dir d("owner");
+  const std::string mine = d / "mine", theirs = d / "theirs", theirs2 = d / "theirs2";
+  for (const std::string& p : {mine, theirs, theirs2})
+    ASSERT_EQ(Cxlkv("format --region " + p + " --region-size 8MiB --slot-size 4KiB").rc, 0);
+  const uid_t other = ::geteuid() + 4242;
+  if (::chown(theirs.c_str(), other, -1) != 0 || ::chown(theirs2.c_str(), other, -1) != 0)
+    GTEST_SKIP() << "needs CAP_CHOWN (root) to give a file another owner";
+  Result r = Cxlkv("gc " + d.path() + " --liveness-timeout-ms 200 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json j = Json(r);
+  EXPECT_EQ(j["removed"], json::array({mine})) << r.out;
+  ASSERT_EQ(j["kept"].size(), 2u) << r.out;
+  EXPECT_NE(j["kept"][0]["reason"].get<std::string>().find("owned by uid " + std::to_string(other)),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(Exists(theirs) && Exists(theirs2));
+  // Named: collected whoever owns it; the human output says so.
+  r = Cxlkv("gc " + theirs + " --liveness-timeout-ms 200");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("removed " + theirs + " (region)"), std::string::npos) << r.out;
+  EXPECT_FALSE(Exists(theirs));
+  EXPECT_TRUE(Exists(theirs2));
+  // A mistyped path is refused before anything is removed.
+  r = Cxlkv("gc " + d.path() + " " + d / "no-such-file");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("no-such-file: No such file or directory"), std::string::npos) << r.err;
+  EXPECT_TRUE(Exists(theirs2));
+  r = Cxlkv("gc " + d.path() + " --any-owner --dry-run --liveness-timeout-ms 200 --json");
+  EXPECT_EQ(Json(r)["removed"], json::array({theirs2})) << r.out;
+  EXPECT_TRUE(Exists(theirs2));
+  r = Cxlkv("gc " + d.path() + " --any-owner --liveness-timeout-ms 200 --json");
+  EXPECT_EQ(Json(r)["removed"], json::array({theirs2})) << r.out;
+  EXPECT_FALSE(Exists(theirs2));
+}
+
 TEST(CliLifecycleTest, BenchNeverRemovesALiveRegionInItsDirectory) {
   Dir d("bench");
   const std::string live = d / "bench-copy";

@@ -1,7 +1,13 @@
 // Copyright cxlkv authors.
 //
 // Region administration: format, inspect, stats, verify, wipe, gc.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -168,14 +174,45 @@ int Wipe(const RegionFlags& f, const TimingFlags& timing, bool as_json) {
   return kExitOk;
 }
 
-int Gc(const std::string& dir, const TimingFlags& timing, bool dry_run, bool as_json) {
+// Each path: a directory is swept (GcDirectory: by default this user's
+// files only), anything else is a file named for collection (GcFiles).
+int Gc(const std::vector<std::string>& paths, const TimingFlags& timing, bool dry_run,
+       bool any_owner, bool as_json) {
   LifecycleOptions o;
   if (timing.liveness_timeout_ms != 0)
     o.liveness_timeout_ns = timing.liveness_timeout_ms * 1'000'000;
   o.dry_run = dry_run;
+  o.gc_owners = any_owner ? GcOwners::kAny : GcOwners::kMine;
+  // A path that does not exist is a mistyped argument: refused before
+  // anything is removed.
+  std::vector<bool> is_dir;
+  for (const std::string& p : paths) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0)
+      return Fail("gc", Status::InvalidArgument(p + ": " + std::strerror(errno)));
+    is_dir.push_back(S_ISDIR(st.st_mode));
+  }
   GcReport rep;
-  Status s = GcDirectory(dir, o, &rep);
-  if (!s.ok()) return Fail("gc", s);
+  std::vector<std::string> files;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
+    if (is_dir[i]) {
+      GcReport one;
+      Status s = GcDirectory(p, o, &one);
+      if (!s.ok()) return Fail("gc", s);
+      rep.removed.insert(rep.removed.end(), one.removed.begin(), one.removed.end());
+      rep.kept.insert(rep.kept.end(), one.kept.begin(), one.kept.end());
+    } else {
+      files.push_back(p);
+    }
+  }
+  if (!files.empty()) {
+    GcReport named;
+    Status s = GcFiles(files, o, &named);
+    if (!s.ok()) return Fail("gc", s);
+    rep.removed.insert(rep.removed.end(), named.removed.begin(), named.removed.end());
+    rep.kept.insert(rep.kept.end(), named.kept.begin(), named.kept.end());
+  }
   json removed = json::array(), kept = json::array();
   for (const GcEntry& e : rep.removed) {
     removed.push_back(e.path);
@@ -250,18 +287,25 @@ void AddRegionCommands(CLI::App& app, int* rc) {
   {
     auto* cmd = app.add_subcommand(
         "gc",
-        "remove region files in DIR that nobody is attached to (no process here holds them "
-        "open, no participant heartbeats), and empty files of failed creates; damaged "
+        "remove abandoned regions: region files nobody is attached to (no process here holds "
+        "them open, no participant heartbeats), and empty files of failed creates. A DIR is "
+        "swept for this user's files only (another owner's are kept and reported; "
+        "--any-owner takes them too); a FILE named is collected whoever owns it. Damaged "
         "regions are kept and reported, other files never touched");
-    auto* dir = new std::string("/dev/shm/cxlkv");
+    auto* paths = new std::vector<std::string>{"/dev/shm/cxlkv"};
     auto* t = new TimingFlags();
     auto* dry = new bool(false);
+    auto* any = new bool(false);
     auto* js = new bool(false);
-    cmd->add_option("dir", *dir, "directory to clean (default /dev/shm/cxlkv)");
+    cmd->add_option("paths", *paths,
+                    "directories to sweep and region files to collect (default /dev/shm/cxlkv)");
     t->Add(cmd, false);
     cmd->add_flag("--dry-run", *dry, "only say what would be removed");
+    cmd->add_flag("--any-owner", *any,
+                  "in a directory, collect every owner's abandoned regions, not only this "
+                  "user's");
     cmd->add_flag("--json", *js, "machine-readable output");
-    cmd->callback([=] { *rc = Gc(*dir, *t, *dry, *js); });
+    cmd->callback([=] { *rc = Gc(*paths, *t, *dry, *any, *js); });
   }
 }
 
