@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "cxlkv/region.h"
@@ -271,6 +272,57 @@ TEST(CliTest, ReplayNeverOverwritesForeignFilesOrRegionsInUse) {
             Json(Cxlkv("inspect --json --region " + region))["region"]["format_epoch"]);
   holder.reset();
   ::unlink(region.c_str());
+}
+
+// The bench table's ratio columns are the GB/s beside them over the memcpy
+// ceiling of the same direction in the same row, and --json carries that
+// ratio and the median of the per-round ratios. A check of arithmetic, not
+// of speed: no threshold on any number.
+TEST(CliTest, BenchRatiosAreTheGBsShownOverTheirCeiling) {
+  const std::string dir = "/dev/shm/cxlkv-test/bench-" + std::to_string(::getpid());
+  const std::string args = "bench --dir " + dir + " --region-size 32MiB --seconds 0.05";
+  Result r = Cxlkv(args + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = Json(r);
+  ASSERT_EQ(j["copy"].size(), 2u) << r.out;
+  for (const json& c : j["copy"]) {
+    ASSERT_FALSE(c.contains("error")) << c.dump();
+    struct Pair {
+      const char* ratio;
+      const char* engine;
+      const char* ceiling;
+    };
+    for (const Pair& p : {Pair{"store_vs_memcpy", "store_gbps", "memcpy_store_gbps"},
+                          Pair{"load_noverify_vs_memcpy", "load_noverify_gbps", "memcpy_load_gbps"},
+                          Pair{"load_verify_vs_memcpy", "load_verify_gbps", "memcpy_load_gbps"}}) {
+      EXPECT_DOUBLE_EQ(c[p.ratio].get<double>(),
+                       c[p.engine].get<double>() / c[p.ceiling].get<double>())
+          << p.ratio << " in " << c.dump();
+      EXPECT_GT(c[std::string(p.ratio) + "_per_round"].get<double>(), 0) << p.ratio;
+    }
+  }
+  r = Cxlkv(args);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  int rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const bool sized =
+        line.find("KiB") != std::string::npos || line.find("MiB") != std::string::npos;
+    if (line.find("GB/s") == std::string::npos || !sized) continue;
+    std::istringstream in(line);
+    std::string size, unit;
+    double v[8];
+    in >> size >> unit;
+    for (double& x : v) in >> x;
+    ASSERT_TRUE(in) << line;
+    ++rows;
+    // Columns: memcpy-in store (x) memcpy-out load (x) load+crc (x); 2 decimals.
+    EXPECT_NEAR(v[2], v[1] / v[0], 0.006 + 0.01 * v[2]) << line;
+    EXPECT_NEAR(v[5], v[4] / v[3], 0.006 + 0.01 * v[5]) << line;
+    EXPECT_NEAR(v[7], v[6] / v[3], 0.006 + 0.01 * v[7]) << line;
+  }
+  EXPECT_EQ(rows, 2) << r.out;
+  ::system(("rm -rf " + dir).c_str());
 }
 
 TEST(CliTest, GcRemovesAbandonedRegionsAndKeepsLiveOnes) {
