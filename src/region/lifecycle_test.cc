@@ -68,6 +68,27 @@ void DropFlockOf(const std::string& path) {
   ::closedir(d);
 }
 
+// A child attached to `path` with its flock dropped (DropFlockOf), so only
+// its heartbeats show it; returns its pid once attached, or -1.
+pid_t SpawnRemoteParticipant(const std::string& path) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t child = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!Region::Open(path, TestOptions(0, 4096), &r).ok()) return 10;
+    DropFlockOf(path);
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) return 11;
+    ::pause();
+    return 0;
+  });
+  ::close(ready[1]);  // a child that fails to attach then ends the read
+  char c;
+  const bool attached = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+  return attached ? child : -1;
+}
+
 LifecycleOptions Quick() {
   LifecycleOptions o;
   o.liveness_timeout_ns = 300'000'000;
@@ -230,19 +251,8 @@ TEST(LifecycleTest, AttachedMeansFlockOrHeartbeatsAndStaleRecordsAreNot) {
     EXPECT_TRUE(DestroyRegion(reg.path(), Quick()).IsBusy());
   }
   // A participant seen only by its heartbeats (another host).
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(reg.path(), TestOptions(0, 4096), &r).ok()) return 10;
-    DropFlockOf(reg.path());
-    char c = 1;
-    if (::write(ready[1], &c, 1) != 1) return 11;
-    ::pause();
-    return 0;
-  });
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const pid_t child = SpawnRemoteParticipant(reg.path());
+  ASSERT_GT(child, 0);
   ASSERT_TRUE(CheckAttached(reg.path(), Quick(), &rep).ok());
   EXPECT_TRUE(rep.attached) << rep.ToString();
   EXPECT_FALSE(rep.locked_on_this_host);
@@ -390,19 +400,8 @@ TEST(LifecycleTest, GcSweepsOnlyThisUsersAbandonedRegionsAndNamedOnes) {
     ::system(("rm -rf " + dir).c_str());
     GTEST_SKIP() << "needs CAP_CHOWN (root) to give a file another owner: " << std::strerror(errno);
   }
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(live, TestOptions(0, 4096), &r).ok()) return 10;
-    DropFlockOf(live);
-    char c = 1;
-    if (::write(ready[1], &c, 1) != 1) return 11;
-    ::pause();
-    return 0;
-  });
-  char c;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const pid_t child = SpawnRemoteParticipant(live);
+  ASSERT_GT(child, 0);
   auto reason = [](const GcReport& rep, const std::string& path) {
     for (const GcEntry& e : rep.kept)
       if (e.path == path) return e.reason;
