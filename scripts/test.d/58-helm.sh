@@ -156,8 +156,15 @@ refused "a ServiceMonitor with nothing to scrape" "serviceMonitor.enabled=true n
 refused "no fabric manager URL" "fabricManager.url is required" --namespace "$NS"
 refused "a URL that is not http(s)" "/fabricManager/url': 'ftp://x' does not match" --namespace "$NS" \
   --set fabricManager.url=ftp://x
-refused "leader election" "leaderElection.enabled is not a switch" --namespace "$NS" "${URL[@]}" \
-  --set controller.leaderElection.enabled=true
+refused "a lease duration under 1 s" "/controller/leaseDurationSeconds': minimum: got 0.5, want 1" \
+  --namespace "$NS" "${URL[@]}" --set-json controller.leaseDurationSeconds=0.5
+refused "the old leaderElection block" "additional properties 'leaderElection' not allowed" \
+  --namespace "$NS" "${URL[@]}" --set controller.leaderElection.enabled=true
+if "$HELM" template "$REL" "$CHART" --namespace "$NS" "${URL[@]}" \
+    --set controller.leaseDurationSeconds=42 2>/dev/null |
+    grep -qF '{name: CXLKV_DRA_LEASE_DURATION, value: "42"}'; then
+  ok "controller.leaseDurationSeconds reaches the controller (CXLKV_DRA_LEASE_DURATION=42)"
+else bad "controller.leaseDurationSeconds is not passed to the controller"; fi
 refused "qos=3" "/controller/qos': value must be one of" --namespace "$NS" "${URL[@]}" --set controller.qos=3
 refused "hostd maxSurge=1" "maxSurge must be 0" --namespace "$NS" "${URL[@]}" \
   --set hostd.updateStrategy.rollingUpdate.maxSurge=1
