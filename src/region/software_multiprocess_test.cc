@@ -17,35 +17,21 @@
 #include <vector>
 
 #include "region_internal.h"
+#include "software_testutil.h"
 #include "testutil.h"
 #include "visibility/visibility.h"
 
 namespace cxlkv {
 namespace {
 
-// Software mode needs the CPU's visibility layer (x86-64 only); elsewhere
-// Open refuses it with kUnsupported and these tests do not apply.
-#define CXLKV_NEED_VISIBILITY()                                                  \
-  do {                                                                           \
-    if (internal::NewCpuVisibility() == nullptr)                                 \
-      GTEST_SKIP() << "no visibility layer for this architecture (x86-64 only)"; \
-  } while (0)
-
 using test::FillPattern;
 using test::Reap;
 using test::ScratchRegion;
 using test::SharedAnon;
+using test::SoftwareOptions;
 using test::Spawn;
 
 const NamespaceDesc kNs{"m", "bf16", "NHD", 0, 0};
-
-RegionOptions Soft(uint64_t size, uint64_t slot, uint32_t partitions, int32_t partition) {
-  RegionOptions o = test::TestOptions(size, slot);
-  o.config.coherence = CoherenceMode::kSoftware;
-  o.config.software_partitions = partitions;
-  o.software_partition = partition;
-  return o;
-}
 
 size_t LenOf(uint64_t id) { return 512 + (id * 37) % 3500; }
 
@@ -86,7 +72,7 @@ TEST(SoftwareMultiProcess, ThreeHostsFormatAttachAndReadEachOthersBlocks) {
   for (int h = kHosts - 1; h >= 0; --h) {
     kids.push_back(Spawn([&, h] {
       std::unique_ptr<Region> r;
-      if (!Region::Open(tmp.path(), Soft(16 << 20, 4096, kHosts, h), &r).ok()) return 10;
+      if (!Region::Open(tmp.path(), SoftwareOptions(16 << 20, 4096, kHosts, h), &r).ok()) return 10;
       NamespaceId ns;
       if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
       for (int i = 0; i < kBlocks; ++i)
@@ -119,12 +105,12 @@ TEST(SoftwareMultiProcess, EvictionUnderCrossHostReadsServesNoWrongBytes) {
   auto* sh = SharedAnon<Shared>();
   {
     std::unique_ptr<Region> r;
-    ASSERT_TRUE(Region::Open(tmp.path(), Soft(2 << 20, 4096, 3, 0), &r).ok());
+    ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(2 << 20, 4096, 3, 0), &r).ok());
   }
   constexpr uint64_t kIds = 4000;  // several times partition 0's capacity
   const pid_t writer = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 0), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 0), &r).ok()) return 10;
     NamespaceId ns;
     if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
@@ -139,7 +125,7 @@ TEST(SoftwareMultiProcess, EvictionUnderCrossHostReadsServesNoWrongBytes) {
   for (int h = 1; h <= 2; ++h) {
     readers.push_back(Spawn([&, h] {
       std::unique_ptr<Region> r;
-      if (!Region::Open(tmp.path(), Soft(0, 0, 0, h), &r).ok()) return 10;
+      if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, h), &r).ok()) return 10;
       NamespaceId ns;
       if (!test::WaitFor([&] { return sh->stored.load() == 1; }, 10000)) return 11;
       if (!r->RegisterNamespace(kNs, &ns).ok()) return 12;
@@ -164,12 +150,12 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   ScratchRegion tmp;
   auto* sh = SharedAnon<Shared>();
   std::unique_ptr<Region> h0;
-  ASSERT_TRUE(Region::Open(tmp.path(), Soft(8 << 20, 4096, 3, 0), &h0).ok());
+  ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 0), &h0).ok());
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   const pid_t victim = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 1), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     NamespaceId n;
     if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
     for (int i = 0; i < 50; ++i)
@@ -188,7 +174,7 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(777)).IsNotFound());  // never READY
   const pid_t third = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 2), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 2), &r).ok()) return 10;
     NamespaceId n;
     if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
     for (int i = 0; i < 50; ++i)
@@ -200,7 +186,7 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   // and can store the key.
   const pid_t heir = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 1), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     if (r->ProcessCounters()[Counter::kReclaimedSlots] != 1) return 11;
     NamespaceId n;
     if (!r->RegisterNamespace(kNs, &n).ok()) return 12;
@@ -219,7 +205,7 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   ScratchRegion tmp;
   auto* sh = SharedAnon<Shared>();
   std::unique_ptr<Region> h0;
-  ASSERT_TRUE(Region::Open(tmp.path(), Soft(8 << 20, 4096, 2, 0), &h0).ok());
+  ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(8 << 20, 4096, 2, 0), &h0).ok());
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   // The old holder of partition 1 reserves a slot, half fills it, and is
@@ -227,7 +213,7 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   // which stores the same key; the old one resumes and tries to publish.
   const pid_t old_holder = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 1), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     NamespaceId n;
     if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
     WriteLease l;
@@ -247,7 +233,7 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   ASSERT_TRUE(test::WaitStopped(old_holder));
   const pid_t heir = Spawn([&] {
     std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), Soft(0, 0, 0, 1), &r).ok()) return 10;
+    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     if (r->ProcessCounters()[Counter::kReclaimedSlots] != 1) return 11;
     NamespaceId n;
     if (!r->RegisterNamespace(kNs, &n).ok()) return 12;

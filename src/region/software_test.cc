@@ -15,34 +15,20 @@
 #include <vector>
 
 #include "region_internal.h"
+#include "software_testutil.h"
 #include "testutil.h"
 #include "visibility/visibility.h"
 
 namespace cxlkv {
 namespace {
 
-// Software mode needs the CPU's visibility layer (x86-64 only); elsewhere
-// Open refuses it with kUnsupported and these tests do not apply.
-#define CXLKV_NEED_VISIBILITY()                                                  \
-  do {                                                                           \
-    if (internal::NewCpuVisibility() == nullptr)                                 \
-      GTEST_SKIP() << "no visibility layer for this architecture (x86-64 only)"; \
-  } while (0)
-
 using internal::CountingVisibility;
 using test::FillPattern;
 using test::MustOpen;
 using test::ScratchRegion;
+using test::SoftwareOptions;
 
 const NamespaceDesc kNs{"m", "bf16", "NHD", 0, 0};
-
-RegionOptions Soft(uint64_t size, uint64_t slot, uint32_t partitions, int32_t partition) {
-  RegionOptions o = test::TestOptions(size, slot);
-  o.config.coherence = CoherenceMode::kSoftware;
-  o.config.software_partitions = partitions;
-  o.software_partition = partition;
-  return o;
-}
 
 std::vector<uint8_t> Block(uint64_t id, size_t n) {
   std::vector<uint8_t> v(n);
@@ -67,9 +53,9 @@ Counted OpenCounted(const std::string& path, const RegionOptions& o) {
 TEST(Software, FormatsLayoutVersion3AndServesEveryPartitionsBlocks) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 3, 0));
-  auto h1 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 0, 1));  // 0: accept
-  auto h2 = MustOpen(tmp.path(), Soft(8 << 20, 4096, 3, 2));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 0));
+  auto h1 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 0, 1));  // 0: accept
+  auto h2 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 2));
   EXPECT_EQ(h0->info().layout_version, 3u);
   EXPECT_EQ(h1->info().config.software_partitions, 3u);
   EXPECT_EQ(h1->info().config.coherence, CoherenceMode::kSoftware);
@@ -119,8 +105,8 @@ TEST(Software, FormatsLayoutVersion3AndServesEveryPartitionsBlocks) {
 TEST(Software, StoreFlushesPayloadAndMetadataAndCrossLoadInvalidatesThem) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  Counted w = OpenCounted(tmp.path(), Soft(8 << 20, 1 << 16, 2, 0));
-  Counted r = OpenCounted(tmp.path(), Soft(8 << 20, 1 << 16, 2, 1));
+  Counted w = OpenCounted(tmp.path(), SoftwareOptions(8 << 20, 1 << 16, 2, 0));
+  Counted r = OpenCounted(tmp.path(), SoftwareOptions(8 << 20, 1 << 16, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(w.r->RegisterNamespace(kNs, &ns).ok());
   const size_t n = 40000;  // 625 lines
@@ -153,9 +139,9 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion hw, sw;
   { auto r = MustOpen(hw.path(), test::TestOptions(4 << 20, 4096)); }
-  { auto r = MustOpen(sw.path(), Soft(4 << 20, 4096, 2, 0)); }
+  { auto r = MustOpen(sw.path(), SoftwareOptions(4 << 20, 4096, 2, 0)); }
   std::unique_ptr<Region> r;
-  Status s = Region::Open(hw.path(), Soft(0, 0, 0, 0), &r);
+  Status s = Region::Open(hw.path(), SoftwareOptions(0, 0, 0, 0), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.ToString().find("hardware"), std::string::npos) << s.ToString();
   EXPECT_NE(s.ToString().find("software"), std::string::npos) << s.ToString();
@@ -165,12 +151,12 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   EXPECT_NE(s.ToString().find("hardware"), std::string::npos) << s.ToString();
   EXPECT_NE(s.ToString().find("software"), std::string::npos) << s.ToString();
   // Partition counts must agree; partitions must exist.
-  s = Region::Open(sw.path(), Soft(0, 0, 3, 1), &r);
+  s = Region::Open(sw.path(), SoftwareOptions(0, 0, 3, 1), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
-  s = Region::Open(sw.path(), Soft(0, 0, 0, 2), &r);
+  s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, 2), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   // A participant needs a partition; hardware mode takes none.
-  s = Region::Open(sw.path(), Soft(0, 0, 0, -1), &r);
+  s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, -1), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   RegionOptions hwp = test::TestOptions(0, 0);
   hwp.software_partition = 0;
@@ -178,7 +164,7 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   // Formatting needs a partition count.
   ScratchRegion blank;
-  s = Region::Open(blank.path(), Soft(4 << 20, 4096, 0, 0), &r);
+  s = Region::Open(blank.path(), SoftwareOptions(4 << 20, 4096, 0, 0), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.ToString().find("software_partitions"), std::string::npos) << s.ToString();
 }
@@ -186,7 +172,7 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
 TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  RegionOptions o = Soft(4 << 20, 4096, 2, 1);
+  RegionOptions o = SoftwareOptions(4 << 20, 4096, 2, 1);
   o.format_wait_ns = 100'000'000;
   std::unique_ptr<Region> r;
   Status s = Region::Open(tmp.path(), o, &r);
@@ -195,12 +181,12 @@ TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
   s = Region::Open(tmp.path(), o, &r);
   EXPECT_TRUE(s.IsNotFound() || s.IsIOError()) << s.ToString();
   // Partition 1 waiting in a thread attaches once partition 0 formats.
-  RegionOptions waiting = Soft(4 << 20, 4096, 2, 1);
+  RegionOptions waiting = SoftwareOptions(4 << 20, 4096, 2, 1);
   Status ws;
   std::unique_ptr<Region> late;
   std::thread t([&] { ws = Region::Open(tmp.path(), waiting, &late); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
   t.join();
   ASSERT_TRUE(ws.ok()) << ws.ToString();
   EXPECT_EQ(late->info().format_epoch, h0->info().format_epoch);
@@ -209,8 +195,8 @@ TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
 TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(2 << 20, 4096, 2, 0));
-  auto h1 = MustOpen(tmp.path(), Soft(2 << 20, 4096, 2, 1));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(2 << 20, 4096, 2, 0));
+  auto h1 = MustOpen(tmp.path(), SoftwareOptions(2 << 20, 4096, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
@@ -253,8 +239,8 @@ TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
 TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 8192, 2, 0));
-  auto h1 = MustOpen(tmp.path(), Soft(4 << 20, 8192, 2, 1));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 0));
+  auto h1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
@@ -314,12 +300,12 @@ TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
 TEST(Software, ObserverReadsButCannotWrite) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   const auto b = Block(9, 300);
   ASSERT_TRUE(h0->Store(ns, BlockKey::FromId(9), b.data(), b.size()).ok());
-  RegionOptions o = Soft(0, 0, 0, -1);
+  RegionOptions o = SoftwareOptions(0, 0, 0, -1);
   o.register_participant = false;
   auto obs = MustOpen(tmp.path(), o);
   NamespaceId ons;
@@ -336,8 +322,8 @@ TEST(Software, ObserverReadsButCannotWrite) {
 TEST(Software, ANewHolderOfThePartitionFencesTheOldOne) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
-  auto old1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
+  auto old1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(old1->RegisterNamespace(kNs, &ns).ok());
   WriteLease wl;
@@ -345,7 +331,7 @@ TEST(Software, ANewHolderOfThePartitionFencesTheOldOne) {
   FillPattern(5, wl.data(), 64);
   // The lease gives partition 1 to a new process (the old one paused): it
   // recovers the half-written slot at attach.
-  auto new1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  auto new1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 1));
   EXPECT_EQ(new1->ProcessCounters()[Counter::kReclaimedSlots], 1u);
   StoreOutcome o;
   EXPECT_TRUE(old1->CommitWrite(&wl, nullptr, &o).IsBusy());
@@ -364,8 +350,8 @@ TEST(Software, ANewHolderOfThePartitionFencesTheOldOne) {
 TEST(Software, ThreadsOfOneHostShareItsPartition) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 0));
-  auto h1 = MustOpen(tmp.path(), Soft(4 << 20, 4096, 2, 1));
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
+  auto h1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
   ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
