@@ -11,6 +11,30 @@ CXLKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 JOBS=${JOBS:-$(nproc)}
 CXLKV_FULL=${CXLKV_FULL:-0}
 
+# ccache across clones. CI builds a fresh clone in a new directory each time, and
+# CMake's Ninja generator passes absolute paths (sources, -I), so without a base
+# directory every path differs and every object misses the cache. With
+# CCACHE_BASEDIR set to the repository root, ccache rewrites the paths under it
+# to relative ones before hashing. Builds with -g (RelWithDebInfo) also hash
+# the working directory, because it is written into the debug info
+# (DW_AT_comp_dir); -fdebug-prefix-map=ROOT=. writes it relative to the root,
+# and ccache then hashes the mapped directory, so a second clone hits too and
+# its debug info is still right (ccache(1), "Compiling in different
+# directories"). The flags reach a build directory when it is first
+# configured (CMake reads CFLAGS/CXXFLAGS then), which a fresh clone always is.
+# The cache is the user's CCACHE_DIR, or else one of the project's own under
+# $CXLKV_CACHE (so other projects' builds on the machine do not evict it).
+export CCACHE_BASEDIR=$CXLKV_ROOT
+export CCACHE_DIR=${CCACHE_DIR:-${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/ccache}
+case " ${CFLAGS:-} " in
+  *" -fdebug-prefix-map=$CXLKV_ROOT=. "*) ;;
+  *) export CFLAGS="${CFLAGS:+$CFLAGS }-fdebug-prefix-map=$CXLKV_ROOT=." ;;
+esac
+case " ${CXXFLAGS:-} " in
+  *" -fdebug-prefix-map=$CXLKV_ROOT=. "*) ;;
+  *) export CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-fdebug-prefix-map=$CXLKV_ROOT=." ;;
+esac
+
 # ccache, where installed, for every configure the stages make.
 cxlkv_launcher_args() {
   if command -v ccache >/dev/null 2>&1; then
