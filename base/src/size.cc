@@ -1,6 +1,7 @@
 // Copyright cxlkv authors.
 #include "cxlkv/base/size.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -98,6 +99,13 @@ Status ParseSize(const std::string& text, uint64_t* bytes) {
   const std::string why = ScanNumber(text, &n);
   if (!why.empty()) return Status::InvalidArgument("size '" + text + "' " + why);
   std::string suf = text.substr(n.len);
+  // Spaces may separate the number from a suffix, never end the text: "4096 "
+  // is most often a quoting slip that cut something off ("4096 KiB" split by
+  // a shell, a YAML value with a stray tail), so it is refused, not read as
+  // 4096 bytes.
+  if (!suf.empty() && std::isspace(static_cast<unsigned char>(suf.back())))
+    return Status::InvalidArgument("size '" + text +
+                                   "' ends in whitespace (write the number and suffix alone)");
   while (!suf.empty() && suf.front() == ' ') suf.erase(0, 1);
   const Suffix* s = FindSuffix(kSizeSuffixes, suf);
   if (s == nullptr)

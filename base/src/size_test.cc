@@ -61,6 +61,11 @@ TEST(SizeTest, ParseSizeRejectsMalformedSizesAndLeavesTheOutputAlone) {
                            "1PiB",
                            "4096 bytes",
                            "1\n",
+                           "4096 ",
+                           "4096  ",
+                           "4 KiB ",
+                           "4KiB\t",
+                           "1.5GiB ",
                            "99999999999999999999",
                            "9223372036854775808",
                            "18446744073709551616KiB",
@@ -77,6 +82,7 @@ TEST(SizeTest, ParseSizeRejectsMalformedSizesAndLeavesTheOutputAlone) {
   uint64_t v = 0;
   EXPECT_NE(ParseSize("1.2.3GiB", &v).message().find("more than one decimal point"),
             std::string::npos);
+  EXPECT_NE(ParseSize("4096 ", &v).message().find("ends in whitespace"), std::string::npos);
 }
 
 TEST(SizeTest, ParseSizeIsExactForIntegersUpToTheLargestOffset) {
@@ -102,7 +108,7 @@ TEST(SizeTest, ParseSizeIsExactForIntegersUpToTheLargestOffset) {
 // expression written from it), with the value in range.
 TEST(SizeTest, ParseSizeAcceptsExactlyTheGrammarOnRandomText) {
   const std::regex grammar(
-      R"(^([0-9]+\.?[0-9]*|\.[0-9]+) *(|B|KiB|K|k|MiB|M|GiB|G|TiB|T|KB|kB|MB|GB|TB)$)");
+      R"(^([0-9]+\.?[0-9]*|\.[0-9]+)( *(B|KiB|K|k|MiB|M|GiB|G|TiB|T|KB|kB|MB|GB|TB))?$)");
   const std::string alphabet = "0123456789...  KMGTkiBbe-+x";
   std::mt19937_64 rng(20261201);
   int accepted = 0, rejected = 0;

@@ -27,9 +27,11 @@ namespace cxlkv::base {
 // Parses a number and an optional suffix, with optional spaces between:
 // none or B (bytes); KiB/K/k, MiB/M, GiB/G, TiB/T (powers of 1024); KB/kB,
 // MB, GB, TB (powers of 1000). A fraction is rounded to the nearest byte.
+// Nothing may come before the number or after the suffix ("4096 " and
+// "4 KiB " are refused: spaces only separate the two).
 // kInvalidArgument, naming the text and what is wrong, for no leading number,
-// a malformed one, an unknown suffix, or a value above 2^63 - 1 bytes;
-// *bytes is untouched then.
+// a malformed one, trailing whitespace, an unknown suffix, or a value above
+// 2^63 - 1 bytes; *bytes is untouched then.
 Status ParseSize(const std::string& text, uint64_t* bytes);
 
 // Parses a Kubernetes quantity of bytes: a number and one of the suffixes
