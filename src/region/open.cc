@@ -177,6 +177,18 @@ Status RegionImpl::FormatOrWait() {
       " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB are not zero); "
       "refusing to format over them (`cxlkv format --force` does not either: remove or zero "
       "the file yourself if it is not needed)");
+  // `lock` below is read before the bytes it is judged with. Another opener
+  // that claims the lock in between zeroes and writes the metadata (its
+  // format, then its users' records and blocks): those bytes are not
+  // foreign, and its format is to be waited for, not refused. Only a lock
+  // still free after reading them makes them someone else's. (Under load
+  // this was MultiProcessTest.EightProcessesRacingToFormat's flake: a child
+  // descheduled between the reads failed its Open with "neither a cxlkv
+  // region nor blank".)
+  auto lock_taken_since = [this] {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return sb_->format_lock.load(std::memory_order_acquire) != 0;
+  };
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
     const uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
@@ -220,7 +232,10 @@ Status RegionImpl::FormatOrWait() {
       }
       // else: a formatter between its header copy and its final CAS.
     } else if (lock == 0) {
-      if (!blank_header || !blank_rest) return not_ours;
+      if (!blank_header || !blank_rest) {
+        if (lock_taken_since()) continue;
+        return not_ours;
+      }
       claim = true;
     } else if (!blank_rest && !our_json) {
       return not_ours;  // a format lock word over foreign bytes
@@ -240,7 +255,13 @@ Status RegionImpl::FormatOrWait() {
       // header: all of it must be blank (a file with zeros at its start
       // and data after, like an ISO image's system area, is not blank).
       // A file this process just created is blank by construction.
-      if (lock == 0 && !map_->created()) CXLKV_RETURN_IF_ERROR(CheckMetadataAreaBlank());
+      if (lock == 0 && !map_->created()) {
+        Status blank = CheckMetadataAreaBlank();
+        if (!blank.ok()) {
+          if (lock_taken_since()) continue;
+          return blank;
+        }
+      }
       const uint64_t nonce = RandomNonZero();
       uint64_t expected = lock;
       if (sb_->format_lock.compare_exchange_strong(expected, nonce, std::memory_order_acq_rel)) {
