@@ -25,9 +25,13 @@ _k8s_go_build() {  # <log> <go build args...>
   local start=$SECONDS
   _k8s_go build -v "$@" >"$log" 2>&1 &
   local pid=$!
+  # Polled each second, reported each 20: a build the Go cache answers in a
+  # few seconds (the fake kubelet after an edit) must not wait out a 20 s sleep.
+  local ticks=0
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 20
-    kill -0 "$pid" 2>/dev/null &&
+    sleep 1
+    ticks=$((ticks + 1))
+    [ $((ticks % 20)) = 0 ] && kill -0 "$pid" 2>/dev/null &&
       echo "  ... $(wc -l <"$log") packages compiled, $((SECONDS - start))s elapsed" >&2
   done
   if ! wait "$pid"; then
