@@ -169,6 +169,42 @@ def test_lookup_pin_expires_without_prepare_load(region_path):
     m.shutdown()
 
 
+def test_reset_closes_jobs_in_flight_on_0_32(region_path):
+    """0.26/0.32 discard the jobs in flight at reset_cache and never say when
+    the workers are done with them (0.33's on_reset_flushed: test_v033.py):
+    their reservations are closed and their pins released at the reset, so
+    no slot stays WRITING and the discarded key is stored again."""
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec, ReqContext, make_offload_key
+
+    from cxlkv import _cxlkv
+    from cxlkv.vllm import compat
+
+    if compat.reset_is_fenced():
+        pytest.skip("this vLLM has on_reset_flushed (test_v033.py covers it)")
+    m, w = _replica(region_path)
+    key = make_offload_key(os.urandom(32), 0)
+    out = m.prepare_store([key], ReqContext(req_id="s"))
+    assert out.keys_to_store == [key]
+
+    def writing():
+        return [v for v in _cxlkv.scan_slots(m.region, 0, m.region.info().num_slots)
+                if v[1] == "writing"]
+
+    assert len(writing()) == 1
+    m.reset_cache()
+    assert writing() == [] and m.pinned() == 0
+    again = m.prepare_store([key], ReqContext(req_id="s2"))
+    assert again.keys_to_store == [key], "the discarded key is stored again"
+    assert w.submit_store(1, GPULoadStoreSpec([1], group_sizes=[1], block_indices=[0]),
+                          again.store_spec)
+    w.wait({1})
+    assert [r.success for r in w.get_finished()] == [True]
+    m.complete_store([key], ReqContext(req_id="s2"))
+    assert m.region.lookup(m._ns(key), block_key(key))
+    w.shutdown()
+    m.shutdown()
+
+
 def _replica(path, **kw):
     """A manager and a worker of one replica (one 64 KiB page per block, a
     region of about 35 slots)."""

@@ -65,6 +65,34 @@ def stats():
     return OffloadingConnectorStats()
 
 
+def reset_is_fenced():
+    """True where vLLM tells the manager when the jobs a cache reset
+    discarded are flushed by the workers (0.33: ``on_reset_flushed``);
+    0.26/0.32 never do."""
+    from vllm.v1.kv_offload.base import OffloadingManager
+
+    return "on_reset_flushed" in vars(OffloadingManager)
+
+
+def skip_lookup_snapshots(scheduler):
+    """Stops vLLM's KV-events tracker from keeping a payload per lookup hit.
+
+    ``OffloadingEventsTracker.record_lookup`` (0.32/0.33,
+    ``offloading/events.py``) snapshots a hit chunk's payload (token ids,
+    per-block hashes) so that its later removal can be described; it is
+    dropped only at a removal of that key. cxlkv announces a chunk only from
+    the replica that stored it (manager.py), whose ``record_store`` snapshot
+    is taken before that store, so a lookup snapshot is never used here,
+    and in a replica that only loads it would stay for good (one per chunk
+    it ever hit). Returns True if the scheduler had such a tracker.
+    """
+    tracker = getattr(scheduler, "_events_tracker", None)
+    if tracker is None or not hasattr(tracker, "record_lookup"):
+        return False
+    tracker.record_lookup = lambda *args, **kwargs: None
+    return True
+
+
 def kv_cache_layout_name(layout):
     """0.26 calls the layer-outermost layout 'HND'; 0.32/0.33 'LBHNC' (same bytes)."""
     return {"HND": "LBHNC", None: "LBHNC"}.get(layout, layout)

@@ -13,16 +13,28 @@ kv_load_failure_policy has no effect).
 vLLM's scheduler then truncates the request's computed tokens at the first
 failed block and recomputes from there (v1/core/sched/scheduler.py,
 _update_requests_with_invalid_blocks; single KV group models only).
+
+In the scheduler process it also stops vLLM's KV-events tracker from keeping
+a payload for every lookup hit (compat.skip_lookup_snapshots): cxlkv never
+uses those, and in a replica that loads what others stored they would pile
+up for good.
 """
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
     OffloadingConnector,
 )
 
+from . import compat
 from .worker import CxlkvWorker
 
 
 class CxlkvOffloadingConnector(OffloadingConnector):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        sched = getattr(self, "connector_scheduler", None)
+        if sched is not None:
+            compat.skip_lookup_snapshots(sched)
+
     def register_kv_caches(self, kv_caches):
         super().register_kv_caches(kv_caches)
         w = self._cxlkv_worker()

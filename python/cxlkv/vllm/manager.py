@@ -109,6 +109,9 @@ class CxlkvManager(OffloadingManager):
         self._tail = collections.deque()      # announced slots, in tailing order
         self._events = []                     # (removed, OffloadKey), oldest first
         self._restoring = set()               # announced keys being stored again (module doc)
+        # What the last reset_cache left to on_reset_flushed (0.33, reset_cache).
+        self._flushing_leases = []            # cxlkv WriteLease of discarded store jobs
+        self._flushing_pins = []              # PinSet of discarded load jobs
 
     # ---- helpers ----
     def _ns(self, key):
@@ -285,7 +288,7 @@ class CxlkvManager(OffloadingManager):
             # Loading pins stay until complete_load (the job may still run).
             self._release(req_context.req_id, [k for k, p in held.items() if not p.loading])
 
-    def on_schedule_end(self, context=None):
+    def on_schedule_end(self, context):
         now = time.monotonic()
         for req_id, held in list(self._pins.items()):
             stale = [k for k, p in held.items() if p.deadline is not None and p.deadline < now]
@@ -378,13 +381,49 @@ class CxlkvManager(OffloadingManager):
         self._events.append((True, key))
 
     def reset_cache(self):
-        # The region is shared with other replicas: a local reset drops only
-        # what this replica holds (pins, reservations), never others' blocks.
-        for req_id in list(self._pins):
-            self._release(req_id)
+        """The region is shared with other replicas: a local reset drops only
+        what this replica holds (pins, reservations), never others' blocks.
+
+        vLLM discards the jobs in flight at a reset (0.32 and 0.33,
+        ``offloading/scheduler.py`` ``_reset_cache``: their completions are
+        skipped as stale), so complete_store/complete_load never come for
+        them: their reservations are closed here, not left WRITING (a stuck
+        key, skipped by this replica's prepare_store for good). The workers
+        may still be copying those jobs until they report them flushed; 0.33
+        says when (``on_reset_flushed``), so there the reservations and the
+        pins of loads in flight are kept until then. 0.32 has no such call:
+        they are closed now, and a worker's late fill is refused or never
+        served (cxlkv/delegate.h: the part table's word and the CRC).
+        """
+        fenced = compat.reset_is_fenced()
+        for key, w in list(self._leases.items()):
+            if fenced:
+                self._flushing_leases.append(w)
+            else:
+                _cxlkv.abort_write(self.region, w)
+            self._store_lost(key)
+        self._leases.clear()
+        self._lease_slot.clear()
+        for req_id, held in list(self._pins.items()):
+            if fenced:
+                self._flushing_pins += [p.pins for p in held.values() if p.loading]
+                for p in held.values():
+                    if not p.loading:
+                        p.pins.release()
+            else:
+                for p in held.values():
+                    p.pins.release()
+        self._pins.clear()
 
     def on_reset_flushed(self):  # 0.33
-        return
+        """The workers reported every job of the last reset: nothing copies
+        into or out of those slots any more."""
+        for w in self._flushing_leases:
+            _cxlkv.abort_write(self.region, w)
+        self._flushing_leases = []
+        for pins in self._flushing_pins:
+            pins.release()
+        self._flushing_pins = []
 
     @_timed("get_stats")
     def get_stats(self):
@@ -408,6 +447,7 @@ class CxlkvManager(OffloadingManager):
                  "num_slots": int(i.num_slots), "parts": int(self.parts)}]
 
     def shutdown(self):
+        self.on_reset_flushed()  # vLLM is stopping: its workers with it
         for w in self._leases.values():
             _cxlkv.abort_write(self.region, w)
         self._leases.clear()
@@ -419,7 +459,7 @@ class CxlkvManager(OffloadingManager):
 
     # For tests and tools.
     def pinned(self):
-        return sum(len(h) for h in self._pins.values())
+        return sum(len(h) for h in self._pins.values()) + len(self._flushing_pins)
 
 
 class CxlkvLoadSpec(LoadStoreSpec):
