@@ -15,7 +15,8 @@
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
-# and compiles the binding (about 3 min). Warm: about 300 s on 2 idle cores, estimated
+# and compiles the binding (about 3 min); fetches vLLM 0.33.0's source
+# (scripts/vllm-src.sh, about 15 s) for test/vllm/test_v033.py. Warm: about 300 s on 2 idle cores, estimated
 # (13 engine starts, two at a time where they can be: 201 s measured with the
 # first 10 in the whole default run; the kill/events scenario adds 3 starts
 # and runs its engines side by side), far more when other work shares the
@@ -30,6 +31,11 @@ trap 'echo "vllm: $passed passed, $failed failed, $skipped skipped"' EXIT
 VENV=$(bash scripts/vllm-venv.sh) || { echo "vllm stage: venv install failed"; failed=1; exit 1; }
 PY=$VENV/bin/python
 echo "vllm stage: $("$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>/dev/null)"
+
+# vLLM 0.33.0's Python source (not installed) for the unit tests of the
+# 0.33-only hooks (test/vllm/test_v033.py); first run about 15 s, then cached.
+SRC033=$(PYTHON="$PY" bash scripts/vllm-src.sh) || { echo "vllm stage: vLLM 0.33.0 source fetch failed"; failed=1; exit 1; }
+export CXLKV_VLLM033_SRC=$SRC033
 
 SITE=$CXLKV_ROOT/build-vllm-site
 log=$(mktemp)
