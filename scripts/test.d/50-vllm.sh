@@ -6,7 +6,8 @@
 # mismatched hash seed / algorithm refused at start; a corrupted slot
 # recomputed, not used; TP=2; the OpenAI server with cxlkv's metrics; an
 # engine SIGKILLed mid-store (reservations reclaimed, no half-written chunk
-# served, no stuck key, a restarted one loads exact bytes), the shared tier's
+# served, no stuck key, a restarted one loads exact bytes, then is SIGKILLed
+# mid-load and its pins are released by the region's reclaim), the shared tier's
 # KV events through vLLM's ZMQ publisher in the legacy and the self-describing
 # format (the writer announces each chunk once, a replica that only loads
 # announces nothing, removals by another replica reported), and other weights
@@ -20,7 +21,10 @@
 # (13 engine starts, two at a time where they can be: 201 s measured with the
 # first 10 in the whole default run; the kill/events scenario adds 3 starts
 # and runs its engines side by side), far more when other work shares the
-# cores (measured 656 s at a load average of 7-10, 2116 s at 13-30). The 30 s two-engine soak
+# cores (measured 656 s at a load average of 7-10, 2116 s at 13-30). Since then, with no new
+# engine start: test_v033.py (vLLM 0.33.0's classes, no engine) about 16 s, and the
+# kill scenario's K2 serving PK a second time to be SIGKILLed mid-load, about 10 s more
+# (its checkpoint waits 3 s for KV events, the pins' reclaim about 5 s). The 30 s two-engine soak
 # runs only under scripts/test.sh --full (CXLKV_FULL=1).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"

@@ -16,6 +16,16 @@ the engine's whole process group (the engine killed -9 mid-store), after
 writing kill-<pid>.json: the job's reservations (write tokens, keys) and how
 many chunks were filled.
 
+With CXLKV_PROBE_KILL_LOAD_ARM=<file> and CXLKV_PROBE_KILL_LOAD_AFTER=<n>: once
+<file> exists, the worker loads n chunks of its next load job and then
+SIGKILLs the engine's whole process group, while the manager holds the
+job's lookup pins (taken at lookup, held until complete_load), after writing
+kill-load-<pid>.json: the job's chunks and how many were loaded.
+
+With CXLKV_PROBE_TRACKER=1, manager-<pid>.json also has "tracked_payloads":
+how many chunk payloads vLLM's KV-events tracker in this EngineCore holds
+(found through the garbage collector; compat.skip_lookup_snapshots).
+
 Select with spec_name="ProbeSpec", spec_module_path="probe" (this directory on
 PYTHONPATH). Not part of the product.
 """
@@ -88,6 +98,33 @@ def _kill_mid_store(w, dst_spec, n):
     _cxlkv.fill_part = fill_then_die
 
 
+def _kill_mid_load(src_spec, n):
+    """Loads n chunks of this load job like the worker does, then SIGKILLs
+    the engine (all its processes) with the job's pins still held."""
+    from cxlkv import _cxlkv
+
+    load = _cxlkv.load_part
+    loaded = [0]
+
+    def load_then_die(*args, **kw):
+        if loaded[0] == n:
+            _write(f"kill-load-{os.getpid()}.json", {"entries": [list(e) for e in src_spec.entries],
+                                                     "loaded": loaded[0]})
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        out = load(*args, **kw)
+        loaded[0] += 1
+        return out
+
+    _cxlkv.load_part = load_then_die
+
+
+def _tracked_payloads():
+    import gc
+
+    return sum(len(getattr(o, "_pending_event_metadata", ())) for o in gc.get_objects()
+               if type(o).__name__ == "OffloadingEventsTracker")
+
+
 class ProbeSpec(CxlkvOffloadingSpec):
     def get_manager(self):
         m = super().get_manager()
@@ -95,9 +132,12 @@ class ProbeSpec(CxlkvOffloadingSpec):
         pid = os.getpid()
         prepare_load, complete_store = m.prepare_load, m.complete_store
 
+        tracker = os.environ.get("CXLKV_PROBE_TRACKER") == "1"
+
         def _state():
             totals = {f"{n}{'' if l is None else '{' + l + '}'}": v for (n, l), v in m.totals.items()}
-            return state | {"pinned": m.pinned(), "totals": totals}
+            more = {"tracked_payloads": _tracked_payloads()} if tracker else {}
+            return state | {"pinned": m.pinned(), "totals": totals} | more
 
         def probe_prepare_load(keys, req_context):
             keys = list(keys)
@@ -135,6 +175,8 @@ class ProbeSpec(CxlkvOffloadingSpec):
         store, load = w._store, w._load
         arm = os.environ.get("CXLKV_PROBE_KILL_ARM")
         kill_after = int(os.environ.get("CXLKV_PROBE_KILL_AFTER", "0"))
+        load_arm = os.environ.get("CXLKV_PROBE_KILL_LOAD_ARM")
+        load_kill_after = int(os.environ.get("CXLKV_PROBE_KILL_LOAD_AFTER", "0"))
 
         def probe_store(job_id, src_spec, dst_spec):
             chunks = list(w._chunks(src_spec))
@@ -154,6 +196,8 @@ class ProbeSpec(CxlkvOffloadingSpec):
 
         def probe_load(job_id, src_spec, dst_spec):
             chunks = list(w._chunks(dst_spec))
+            if load_arm and os.path.exists(load_arm):
+                _kill_mid_load(src_spec, load_kill_after)
             failed_before = w.counts["load_failed"]
             res = load(job_id, src_spec, dst_spec)
             # This job's failed blocks (vLLM sees them with the job's result).

@@ -23,7 +23,8 @@ started together run their loops at the same time), drain
 ({"signal": file, "wait": file}: after the rounds, create "signal", wait for
 "wait", then serve a prompt shorter than one chunk, so that the engine steps
 again and its manager reports what changed in the region meanwhile; it
-stores and loads nothing).
+stores and loads nothing), checkpoint (write the result JSON after every
+round too, so that an engine killed later leaves what it did before).
 """
 import json
 import os
@@ -140,6 +141,13 @@ def main():
     results = []
     deadline = time.time() + spec.get("loop_s", 0)
     waits, signals = spec.get("waits", {}), spec.get("signals", {})
+    def dump(events):
+        tmp = spec["out"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"started_s": started, "results": results, "pid": os.getpid(),
+                       "events": events}, f)
+        os.replace(tmp, spec["out"])
+
     while True:
         for n, rnd in enumerate(spec.get("rounds", [list(range(len(prompts)))])):
             if str(n) in waits:
@@ -154,6 +162,10 @@ def main():
                 results.append({"prompt": i, "prompt_len": len(prompts[i]),
                                 "tokens": list(o.outputs[0].token_ids),
                                 "cached": int(o.num_cached_tokens or 0), "seconds": dt})
+            if spec.get("checkpoint"):
+                if tap is not None:
+                    time.sleep(3.0)  # the publisher sends from its own thread (EventTap.close)
+                dump(list(tap.events) if tap is not None else [])
             if str(n) in signals:
                 open(signals[str(n)], "w").close()
         if time.time() >= deadline:
@@ -169,9 +181,7 @@ def main():
     if tap is not None:
         tap.close()
         events = tap.events
-    with open(spec["out"], "w") as f:
-        json.dump({"started_s": started, "results": results, "pid": os.getpid(),
-                   "events": events}, f)
+    dump(events)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def world(tmp_path_factory):
     one = dict(base, rounds=[[0]])
     batch = run_engines(tmp, [
         ("B", dict(one, kv_events=f"ipc://{tmp}/events-B", events_format="self_describing"),
-         None, True),
+         {"CXLKV_PROBE_TRACKER": "1"}, True),
         ("Bzero", one, {"CXLKV_PROBE_ZERO_LOADS": "1"}, True),
         ("refused-hash_seed_fingerprint", one, {"PYTHONHASHSEED": "12345"}, False),
         ("refused-hash_algorithm", dict(one, hash_algo="sha256_cbor"), None, False),
@@ -204,6 +204,12 @@ def test_kv_events_the_writer_announces_a_loader_does_not(world):
     assert list(manager_state(probe_b)["loads"].values()) == [PROMPT_LEN // BLOCK]
     print(f"events: B loaded {PROMPT_LEN // BLOCK} chunks, announced {len(b['events'])}")
     assert b["events"] == [], "a replica that only loaded announces nothing of the shared tier"
+    # vLLM's events tracker snapshots a payload per lookup hit and drops it
+    # only at a removal B never sends; CxlkvOffloadingConnector stops that
+    # (compat.skip_lookup_snapshots), else B would hold 64 for good.
+    tracked = manager_state(probe_b)["tracked_payloads"]
+    print(f"events: B's KV-events tracker holds {tracked} chunk payloads after 64 hits")
+    assert tracked == 0, "payloads of chunks B only loaded, never to be released"
 
 
 @pytest.mark.parametrize("field", ["hash_seed_fingerprint", "hash_algorithm"])
@@ -345,10 +351,13 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
     reclaimed (no slot left WRITING) and none of PK's chunks is READY; E's
     events withdraw exactly the P0 chunks K evicted; E serves PK with no hit
     on K's half-written chunks and stores every chunk of it (no stuck key);
-    K', a restarted K, hits every chunk of PK and loads E's bytes exactly.
-    And while E is attached, an engine serving other weights under E's model
+    K', a restarted K, hits every chunk of PK and loads E's bytes exactly,
+    then is SIGKILLed in the middle of loading PK again, holding that load's
+    16 lookup pins: the region's reclaim releases them (the slots can be
+    dropped again well within the pins' lifetime). And while E is attached, an engine serving other weights under E's model
     name is refused at start, naming both fingerprints."""
     import torch
+    from cxlkv.errors import BusyError, NotFoundError
 
     if torch.cuda.is_available():
         pytest.skip("the kill failpoint (probe.py) wraps the CPU worker's per-chunk fill_part; "
@@ -358,7 +367,7 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
     region = f"/dev/shm/cxlkv/vllm-kill-{os.getpid()}"
     r = random.Random(23)
     prompts = [[r.randrange(4, 1000) for _ in range(512)] for _ in range(8)]  # P0, P1..P6, PK
-    flag = {n: os.path.join(tmp, n) for n in ("e-stored", "go", "e-done", "arm")}
+    flag = {n: os.path.join(tmp, n) for n in ("e-stored", "go", "e-done", "arm", "arm-load")}
     base = {"model": tiny_model, "region": region, "region_size": 3 << 20, "prompts": prompts}
     e_spec = dict(base, rounds=[[0], [7]], kv_events=f"ipc://{tmp}/events",
                   events_format="self_describing",
@@ -381,9 +390,17 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
         _, probe_k, text_k, rc_k = _finish(k, check=False)
         assert rc_k == -9, f"K should have been SIGKILLed mid-store (rc {rc_k}):\n{text_k[-3000:]}"
         # The restarted replica starts now (its start-up overlaps the rest).
-        # It publishes KV events (legacy format) and only loads.
-        k2 = _launch(tmp, "K2", dict(base, rounds=[[7]], waits={"0": flag["e-done"]},
-                                     kv_events=f"ipc://{tmp}/events-K2"), core=1)
+        # It publishes KV events (legacy format) and only loads: PK, then PK
+        # again (its own prefix cache reset), and is SIGKILLed in the middle
+        # of that second load, holding the lookup pins of its 16 chunks (a
+        # pin lifetime of 600 s: only their release by the region's reclaim
+        # can free them within this test).
+        k2 = _launch(tmp, "K2", dict(base, rounds=[[7], [7]], waits={"0": flag["e-done"]},
+                                     signals={"0": flag["arm-load"]}, checkpoint=True,
+                                     extra={"pin_ttl_s": 600},
+                                     kv_events=f"ipc://{tmp}/events-K2"), core=1, session=True,
+                     env={"CXLKV_PROBE_KILL_LOAD_ARM": flag["arm-load"],
+                          "CXLKV_PROBE_KILL_LOAD_AFTER": "8"})
         (kill_path,) = glob.glob(os.path.join(probe_k, "kill-*.json"))
         with open(kill_path) as f:
             kill = json.load(f)
@@ -407,7 +424,11 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
                  if not obs.lookup(key[0], cxlkv.BlockKey(key[1], key[2]))}
         open(flag["go"], "w").close()
         e_out, _, _, _ = _finish(e)
-        k2_out, probe_k2, _, _ = _finish(k2)
+        _, probe_k2, text_k2, rc_k2 = _finish(k2, check=False)
+        assert rc_k2 == -9, f"K2 should have been SIGKILLed mid-load (rc {rc_k2}):\n{text_k2[-3000:]}"
+        killed_at = time.time()
+        with open(k2["spec"]["out"]) as f:  # its checkpoint after the first round
+            k2_out = json.load(f)
         # E: P0 computed, PK computed (nothing of K's was loadable) and stored whole.
         (e0, e1) = e_out["results"]
         assert (e0["cached"], e1["cached"]) == (0, 0), (e0["cached"], e1["cached"])
@@ -459,6 +480,44 @@ def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
         assert not still & removed_h, "a chunk still in the region was reported removed"
         assert removed_h <= stored_h, "only announced chunks are withdrawn"
         assert k2_out["events"] == [], "K2 only loaded: it announces nothing of the shared tier"
+        # K2 died holding the pins of its second load of PK (taken at lookup,
+        # held until complete_load, which never came). The region's reclaim
+        # (by a live participant, here the test's own: E has stopped)
+        # releases them, so the slots can be dropped or evicted again long
+        # before K2's 600 s pin lifetime; a leaked pin keeps its slot busy.
+        k2_state = manager_state(probe_k2)
+        assert list(k2_state["loads"].values()) == [16, 16], k2_state["loads"]
+        assert k2_state["pinned"] == 16, "K2 holds the 16 pins of its load in flight"
+        (kill_load_path,) = glob.glob(os.path.join(probe_k2, "kill-load-*.json"))
+        with open(kill_load_path) as f:
+            kill_load = json.load(f)
+        assert kill_load["loaded"] == 8 and len(kill_load["entries"]) == 16, kill_load
+        pinned_keys = [(ns, cxlkv.BlockKey(hi, lo)) for ns, hi, lo in kill_load["entries"]]
+        assert sorted((ns, k.hi, k.lo) for ns, k in pinned_keys) == sorted(
+            (m["key"][0], m["key"][1], m["key"][2]) for m, _ in k2_loads), "PK's chunks"
+        released0 = obs.region_counters()["released_pins"]
+        reclaimer = cxlkv.open_region(region, create_if_missing=False, prefault="none")
+        left = list(pinned_keys)
+        deadline = killed_at + 120
+        while left:
+            for ns, key in list(left):
+                try:
+                    reclaimer.drop(ns, key)
+                    left.remove((ns, key))
+                except BusyError:
+                    pass  # still pinned
+                except NotFoundError:
+                    left.remove((ns, key))  # gone already: not pinned either
+            if left:
+                assert time.time() < deadline, (
+                    f"{len(left)} of K2's 16 pinned slots still busy 120 s after its SIGKILL: "
+                    "its pins leaked")
+                time.sleep(0.5)
+        released = obs.region_counters()["released_pins"] - released0
+        print(f"pins: K2 SIGKILLed holding 16 lookup pins (8 of 16 chunks loaded); all 16 slots "
+              f"dropped {time.time() - killed_at:.1f} s later; released_pins counted since K2 "
+              f"died: {released}")
+        assert not any(obs.lookup(ns, key) for ns, key in pinned_keys)
     finally:
         for h in (locals().get("e"), locals().get("k2")):
             if h is not None and h["proc"].poll() is None:
