@@ -22,9 +22,10 @@ SIGKILLs the engine's whole process group, while the manager holds the
 job's lookup pins (taken at lookup, held until complete_load), after writing
 kill-load-<pid>.json: the job's chunks and how many were loaded.
 
-With CXLKV_PROBE_TRACKER=1, manager-<pid>.json also has "tracked_payloads":
-how many chunk payloads vLLM's KV-events tracker in this EngineCore holds
-(found through the garbage collector; compat.skip_lookup_snapshots).
+With CXLKV_PROBE_TRACKER=1, manager-<pid>.json also has "tracker": whether
+vLLM's KV-events tracker in this EngineCore (found from the connector
+scheduler that calls the manager) is self-describing and how many chunk
+payloads it holds (compat.skip_lookup_snapshots).
 
 Select with spec_name="ProbeSpec", spec_module_path="probe" (this directory on
 PYTHONPATH). Not part of the product.
@@ -33,6 +34,7 @@ import ctypes
 import json
 import os
 import signal
+import sys
 import threading
 
 from cxlkv.vllm import CxlkvOffloadingSpec
@@ -118,11 +120,19 @@ def _kill_mid_load(src_spec, n):
     _cxlkv.load_part = load_then_die
 
 
-def _tracked_payloads():
-    import gc
-
-    return sum(len(getattr(o, "_pending_event_metadata", ())) for o in gc.get_objects()
-               if type(o).__name__ == "OffloadingEventsTracker")
+def _find_tracker(found):
+    """vLLM's KV-events tracker, from the connector scheduler that is calling
+    this manager (the caller frames' `self`; vLLM freezes its heap after
+    start-up, so the garbage collector does not list it). Kept in `found`."""
+    if not found:
+        f = sys._getframe(1)
+        while f is not None:
+            tracker = getattr(f.f_locals.get("self"), "_events_tracker", None)
+            if tracker is not None:
+                found.append(tracker)
+                break
+            f = f.f_back
+    return found[0] if found else None
 
 
 class ProbeSpec(CxlkvOffloadingSpec):
@@ -132,11 +142,17 @@ class ProbeSpec(CxlkvOffloadingSpec):
         pid = os.getpid()
         prepare_load, complete_store = m.prepare_load, m.complete_store
 
-        tracker = os.environ.get("CXLKV_PROBE_TRACKER") == "1"
+        watch_tracker = os.environ.get("CXLKV_PROBE_TRACKER") == "1"
+        tracker = []
 
         def _state():
             totals = {f"{n}{'' if l is None else '{' + l + '}'}": v for (n, l), v in m.totals.items()}
-            more = {"tracked_payloads": _tracked_payloads()} if tracker else {}
+            more = {}
+            if watch_tracker:
+                t = _find_tracker(tracker)
+                more["tracker"] = None if t is None else {
+                    "self_describing": bool(t.self_describing_enabled),
+                    "payloads": len(t._pending_event_metadata)}
             return state | {"pinned": m.pinned(), "totals": totals} | more
 
         def probe_prepare_load(keys, req_context):
