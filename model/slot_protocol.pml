@@ -284,7 +284,7 @@ inline CLAIM(k) {
         if
         :: ws == S_READY ->
            if
-           :: c < NSLOT -> skip  /* referenced: second chance */
+           :: c < NSLOT -> skip  /* eviction order: any way may be passed over */
            :: pin[s] != 0 -> skip  /* SlotPinned pre-check */
            :: pin[s] == 0 ->
               TAKE_READY(s, wg, wo, ok);

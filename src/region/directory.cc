@@ -6,6 +6,8 @@
 // (one cache line of 16 fingerprints) so a lookup touches two cache lines on
 // a miss and three on a hit. Slot i's metadata and data are at fixed
 // offsets: no separate allocator, nothing to leak.
+#include <time.h>
+
 #include <chrono>
 #include <thread>
 
@@ -90,9 +92,26 @@ int64_t RegionImpl::FindReadySlot(NamespaceId ns, const BlockKey& key) const {
 }
 
 void RegionImpl::Touch(uint64_t slot) const {
-  // CLOCK reference bit; written only when clear to avoid bouncing the line.
-  std::atomic<uint32_t>& r = meta_[slot].referenced;
-  if (r.load(std::memory_order_relaxed) == 0) r.store(1, std::memory_order_relaxed);
+  // Recency for eviction (ClaimSlot pass 2). Written at most once per
+  // kTouchGranularityMs per slot, so readers of a hot block do not bounce
+  // its line on every lookup.
+  const uint32_t now = RecencyTick();
+  std::atomic<uint32_t>& t = meta_[slot].last_use;
+  if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
+    t.store(now, std::memory_order_relaxed);
+  }
+}
+
+uint32_t RecencyTick() {
+  // CLOCK_REALTIME because it is the one clock the hosts sharing a region
+  // roughly agree on (NTP: milliseconds); a skew only reorders blocks used
+  // within it. COARSE: a vDSO read of the last tick, no syscall (lookup's
+  // contract) and a few nanoseconds. Milliseconds in 32 bits wrap every 49
+  // days; ages are differences modulo 2^32, right for any age below that.
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
+                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u);
 }
 
 // ---- pins ----

@@ -161,9 +161,9 @@ struct alignas(64) SlotMeta {
   std::atomic<uint64_t> key_lo;
   std::atomic<uint32_t> ns;
   std::atomic<uint32_t> len;
-  std::atomic<uint32_t> crc;         // CRC32C(payload || SlotCrcTrailer), see below
-  std::atomic<uint32_t> referenced;  // CLOCK reference bit
-  std::atomic<uint32_t> writer;      // participant that wrote the block (informational)
+  std::atomic<uint32_t> crc;       // CRC32C(payload || SlotCrcTrailer), see below
+  std::atomic<uint32_t> last_use;  // recency for eviction: RecencyTick() of the last store or read
+  std::atomic<uint32_t> writer;    // participant that wrote the block (informational)
   uint8_t reserved[20];
 };
 static_assert(sizeof(SlotMeta) == 64);

@@ -54,6 +54,13 @@ Status CheckNamespaceDesc(const NamespaceDesc& d);
 Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,
                    uint32_t partitions, Superblock* out, std::string* json_text);
 
+// Recency of a slot's block for eviction (SlotMeta::last_use): a coarse
+// wall clock in milliseconds, modulo 2^32 (directory.cc). Thread-safe; no
+// syscall.
+uint32_t RecencyTick();
+// A read refreshes last_use only when it is at least this old (ms).
+constexpr uint32_t kTouchGranularityMs = 16;
+
 // Region::Open and RegionInternal::OpenWithVisibility (null: the CPU's own
 // visibility layer where software mode needs one).
 Status OpenRegion(const std::string& path, const RegionOptions& options,
