@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
   cxlkv::kube::Status ks = kubeconfig.empty() ? cxlkv::kube::LoadDefault(&kcfg)
                                               : cxlkv::kube::LoadKubeconfig(kubeconfig, &kcfg);
   std::unique_ptr<cxlkv::kube::Client> kube;
-  if (ks.ok()) ks = cxlkv::kube::Client::New(kcfg, {"cxlkv-dra-controller/" + opt.identity}, &kube);
+  cxlkv::kube::ClientOptions copt;
+  copt.user_agent = "cxlkv-dra-controller/" + opt.identity;
+  if (ks.ok()) ks = cxlkv::kube::Client::New(kcfg, copt, &kube);
   if (!ks.ok()) {
     std::fprintf(stderr, "cxlkv-dra-controller: kube: %s\n", ks.ToString().c_str());
     return 1;
