@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   app.add_option("--lease-name", opt.lease_name)->envname("CXLKV_DRA_LEASE_NAME");
   app.add_option("--lease-duration", lease_duration_s, "seconds")
       ->envname("CXLKV_DRA_LEASE_DURATION");
+  app.add_option("--owner-lease-gc", opt.owner_lease_gc_durations,
+                 "delete a departed replica's heartbeat Lease once unrenewed for this many of "
+                 "its durations (the Lease holder's resync; 0 = never)")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("CXLKV_DRA_OWNER_LEASE_GC");
   app.add_option("--flow", opt.flow,
                  "binding-conditions, paper (consumer wait + polls, the gate-off flow) or auto")
       ->envname("CXLKV_DRA_FLOW");

@@ -172,6 +172,12 @@ struct Controller::Rep {
     std::chrono::steady_clock::time_point since;
   };
   std::map<std::string, OwnerSeen> owners;
+  // Heartbeat Leases of other replicas as the resync last listed them, by
+  // Lease name (the resync thread only): the garbage collection's clock.
+  std::map<std::string, OwnerSeen> lease_records;
+  // Consecutive polls of a claim only because a consumer has not started
+  // on a mapped host (the release race), by claim key; guarded by mu.
+  std::map<std::string, int> watch_rounds;
   std::unique_ptr<NamespaceBudget> budget;  // controller/quota.h
   ControllerMetrics metrics;
   httplib::Server http;
@@ -193,15 +199,30 @@ struct Controller::Rep {
   // start, or when a slice write comes back without consumable capacity.
   std::atomic<bool> annotation{false};
   std::set<std::string> annotation_events;  // slices told so (resync thread)
+  // Slices told that consumable capacity is back, since annotation mode
+  // was left (resync thread).
+  std::set<std::string> consumable_events;
+  bool left_annotation = false;                                             // resync thread
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen;  // guarded by mu
-  json DeviceFor(const fabric::Pool& p, int64_t capacity, bool down) const;
+  // binding: with the binding conditions (not in the paper's flow).
+  json DeviceFor(const fabric::Pool& p, int64_t capacity, bool down, bool binding) const;
   // The slice's devices in the current mode: the one consumable device, or
   // annotation mode's fixed devices "<blade>-<i>".
   json DevicesFor(const fabric::Pool& p, int64_t capacity, bool down) const;
   // Annotation mode is on from here (idempotent): log line, metric, and an
   // Event on `slice` when there is one.
   void EnterAnnotationMode(const json* slice, const std::string& why);
+  // Annotation mode (capacity mode auto) only: the dry-run slice again;
+  // when its consumable-capacity fields come back intact, annotation mode
+  // is off from here (log line, metric 0; each slice gets an Event
+  // ConsumableCapacity on its next write, in the consumable shape).
+  void ReprobeConsumable();
+  // The dry-run slice of ProbeGates: what the apiserver keeps.
+  Status DryRunProbe(bool* binding_conditions, bool* consumable);
   Status ProbeGates();
+  // The Lease holder's resync: deletes heartbeat Leases of departed
+  // replicas (ControllerOptions::owner_lease_gc_durations).
+  void CollectOwnerLeases();
   // Frees a region; with a local pool the node's hostd drops its device
   // and CDI spec first (the fabric manager does that for fabric regions).
   Status FreeRegion(const std::string& aid, const std::string& bid, const std::string& mid);
@@ -212,7 +233,12 @@ struct Controller::Rep {
 
   void Enqueue(const json& obj) { queue.Add(kube::ObjectKey(obj)); }
   void Worker();
-  Status Sync(const std::string& key, bool* requeue_soon);
+  // *requeue_after: when to look at the claim again without an event (0:
+  // not before its next change or the informer's resync).
+  Status Sync(const std::string& key, std::chrono::milliseconds* requeue_after);
+  // The delay after a sync that left a host materializing (`in_progress`)
+  // or a consumer not yet started on a mapped host (`watch`), else 0.
+  std::chrono::milliseconds NextPoll(const std::string& key, bool in_progress, bool watch);
   Status ResyncPass();
   // unusable_bytes: per pool, what backs no live allocation; live_bytes:
   // what backs live allocations, which only annotation mode subtracts (the
@@ -228,9 +254,23 @@ struct Controller::Rep {
   // a pod whose node is known; *all_known false otherwise.
   // skip_leaving: leave out pods being deleted or finished, which will not
   // prepare again (their node's plugin releases its view of the region).
+  // starting: when given, the nodes of consumers that are bound or
+  // nominated there but not yet Running (their prepare is still to come).
+  // read_error: when given, the first failure to read a reserving pod other
+  // than NotFound (a missing `get pods` right shows here, not as a later
+  // consumer silently never added).
   std::vector<std::string> ConsumerNodes(const json& claim, bool* all_known,
-                                         bool skip_leaving = false);
-  Status AddConsumerHosts(const json& claim, const RegionRef& ref, fabric::MemoryRegion* region);
+                                         bool skip_leaving = false,
+                                         std::set<std::string>* starting = nullptr,
+                                         Status* read_error = nullptr);
+  // Adds the hosts of staying consumers the region does not map. *watch:
+  // a staying consumer has not started on a host the region maps: that
+  // node's plugin may still be releasing the region (its last consumer
+  // there just left), so the claim is re-read until the consumer runs.
+  // *pod_error: a reserving pod that could not be read (its host may be
+  // missing); the caller writes the status first, then retries with backoff.
+  Status AddConsumerHosts(const json& claim, const RegionRef& ref, fabric::MemoryRegion* region,
+                          bool* watch, Status* pod_error);
   Status MarkFabricDown(const json& claim, const json& ours, const Status& why);
   Status ComposeFailed(const json& claim, const json& ours, const Status& why);
   Status Timed(const char* op, const std::function<Status()>& fn) {
@@ -275,7 +315,8 @@ Status Controller::New(const ControllerOptions& opt, kube::Client* kube, fabric:
 Controller::Controller(std::unique_ptr<Rep> rep) : rep_(std::move(rep)) {}
 Controller::~Controller() { Stop(); }
 
-json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool down) const {
+json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool down,
+                                bool binding) const {
   const int64_t step = p.block_mib * opt.qos * kMiB;
   json device = {
       {"name", p.blade_id},
@@ -291,7 +332,7 @@ json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool do
            {{"default", std::to_string(step)},
             {"validRange", {{"min", std::to_string(step)}, {"step", std::to_string(step)}}}}}}}}},
       {"allowMultipleAllocations", true}};
-  if (!paper) {
+  if (binding) {
     device["bindingConditions"] = {kConditionComposed};
     device["bindingFailureConditions"] = {kConditionComposeFailed};
   }
@@ -305,7 +346,7 @@ json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool do
 }
 
 json Controller::Rep::DevicesFor(const fabric::Pool& p, int64_t capacity, bool down) const {
-  if (!annotation) return json::array({DeviceFor(p, capacity, down)});
+  if (!annotation) return json::array({DeviceFor(p, capacity, down, !paper)});
   // Without consumable capacity a device is allocated to one claim at a
   // time, so the blade offers fixed devices: at most one per smallest
   // region the blade can compose (more could only fail at compose), at most
@@ -315,7 +356,7 @@ json Controller::Rep::DevicesFor(const fabric::Pool& p, int64_t capacity, bool d
       std::clamp<int64_t>(p.total_mib / step, 1, std::clamp(opt.annotation_devices, 1, 64));
   json devices = json::array();
   for (int64_t i = 0; i < n; ++i) {
-    json d = DeviceFor(p, capacity, down);
+    json d = DeviceFor(p, capacity, down, !paper);
     d["name"] = p.blade_id + "-" + std::to_string(i);
     d.erase("allowMultipleAllocations");
     // The value is the blade's free bytes at the last resync: a CEL
@@ -329,6 +370,7 @@ json Controller::Rep::DevicesFor(const fabric::Pool& p, int64_t capacity, bool d
 void Controller::Rep::EnterAnnotationMode(const json* slice, const std::string& why) {
   const bool was = annotation.exchange(true);
   metrics.SetAnnotationMode(true);
+  if (slice != nullptr) left_annotation = false;
   if (!was) {
     spdlog::error(
         "annotation mode: {}: fixed devices per blade, claim sizes from cxlkv.dev/capacity-mib "
@@ -480,6 +522,12 @@ Status Controller::Rep::PublishSlice(const fabric::Pool& p,
     }
   } else if (annotation) {
     EnterAnnotationMode(&stored, "the apiserver keeps no consumable capacity");
+  } else if (left_annotation && consumable_events.insert(name).second) {
+    // The first write in the consumable shape since annotation mode was
+    // left, and it came back intact.
+    Event(stored, false, "ConsumableCapacity",
+          "the apiserver keeps consumable capacity again: slice " + name +
+              " offers one shared device; the scheduler accounts memory");
   }
   *mode_changed = was_paper != paper || was_annotation != annotation;
   if (down && !was_tainted) {
@@ -537,10 +585,22 @@ Status Controller::Rep::ResyncPass() {
   if (!ks.ok()) return op.Done(Status::IOError("resync: list claims: " + ks.ToString()));
   std::map<std::string, std::string> live;   // claim UID -> allocationTimestamp
   std::map<std::string, std::string> named;  // memory id -> claim (annotation)
+  // Live claims whose allocation consumes no capacity the scheduler counts
+  // (allocated in annotation mode, a fixed device): under consumable
+  // capacity their regions come off the slice here, or the scheduler would
+  // admit their bytes a second time.
+  std::set<std::string> unaccounted;
   for (const auto& c : claims) {
     const std::string uid = c["metadata"].value("uid", "");
-    if (!OurResults(c, opt.driver_name).empty()) {
+    const json ours = OurResults(c, opt.driver_name);
+    if (!ours.empty()) {
       live[uid] = c["status"]["allocation"].value("allocationTimestamp", "");
+      bool counted = false;
+      for (const auto& r : ours) {
+        counted = counted || (r.contains("consumedCapacity") && r["consumedCapacity"].is_object() &&
+                              r["consumedCapacity"].contains("memory"));
+      }
+      if (!counted) unaccounted.insert(uid);
     }
     RegionRef ref = ParseRegionAnnotation(Annotation(c, kRegionAnnotation));
     if (ref.ok()) named[ref.memory_id] = kube::ObjectKey(c);
@@ -557,6 +617,7 @@ Status Controller::Rep::ResyncPass() {
       auto it = live.find(uid);
       if (ours && it != live.end() && it->second == ts) {
         composed += bytes;  // backs a live allocation: the scheduler counts it
+        if (!annotation && unaccounted.count(uid)) unusable[pool] += bytes;  // ... unless it cannot
         continue;
       }
       if (ours && named.count(r.id) == 0) {
@@ -582,6 +643,7 @@ Status Controller::Rep::ResyncPass() {
   }
   metrics.AddOrphansFreed(freed);
   metrics.SetLeakedRegions(leaked);
+  CollectOwnerLeases();
   return op.Done(PublishSlices(pools, unusable, live_bytes, false));
 }
 
@@ -716,8 +778,13 @@ Status Controller::Start() {
       if (r->stop) return;
       r->resync_now = false;
       wait = r->opt.resync_period;
-      if (!r->elector->IsLeader()) continue;
       l.unlock();
+      // Every replica: its own mode decides claim sizes and QoS.
+      r->ReprobeConsumable();
+      if (!r->elector->IsLeader()) {
+        l.lock();
+        continue;
+      }
       Status s = r->ResyncPass();
       l.lock();
       if (!s.ok()) spdlog::warn("{}", s.ToString());
@@ -790,10 +857,12 @@ void Controller::Rep::LocalMaterialize(fabric::MemoryRegion* region) {
   }
 }
 
-Status Controller::Rep::ProbeGates() {
+Status Controller::Rep::DryRunProbe(bool* binding_conditions, bool* consumable) {
   // A server-side dry run of a slice with every field we use: what comes
   // back tells which gates the apiserver has on, without persisting
-  // anything (DRADeviceBindingConditions, DRAConsumableCapacity).
+  // anything (DRADeviceBindingConditions, DRAConsumableCapacity). The
+  // device is built in the consumable shape with binding conditions,
+  // whatever the current mode.
   fabric::Pool probe;
   probe.appliance_id = "gate-probe";
   probe.blade_id = "gate-probe";
@@ -804,21 +873,50 @@ Status Controller::Rep::ProbeGates() {
                  {{"driver", opt.driver_name},
                   {"pool", {{"name", "gate-probe"}, {"generation", 1}, {"resourceSliceCount", 1}}},
                   {"nodeName", "gate-probe"},
-                  {"devices", {DeviceFor(probe, probe.total_mib * kMiB, false)}}}}};
+                  {"devices", {DeviceFor(probe, probe.total_mib * kMiB, false, true)}}}}};
   kube::WriteOptions wo;
   wo.dry_run = true;
   json got;
   kube::Status ks = kube::ResourceSliceClient(kube).Create(slice, &got, wo);
   if (!ks.ok()) return Status::IOError("probe feature gates (dry-run slice): " + ks.ToString());
   const json& d = got["spec"]["devices"][0];
-  if (opt.flow == "auto" && !d.contains("bindingConditions")) {
+  *binding_conditions = d.contains("bindingConditions");
+  *consumable = d.contains("allowMultipleAllocations") && d.contains("capacity") &&
+                d["capacity"].contains("memory") &&
+                d["capacity"]["memory"].contains("requestPolicy");
+  return Status::OK();
+}
+
+void Controller::Rep::ReprobeConsumable() {
+  if (!annotation || opt.capacity_mode != "auto") return;
+  bool binding = false, consumable = false;
+  Status s = DryRunProbe(&binding, &consumable);
+  if (!s.ok()) {
+    spdlog::warn("annotation mode: {}", s.ToString());
+    return;
+  }
+  if (!consumable) return;
+  if (!annotation.exchange(false)) return;
+  metrics.SetAnnotationMode(false);
+  annotation_events.clear();  // a later fallback tells every slice again
+  consumable_events.clear();
+  left_annotation = true;
+  spdlog::warn(
+      "annotation mode off: the dry-run slice kept allowMultipleAllocations/requestPolicy "
+      "(DRAConsumableCapacity on again): one shared device per blade, the scheduler accounts "
+      "memory");
+}
+
+Status Controller::Rep::ProbeGates() {
+  bool binding = false, consumable = false;
+  CXLKV_RETURN_IF_ERROR(DryRunProbe(&binding, &consumable));
+  if (opt.flow == "auto" && !binding) {
     paper = true;
     spdlog::warn(
         "the apiserver drops bindingConditions (DRADeviceBindingConditions off): "
         "using the paper's flow");
   }
-  if (!d.contains("allowMultipleAllocations") ||
-      !d["capacity"]["memory"].contains("requestPolicy")) {
+  if (!consumable) {
     if (opt.capacity_mode == "auto") {
       // The slices' Events follow on their first write (the probe is
       // never stored, so there is nothing to attach one to).
@@ -859,14 +957,14 @@ void Controller::Stop() {
 void Controller::Rep::Worker() {
   std::string key;
   while (queue.Get(&key)) {
-    bool soon = false;
-    Status s = Sync(key, &soon);
+    std::chrono::milliseconds after{0};
+    Status s = Sync(key, &after);
     if (!s.ok()) {
       spdlog::warn("claim {}: {}", key, s.ToString());
       queue.AddRateLimited(key);
     } else {
       queue.Forget(key);
-      if (soon) queue.AddAfter(key, Poll());
+      if (after.count() > 0) queue.AddAfter(key, after);
     }
     queue.Done(key);
   }
@@ -894,7 +992,9 @@ Status Controller::Rep::PatchClaim(const json& claim, const json& ops, json* out
 }
 
 std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool* all_known,
-                                                        bool skip_leaving) {
+                                                        bool skip_leaving,
+                                                        std::set<std::string>* starting,
+                                                        Status* read_error) {
   std::vector<std::string> nodes;
   *all_known = true;
   const std::string ns = claim["metadata"].value("namespace", "");
@@ -907,6 +1007,10 @@ std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool*
     }
     json pod;
     kube::Status ks = kube::PodClient(kube, ns).Get(c.value("name", ""), &pod);
+    if (!ks.ok() && !ks.IsNotFound() && read_error != nullptr && read_error->ok()) {
+      *read_error = Status::IOError("read reserving pod " + ns + "/" + c.value("name", "") +
+                                    " of claim " + kube::ObjectKey(claim) + ": " + ks.ToString());
+    }
     if (!ks.ok() || pod["metadata"].value("uid", "") != c.value("uid", "")) {
       *all_known = false;
       continue;
@@ -924,6 +1028,7 @@ std::vector<std::string> Controller::Rep::ConsumerNodes(const json& claim, bool*
                          phase == "Failed")) {
       continue;
     }
+    if (starting != nullptr && phase != "Running") starting->insert(node);
     if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   }
   return nodes;
@@ -1016,18 +1121,30 @@ Status Controller::Rep::ComposeFailed(const json& claim, const json& ours, const
 }
 
 Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref,
-                                         fabric::MemoryRegion* region) {
+                                         fabric::MemoryRegion* region, bool* watch,
+                                         Status* pod_error) {
+  *watch = false;
   bool all_known = false;
   // A leaving pod's node is not added back: its plugin has released (or is
   // releasing) that host's view on the last unprepare there.
-  std::vector<std::string> nodes = ConsumerNodes(claim, &all_known, /*skip_leaving=*/true);
+  std::set<std::string> starting;
+  *pod_error = Status::OK();
+  std::vector<std::string> nodes =
+      ConsumerNodes(claim, &all_known, /*skip_leaving=*/true, &starting, pod_error);
   std::vector<std::string> selector;
   const json& alloc = claim["status"]["allocation"];
   if (alloc.contains("nodeSelector")) selector = SelectorHostnames(alloc["nodeSelector"]);
   for (const auto& n : nodes) {
     bool mapped = false;
     for (const auto& m : region->mappings) mapped = mapped || m.host_id == n;
-    if (mapped) continue;
+    if (mapped) {
+      // Mapped now, but this consumer has not prepared yet: the node's
+      // plugin may be releasing the region (the last consumer there left
+      // just before; the release is a fabric call no claim change follows).
+      // Once the consumer runs its preparation holds the node's view.
+      if (starting.count(n)) *watch = true;
+      continue;
+    }
     if (!selector.empty() && std::find(selector.begin(), selector.end(), n) == selector.end()) {
       continue;  // not cabled: the plugin refuses prepare there (k/k#140087)
     }
@@ -1046,12 +1163,31 @@ Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref
   return Status::OK();
 }
 
-Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
+std::chrono::milliseconds Controller::Rep::NextPoll(const std::string& key, bool in_progress,
+                                                    bool watch) {
+  std::lock_guard<std::mutex> l(mu);
+  if (in_progress || !watch) {
+    watch_rounds.erase(key);
+    return in_progress ? Poll() : std::chrono::milliseconds(0);
+  }
+  // Only the release race is watched: from the poll period, doubling to
+  // 2 s, so a consumer that takes long to start (or never does) costs a
+  // read every 2 s, not every 500 ms.
+  const int n = std::min(watch_rounds[key]++, 8);
+  return std::min<std::chrono::milliseconds>(Poll() * (1 << n), std::chrono::milliseconds(2000));
+}
+
+Status Controller::Rep::Sync(const std::string& key, std::chrono::milliseconds* requeue_after) {
+  *requeue_after = std::chrono::milliseconds(0);
   auto slash = key.find('/');
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
   json claim;
   kube::Status ks = kube::ResourceClaimClient(kube, ns).Get(name, &claim);
-  if (ks.IsNotFound()) return Status::OK();  // gone; a finalizer would have kept it
+  if (ks.IsNotFound()) {
+    std::lock_guard<std::mutex> l(mu);
+    watch_rounds.erase(key);
+    return Status::OK();  // gone; a finalizer would have kept it
+  }
   if (!ks.ok()) return Status::IOError("get claim " + key + ": " + ks.ToString());
 
   json ours = OurResults(claim, opt.driver_name);
@@ -1071,7 +1207,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     if (!as.ok()) spdlog::warn("claim {}: owner {}: {}", key, owner, as.ToString());
     if (!as.ok() || alive) return Status::OK();
     CXLKV_RETURN_IF_ERROR(Timed("takeover", [&] { return TakeOver(claim, owner, why); }));
-    *requeue_soon = true;
+    *requeue_after = Poll();
     return Status::OK();
   }
 
@@ -1082,7 +1218,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
   if (deleting) return Status::OK();  // consumers still hold it
   if (owner.empty()) {
     CXLKV_RETURN_IF_ERROR(Timed("own", [&] { return Own(claim); }));
-    *requeue_soon = true;
+    *requeue_after = Poll();
     return Status::OK();
   }
   const std::string ts = status["allocation"].value("allocationTimestamp", "");
@@ -1110,7 +1246,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
       if (!wait) first_seen.erase(it);
     }
     if (wait) {
-      *requeue_soon = true;
+      *requeue_after = Poll();
       return Status::OK();
     }
   }
@@ -1146,7 +1282,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
       if (!fs.ok()) spdlog::warn("claim {}: {}", key, fs.ToString());
     }
     if (!s.ok()) return s;
-    *requeue_soon = true;
+    *requeue_after = Poll();
     return Status::OK();
   }
   fabric::MemoryRegion region;
@@ -1167,7 +1303,7 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
         json::array(
             {{{"op", "remove"}, {"path", "/metadata/annotations/" + Escape(kRegionAnnotation)}}}),
         &out));
-    *requeue_soon = true;
+    *requeue_after = Poll();
     return Status::OK();
   }
   if (s.IsIOError()) {
@@ -1175,12 +1311,23 @@ Status Controller::Rep::Sync(const std::string& key, bool* requeue_soon) {
     if (!ms.ok()) spdlog::warn("claim {}: {}", key, ms.ToString());
   }
   if (!s.ok()) return s.WithContext("get region " + ref.memory_id);
-  CXLKV_RETURN_IF_ERROR(AddConsumerHosts(claim, ref, &region));
+  bool watch = false;
+  Status pod_error;
+  CXLKV_RETURN_IF_ERROR(AddConsumerHosts(claim, ref, &region, &watch, &pod_error));
   LocalMaterialize(&region);
   bool all = false;
   CXLKV_RETURN_IF_ERROR(WriteStatus(claim, ours, ref, region, &all));
-  *requeue_soon = !all;
-  return Status::OK();
+  // Polled only while a host is on its way to Materialized (or Failed, which
+  // hostd's resync can mend). A region every host has released (no mapping
+  // left) waits for an event: the next consumer changes reservedFor.
+  bool in_progress = false;
+  for (const auto& m : region.mappings) {
+    if (!m.host_id.empty() && m.materialization != fabric::Materialization::kMaterialized) {
+      in_progress = true;
+    }
+  }
+  *requeue_after = NextPoll(key, in_progress, watch);
+  return pod_error;
 }
 
 Status Controller::Rep::Own(const json& claim) {
@@ -1246,6 +1393,69 @@ Status Controller::Rep::OwnerAlive(const std::string& owner, bool* alive, std::s
            std::to_string(duration.count() / 1000) + " s)";
   }
   return Status::OK();
+}
+
+void Controller::Rep::CollectOwnerLeases() {
+  if (opt.owner_lease_gc_durations <= 0) return;
+  const std::string prefix = opt.lease_name + "-owner-";
+  const std::string mine = OwnerLeaseName(opt.lease_name, opt.identity);
+  auto leases = kube::LeaseClient(kube, opt.lease_namespace);
+  std::vector<Json> items;
+  std::string rv;
+  kube::Status ks = leases.ListAll({}, 500, &items, &rv);
+  if (!ks.ok()) {
+    spdlog::warn("heartbeat Leases: list {}: {}", opt.lease_namespace, ks.ToString());
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::set<std::string> listed;
+  for (const auto& lease : items) {
+    const std::string name = lease["metadata"].value("name", "");
+    if (name.rfind(prefix, 0) != 0 || name == mine) continue;
+    listed.insert(name);
+    const json spec = lease.value("spec", json::object());
+    // Released (a clean stop) or not: what matters is that nobody renews
+    // it. Judged by this replica's clock from when it first saw the record,
+    // as OwnerAlive does, so the replicas' clocks need not agree.
+    auto str = [&spec](const char* k) {
+      return spec.contains(k) && spec[k].is_string() ? spec[k].get<std::string>() : std::string();
+    };
+    const std::string holder = str("holderIdentity");
+    const std::string record = holder + "@" + str("renewTime") + "@" + str("acquireTime");
+    std::chrono::milliseconds duration = opt.lease_duration;
+    if (spec.contains("leaseDurationSeconds") && spec["leaseDurationSeconds"].is_number_integer() &&
+        spec["leaseDurationSeconds"].get<int64_t>() > 0) {
+      duration = std::chrono::seconds(spec["leaseDurationSeconds"].get<int64_t>());
+    }
+    OwnerSeen& seen = lease_records[name];
+    if (seen.record != record) {
+      seen.record = record;
+      seen.since = now;
+      continue;
+    }
+    const auto unchanged = std::chrono::duration_cast<std::chrono::milliseconds>(now - seen.since);
+    if (unchanged < duration * opt.owner_lease_gc_durations) continue;
+    // Only the Lease as read: one renewed meanwhile answers 409 and stays.
+    kube::DeleteOptions del;
+    del.resource_version = lease["metadata"].value("resourceVersion", "");
+    kube::Status ds = leases.Delete(name, del);
+    if (ds.ok() || ds.IsNotFound()) {
+      metrics.AddOwnerLeaseCollected();
+      spdlog::info(
+          "deleted heartbeat Lease {}/{} of departed replica {}: not renewed for {} s ({} x its "
+          "{} s duration{})",
+          opt.lease_namespace, name, name.substr(prefix.size()), unchanged.count() / 1000,
+          opt.owner_lease_gc_durations, duration.count() / 1000,
+          holder.empty() ? "; released" : "");
+      lease_records.erase(name);
+      listed.erase(name);
+    } else if (!ds.IsConflict()) {
+      spdlog::warn("heartbeat Lease {}: delete: {}", name, ds.ToString());
+    }
+  }
+  for (auto it = lease_records.begin(); it != lease_records.end();) {
+    it = listed.count(it->first) ? std::next(it) : lease_records.erase(it);
+  }
 }
 
 Status Controller::Rep::TakeOver(const json& claim, const std::string& owner,

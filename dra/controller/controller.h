@@ -45,10 +45,13 @@
 //    "<lease_name>-owner-<identity>" unrenewed for the Lease's duration, as
 //    seen from here) is taken over by the same compare-and-set; a region
 //    the dead owner composed for the allocation is adopted by its tag.
+//    Heartbeat Leases of departed replicas are deleted by the Lease
+//    holder's resync once unrenewed for owner_lease_gc_durations.
 //    Events on the claim: Composed, Materialized, HostAdded, ComposeFailed,
 //    FabricUnreachable, FabricReachable, RegionLost, OwnerTakenOver,
 //    FreeRetrying, FreeFailed, Freed. On the slice: FabricUnreachable,
-//    FabricReachable, BindingConditionsOff, AnnotationMode.
+//    FabricReachable, BindingConditionsOff, AnnotationMode,
+//    ConsumableCapacity.
 //  - /metrics and /healthz on `metrics_listen` (controller/metrics.h).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.
@@ -71,8 +74,13 @@ struct ControllerOptions {
   std::string identity;
   // DIMM channels interleaved per region (CFM QoS): 1, 2, 4 or 8.
   int qos = 4;
-  // How often a claim whose region is not yet materialized everywhere is
-  // re-read from the fabric manager.
+  // How often a claim whose region is being materialized on some host is
+  // re-read from the fabric manager. A claim whose hosts are all
+  // Materialized, or all released, is not polled: the next change of the
+  // claim (a consumer in reservedFor) or the informer's resync brings it
+  // back. Only while a consumer bound to a mapped host has not started yet
+  // (its node may be releasing the region under it) is it re-read, from
+  // this period doubling to 2 s.
   std::chrono::milliseconds materialize_poll{500};
   int max_free_attempts = 5;
   int workers = 2;
@@ -83,6 +91,11 @@ struct ControllerOptions {
   std::string lease_namespace = "default";
   std::string lease_name = "cxlkv-dra-controller";
   std::chrono::milliseconds lease_duration{15000};
+  // The Lease holder's resync deletes another replica's heartbeat Lease
+  // ("<lease_name>-owner-<identity>") once its record has not changed for
+  // this many of its leaseDurationSeconds, as seen from here (a departed
+  // replica's; a live one renews every retry period). 0 = never.
+  int owner_lease_gc_durations = 4;
   // "host:port" for /metrics and /healthz; "" = no HTTP server.
   std::string metrics_listen;
   // "binding-conditions": the scheduler waits in PreBind for
@@ -102,7 +115,10 @@ struct ControllerOptions {
   // share-count and qos annotations; two claims can then be admitted
   // against the same free bytes and the second fails at compose (Event
   // ComposeFailed). "auto": consumable unless the dry-run slice at start,
-  // or any later slice write, comes back without those fields.
+  // or any later slice write, comes back without those fields; in
+  // annotation mode every resync period repeats the dry run, and once the
+  // fields come back intact the controller returns to consumable capacity
+  // (log line, metric 0, Event ConsumableCapacity on each slice).
   std::string capacity_mode = "auto";
   int annotation_devices = 64;
   std::chrono::milliseconds consumer_wait{30000};

@@ -15,6 +15,7 @@ constexpr const char* kUnusable = "cxlkv_dra_unusable_bytes";
 constexpr const char* kFreeRetries = "cxlkv_dra_free_retries_total";
 constexpr const char* kOrphansFreed = "cxlkv_dra_orphans_freed_total";
 constexpr const char* kTakeovers = "cxlkv_dra_owner_takeovers_total";
+constexpr const char* kLeasesCollected = "cxlkv_dra_owner_leases_collected_total";
 constexpr const char* kLeaked = "cxlkv_dra_leaked_regions";
 constexpr const char* kFabricReachable = "cxlkv_dra_fabric_reachable";
 constexpr const char* kLeader = "cxlkv_dra_leader";
@@ -37,14 +38,18 @@ ControllerMetrics::ControllerMetrics() {
   reg_.Declare(kOrphansFreed, K::kCounter, "Regions with no claim freed by resync.");
   reg_.Declare(kTakeovers, K::kCounter,
                "Claims taken over from a replica whose owner Lease expired.");
+  reg_.Declare(kLeasesCollected, K::kCounter,
+               "Heartbeat Leases of departed replicas deleted by the resync.");
   reg_.Declare(kLeaked, K::kGauge, "Regions no claim owns that could not be freed.");
   reg_.Declare(kFabricReachable, K::kGauge, "1 when the fabric manager answered last.");
   reg_.Declare(kLeader, K::kGauge, "1 while this replica holds the singleton-jobs Lease.");
   reg_.Declare(kAnnotationMode, K::kGauge,
                "1 when the apiserver drops consumable-capacity fields and the slices fall back "
                "to annotation mode.");
-  for (const char* n : {kFreeRetries, kOrphansFreed, kTakeovers, kLeaked, kLeader, kAnnotationMode})
+  for (const char* n : {kFreeRetries, kOrphansFreed, kTakeovers, kLeasesCollected, kLeaked, kLeader,
+                        kAnnotationMode}) {
     reg_.Set(n, {}, 0);
+  }
   reg_.Set(kFabricReachable, {}, 1);
 }
 
@@ -82,6 +87,7 @@ void ControllerMetrics::SetPoolBytes(const std::string& pool, int64_t composed, 
 void ControllerMetrics::AddFreeRetry() { reg_.Add(kFreeRetries, {}); }
 void ControllerMetrics::AddOrphansFreed(int n) { reg_.Add(kOrphansFreed, {}, n); }
 void ControllerMetrics::AddTakeover() { reg_.Add(kTakeovers, {}); }
+void ControllerMetrics::AddOwnerLeaseCollected() { reg_.Add(kLeasesCollected, {}); }
 void ControllerMetrics::SetLeakedRegions(int n) { reg_.Set(kLeaked, {}, n); }
 void ControllerMetrics::SetFabricReachable(bool up) { reg_.Set(kFabricReachable, {}, up ? 1 : 0); }
 void ControllerMetrics::SetLeader(bool leader) { reg_.Set(kLeader, {}, leader ? 1 : 0); }

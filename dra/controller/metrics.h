@@ -19,6 +19,8 @@
 //   cxlkv_dra_orphans_freed_total                          counter
 //   cxlkv_dra_owner_takeovers_total                        counter: claims taken
 //                                   over from a replica whose Lease expired
+//   cxlkv_dra_owner_leases_collected_total                 counter: heartbeat
+//                                   Leases of departed replicas deleted
 //   cxlkv_dra_fabric_reachable                             gauge 0/1
 //   cxlkv_dra_leader                                       gauge 0/1 (the Lease)
 //   cxlkv_dra_annotation_mode                              gauge 0/1
@@ -58,6 +60,7 @@ class ControllerMetrics {
   void AddFreeRetry();
   void AddOrphansFreed(int n);
   void AddTakeover();
+  void AddOwnerLeaseCollected();
   void SetLeakedRegions(int n);
   void SetFabricReachable(bool up);
   void SetLeader(bool leader);

@@ -25,7 +25,10 @@
 # controller's failure cases (test/e2e/dra-controller-cases.sh), namespace
 # byte budgets with three racing replicas and `cxlkv status`
 # (test/e2e/dra-quota-cases.sh, about 60 s), the dead-owner
-# takeover (test/e2e/dra-takeover-cases.sh, about 20 s), and
+# takeover and the heartbeat-Lease garbage collection
+# (test/e2e/dra-takeover-cases.sh, about 40 s), a release racing a new
+# consumer and a claim every host has released
+# (test/e2e/dra-release-cases.sh, about 45 s), and
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. Last, on a control plane of its own with a short bindingTimeout,
 # Kubernetes' binding-condition scenarios ported to our controller
@@ -449,6 +452,7 @@ source "$ROOT/test/e2e/dra-node-cases.sh"
 source "$ROOT/test/e2e/dra-controller-cases.sh"
 source "$ROOT/test/e2e/dra-quota-cases.sh"
 source "$ROOT/test/e2e/dra-takeover-cases.sh"
+source "$ROOT/test/e2e/dra-release-cases.sh"
 source "$ROOT/test/e2e/dra-local-cases.sh"
 
 echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"

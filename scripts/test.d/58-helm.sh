@@ -300,7 +300,8 @@ can yes controller get pods -n team-a
 can yes controller create leases.coordination.k8s.io -n "$NS"
 can yes controller update leases.coordination.k8s.io -n "$NS"
 can no controller update leases.coordination.k8s.io -n team-a
-can no controller delete leases.coordination.k8s.io -n "$NS"
+can yes controller delete leases.coordination.k8s.io -n "$NS"
+can no controller delete leases.coordination.k8s.io -n team-a
 can no controller get secrets -n "$NS"
 can no controller create pods -n team-a
 can yes kubeletplugin get resourceclaims.resource.k8s.io -n team-a

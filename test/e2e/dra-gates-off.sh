@@ -20,14 +20,18 @@
 #     composed, the other fails at compose with a clear Event and the
 #     compose-failed condition; the slice's capacity then shows what is left;
 #     once the winner is deleted the loser's retried compose succeeds and
-#     its pod runs (nothing lost).
+#     its pod runs (nothing lost);
+#   - the apiserver restarted with DRAConsumableCapacity on: the controller's
+#     re-probe leaves annotation mode (log line, metric 0, Event
+#     ConsumableCapacity, one shared device again), and a claim allocated
+#     in annotation mode stays subtracted from the consumable capacity.
 # Own control plane (2 fake nodes), cxlkv-fabricd, per node cxlkv-hostd,
 # cxlkv-dra-kubeletplugin and the fake kubelet, one cxlkv-dra-controller
 # with default flags (flow and capacity mode auto). Needs root (the fake
 # kubelet's private mount namespaces), build/bin and the cached fake kubelet
 # (FK, else test/e2e/fakekubelet/build.sh). Prints "dra-gates-off:
 # ok|FAILED: ..." and closes with "dra-gates-off: N passed, N failed, N
-# skipped". About 60 s warm on 2 cores.
+# skipped". About 85 s warm on 2 cores.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -221,4 +225,38 @@ fi
 curl -s -X DELETE "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory/$FOREIGN" >/dev/null
 wait_until 20 no_regions && ok "no region leaked" || bad "$(regions) regions left"
 wait_until 20 cap_is $((8 << 30)) && ok "slice back to 8 GiB free" || bad "capacity $(capacity) at the end"
+
+echo "== dra-gates-off: DRAConsumableCapacity turned on at the apiserver: annotation mode is left"
+# A claim allocated in annotation mode (a fixed device, no consumed
+# capacity the scheduler would count) stays through the switch.
+claim_and_pod keep 1024 fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600'
+wait_until 60 running keep || bad "keep: $(phase keep)"
+CXLKV_E2E_GATES=DRAConsumableCapacity=true,DRADeviceBindingConditions=false \
+  bash "$CLUSTER" restart-apiserver >"$E/logs/restart-apiserver.log" 2>&1 || bad "apiserver restart"
+consumable_slice() {
+  slice_json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["spec"]["devices"]
+sys.exit(0 if len(d) == 1 and d[0]["name"] == "blade-0" and d[0].get("allowMultipleAllocations") and
+         "requestPolicy" in d[0]["capacity"]["memory"] and "bindingConditions" not in d[0] else 1)'
+}
+if wait_until 60 consumable_slice; then
+  ok "re-probe: the slice is one shared device again (allowMultipleAllocations, requestPolicy; still no binding conditions)"
+else bad "slice after the gate came on: $(slice_json | head -c 400)"; fi
+grep -q "annotation mode off: the dry-run slice kept allowMultipleAllocations/requestPolicy" "$CLOG" &&
+  ok "log line: $(grep -m1 'annotation mode off' "$CLOG" | cut -c1-160)" || bad "no 'annotation mode off' log line"
+[ "$(metric cxlkv_dra_annotation_mode)" = 0 ] && ok "metric cxlkv_dra_annotation_mode 0" ||
+  bad "cxlkv_dra_annotation_mode $(metric cxlkv_dra_annotation_mode)"
+wait_until 20 has_event "$SLICE" ConsumableCapacity &&
+  ok "Event on the slice: $(events_for "$SLICE" | grep -m1 '^ConsumableCapacity' | cut -c1-150)" ||
+  bad "no ConsumableCapacity Event on the slice"
+# The scheduler does not count keep's fixed-device allocation, so the
+# controller keeps its 1 GiB out of the consumable capacity.
+wait_until 20 cap_is $((7 << 30)) &&
+  ok "capacity 7 GiB: the claim allocated in annotation mode stays subtracted (the scheduler cannot count it)" ||
+  bad "capacity $(capacity) after the switch, want $((7 << 30))"
+running keep && ok "keep (allocated in annotation mode) still runs after the switch" || bad "keep: $(phase keep)"
+delete_all keep
+wait_until 20 no_regions && wait_until 20 cap_is $((8 << 30)) && ok "keep deleted: region freed, 8 GiB" ||
+  bad "after keep: $(regions) regions, capacity $(capacity)"
 [ "$failed" -eq 0 ]

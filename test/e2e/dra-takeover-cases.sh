@@ -7,8 +7,13 @@
 # back; a replacement with a new name (a Deployment's new pod) sees the
 # owner's heartbeat Lease go unrenewed for its duration (6 s here), takes
 # the claim over by the owner compare-and-set, adopts the region composed
-# for this allocation (no second compose), and the pod runs on it.
-# Warm: about 25 s.
+# for this allocation (no second compose), and the pod runs on it. Then the
+# heartbeat Leases of departed replicas (ctl-dead's, never renewed again, and
+# those released by the replicas the earlier cases stopped) are deleted by
+# the Lease holder's resync once unrenewed for 2 x their 6 s duration
+# (--owner-lease-gc 2), while a live replica's (ctl-live) and the holder's
+# own stay.
+# Warm: about 40 s.
 
 echo "== dra: dead owner: SIGKILLed mid-compose, a replica with another name takes over"
 kill "$PID_ctl_fp_2" 2>/dev/null; wait "$PID_ctl_fp_2" 2>/dev/null
@@ -26,7 +31,7 @@ if wait_until 60 proc_gone "$PID_ctl_dead"; then
     ok "owner ctl-dead SIGKILLed after compose: it owns the claim, 1 region composed, not yet recorded" ||
     bad "dead owner state: owner $o, $n regions, annotation $ann"
   t0=$SECONDS
-  ctl_start ctl-heir ctl-heir
+  ctl_start ctl-heir ctl-heir CXLKV_DRA_OWNER_LEASE_GC=2
   HLOG=$E/fake-node-1/logs/default_heir_main.log
   if wait_until 90 running heir && wait_until 10 grep -q attached "$HLOG"; then
     o=$(owner_of heir); n=$(uid_regions heir)
@@ -45,3 +50,19 @@ kubectl delete pod heir --wait=false >/dev/null; wait_until 60 gone pod heir
 kubectl delete resourceclaim heir --wait=false >/dev/null
 wait_until 60 gone resourceclaim heir && wait_until 20 no_regions &&
   ok "taken-over claim deleted: finalizer removed, zero regions left" || bad "after takeover: $(regions) regions"
+
+echo "== dra: heartbeat Leases of departed replicas are garbage-collected"
+owner_leases() { kubectl get leases -o name | sed -n 's|^lease.coordination.k8s.io/cxlkv-dra-controller-owner-||p' | sort | tr '\n' ' '; }
+# Another live replica (no metrics port: ctl-heir has it), once ctl-heir holds
+# the singleton Lease (it runs the resync).
+wait_until 20 grep -q "ctl-heir holds Lease" "$E/logs/ctl-heir.log" || bad "ctl-heir never held the Lease"
+start ctl-live "$BIN/cxlkv-dra-controller" --kubeconfig "$KCFG" --fabric "$F" \
+  --identity ctl-live --resync-period 2 --lease-duration 6 --owner-lease-gc 2
+echo "owner Leases before: $(owner_leases)"
+only_live() { [ "$(owner_leases)" = "ctl-heir ctl-live " ]; }
+if wait_until 60 only_live; then
+  n=$(grep -c "deleted heartbeat Lease default/cxlkv-dra-controller-owner-ctl-dead of departed replica ctl-dead: not renewed" "$E/logs/ctl-heir.log" "$E/logs/ctl-live.log" | awk -F: '{s += $2} END {print s}')
+  [ "$n" = 1 ] && [ "$(ctl_metric cxlkv_dra_owner_leases_collected_total)" -ge 1 ] &&
+    ok "departed replicas' heartbeat Leases deleted (ctl-dead's once, by the Lease holder; metric $(ctl_metric cxlkv_dra_owner_leases_collected_total)); ctl-heir's and live ctl-live's kept" ||
+    bad "Lease GC: $n log lines for ctl-dead, metric $(ctl_metric cxlkv_dra_owner_leases_collected_total)"
+else bad "owner Leases left: $(owner_leases) (want ctl-heir ctl-live)"; fi
