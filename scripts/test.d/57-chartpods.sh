@@ -17,16 +17,19 @@
 #     surge: old and new plugin pod on one node at once, the old deleted)
 #     while two pods hold a prepared claim: the claim keeps its region, the
 #     new plugin unprepares what the old one prepared, a pod on the other
-#     node reads the blocks stored before the upgrade, and a claim made
-#     after it is composed and prepared;
+#     node reads the blocks stored before the upgrade, that node is released
+#     on its last unprepare and a new pod there gets the host added back by
+#     the new controller and reads them again, and a claim made after it is
+#     composed and prepared;
 #   - probes: an httpGet readiness probe makes a pod Ready, one on a closed
 #     port leaves it Running and unready, a failing liveness probe stops it
 #     (Failed, reason Unhealthy);
 #   - helm uninstall stops every pod.
 # Needs root with mount namespaces (skipped otherwise).
 # Warm (Kubernetes, Helm and the fake kubelet cached, binaries built): about
-# 90 s on 2 cores (measured 81 s and 84 s for 22 checks at a load average
-# of 13-17, 100 s for 21 at 20).
+# 100 s on 2 cores (measured 81 s and 84 s for 22 checks at a load average
+# of 13-17, 100 s for 21 at 20; the 2 checks of the released node after the
+# upgrade add one release and one pod, about 10 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -317,11 +320,8 @@ if [ -n "$MEM" ] && [ "$(memory_id kv2)" = "$MEM" ] && [ "$(regions)" = 1 ] &&
    is_phase holder-0 Running && is_phase holder-1 Running; then
   ok "after the upgrade claim kv2 keeps region $MEM (one region at the fabric manager), holders still Running"
 else bad "after the upgrade: memoryId '$(memory_id kv2)' (was '$MEM'), regions $(regions), holders $(phase holder-0)/$(phase holder-1)"; fi
-# A reader on fake-node-1 while holder-1 still holds the claim there (so
-# kubelet starts it on the preparation the old plugin made: a new prepare on
-# that node would need the host re-added after the release on its last
-# unprepare, which after this upgrade does not happen yet: docs/dra.md,
-# "Upgrades").
+# A reader on fake-node-1 while holder-1 still holds the claim there:
+# kubelet starts it on the preparation the old plugin made.
 pod_json reader fake-node-1 kv2 "exec $BIN/cxlkv inspect --json" | kubectl apply -f - >/dev/null
 if wait_until 60 is_phase reader Succeeded &&
    python3 - "$(plog reader fake-node-1)" "$(stored)" <<'PY'
@@ -337,6 +337,30 @@ kubectl delete pod holder-1 reader -n team-a --wait=false >/dev/null
 if wait_until 60 gone pod holder-1 -n team-a && wait_until 30 gone pod reader -n team-a; then
   ok "holder-1 and reader deleted: the new plugin on fake-node-1 unprepared the claim the old one prepared"
 else bad "holder-1/reader not torn down (unprepare by the new plugin)"; fi
+# fake-node-1 no longer uses kv2: its new plugin released the node's view
+# (the fabric manager maps the region to fake-node-0 only). A new pod there
+# needs the new controller to add the host back (issue 11: after an upgrade
+# it stayed Pending, "not materialized on node fake-node-1").
+fab_hosts() {
+  curl -s "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory/$MEM" | python3 -c '
+import json, sys
+print(" ".join(sorted(m["hostId"] for m in json.load(sys.stdin).get("mappings", []) if m.get("hostId"))))'
+}
+released_on_1() { [ "$(fab_hosts)" = fake-node-0 ]; }
+wait_until 30 released_on_1 && ok "fake-node-1 released region $MEM after its last unprepare (mapped to fake-node-0 only)" ||
+  bad "after holder-1: region $MEM mapped to '$(fab_hosts)'"
+pod_json reader2 fake-node-1 kv2 "exec $BIN/cxlkv inspect --json" | kubectl apply -f - >/dev/null
+if wait_until 60 is_phase reader2 Succeeded &&
+   python3 - "$(plog reader2 fake-node-1)" "$(stored)" <<'PY'
+import json, sys
+ready = json.load(open(sys.argv[1]))["slots"]["ready"]
+print("reader2 on fake-node-1 sees %d ready slots, holder-0 stored %s" % (ready, sys.argv[2]))
+sys.exit(0 if str(ready) == sys.argv[2] else 1)
+PY
+then ok "after the upgrade and the release, a new pod on fake-node-1: host added back to region $MEM ($(fab_hosts)), every block read"
+else bad "reader2 on the released node after the upgrade: $(phase reader2), region mapped to '$(fab_hosts)'"; fi
+kubectl delete pod reader2 -n team-a --wait=false >/dev/null
+wait_until 60 gone pod reader2 -n team-a || bad "reader2 not torn down"
 # The new plugins prepare: a claim made after the upgrade, on fake-node-1.
 claim_yaml kv3 1Gi | kubectl apply -f - >/dev/null
 pod_json after fake-node-1 kv3 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
