@@ -20,6 +20,17 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 export JOBS=${JOBS:-$(nproc)}
 export CXLKV_FULL=${CXLKV_FULL:-0}
+# The stages' environment (scripts/lib/stage.sh): ccache's base directory is
+# this clone and its cache the project's, so the table below can say how
+# many compilations of this run the cache answered.
+source scripts/lib/stage.sh
+ccache_counts() {  # "hits misses" of the cache (0 0 without ccache)
+  command -v ccache >/dev/null 2>&1 || { echo "0 0"; return; }
+  ccache --print-stats 2>/dev/null | awk '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2}
+    $1 == "cache_miss" {m += $2} END {print h + 0, m + 0}'
+}
+read -r cc_hits0 cc_miss0 < <(ccache_counts)
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 stage_name() { local b; b=$(basename "$1" .sh); echo "${b#[0-9]*-}"; }
@@ -100,6 +111,10 @@ printf '%-12s %-7s %7s %7s %8s %8s\n' stage result passed failed skipped seconds
 [ $SETUP = 1 ] && printf '%-12s %-7s %7s %7s %8s %8s\n' setup ok - - - "$setup_s"
 for r in "${rows[@]}"; do echo "$r"; done
 printf '%-12s %-7s %7s %7s %8s %8s\n' total "" "$passed" "$failed" "$skipped" "$((SECONDS - t_all))"
+read -r cc_hits1 cc_miss1 < <(ccache_counts)
+cc_h=$((cc_hits1 - cc_hits0)); cc_m=$((cc_miss1 - cc_miss0))
+[ $((cc_h + cc_m)) -gt 0 ] &&
+  echo "ccache ($CCACHE_DIR): $cc_h of $((cc_h + cc_m)) compilations hit ($((100 * cc_h / (cc_h + cc_m)))%; any other build using the cache meanwhile counts too)"
 [ "$CXLKV_FULL" = 1 ] && echo "(--full: soak-length runs included)"
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed stages: ${failures[*]}"
