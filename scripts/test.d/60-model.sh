@@ -7,9 +7,15 @@
 # software mode (model/coherence.pml: per-host caches, flush, invalidate, no
 # atomics) passes, the code's variant and the heartbeat-in-the-record variant
 # show theirs, and each of its 13 flush/invalidate sites removed in turn is
-# caught. CXLKV_FULL=1 (scripts/test.sh --full) adds the larger bounds.
-# Warm: about 3.5 min on 2 idle cores (about 180 s of CPU: 262 s measured,
-# 19 min wall at load 18-23, with a since-removed 14th mutant that took 81 s).
+# caught. All of these run by default; CXLKV_FULL=1 (scripts/test.sh --full)
+# adds the seven larger-bound cases (model-check.sh's "full" tier).
+# Warm: about 60 s on 2 idle cores: the searches take about 46 s (pan's own
+# times at b1a9efd, load about 1), and each verifier's compile, about 9 s of
+# CPU, comes from ccache (scripts/model-check.sh) while the models are
+# unchanged: 178 s measured at b1a9efd, when every case compiled. Measured
+# warm at load 18-20: 330 s wall, 295 s of it the searches (6.4 x their idle
+# times), so about 35 s for the rest. Cold (a model edited, or an empty
+# cache): about 3.5 min idle; 25 min wall at load 16-18 (2026-12-01).
 # No build; spin and gcc make each verifier in a temporary directory.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
