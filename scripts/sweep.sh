@@ -2,7 +2,9 @@
 # Replay hit rate vs region size: shared region vs private regions (round-robin
 # and prefix routing), whole Mooncake trace, 2 replicas, 32 KiB blocks.
 # Prints a Markdown table (the one in docs/benchmarks.md) and writes JSON
-# lines to ${OUT:-build/sweep.jsonl}.
+# lines to ${OUT:-build/sweep.jsonl}. "LRU ceiling" is the hit rate of exact
+# global LRU over the shared region's slot count, in trace order
+# (bench/eviction/lru_ceiling.py): the policy's ceiling at that capacity.
 #   scripts/sweep.sh [SIZES...]     default: 256MiB 512MiB 1GiB 2GiB 4GiB 8GiB
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,25 +13,34 @@ KV=${KV_BYTES_PER_TOKEN:-64}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(256MiB 512MiB 1GiB 2GiB 4GiB 8GiB)
 OUT=${OUT:-build/sweep.jsonl}
+# Its own region path per run (PID), so two sweeps never meet; removed on exit.
+REGION=/dev/shm/cxlkv/sweep-$$
+trap 'rm -f "$REGION" "$REGION".r*' EXIT
 cmake --build build --target cxlkv_cli >/dev/null
 : > "$OUT"
-echo "| region | blocks held | shared RR | private RR | private prefix | bound |"
-echo "|---|---|---|---|---|---|"
+echo "| region | blocks held | shared RR | LRU ceiling (shared) | private RR | private prefix | bound |"
+echo "|---|---|---|---|---|---|---|"
 for size in "${SIZES[@]}"; do
   row=()
   for mode in "shared round-robin" "private round-robin" "private prefix"; do
     set -- $mode
-    j=$(build/bin/cxlkv replay --region /dev/shm/cxlkv/sweep --region-size "$size" --replicas "$REPLICAS" \
+    j=$(build/bin/cxlkv replay --region "$REGION" --region-size "$size" --replicas "$REPLICAS" \
         --kv-bytes-per-token "$KV" --baseline "$1" --routing "$2" --quiet --json)
     echo "$j" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' >> "$OUT"
     row+=("$(echo "$j" | python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["hit_rate"])')")
     bound=$(echo "$j" | python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["hit_rate_bound"])')
+    rm -f "$REGION" "$REGION".r*  # replay starts from a fresh region
   done
-  rm -f /dev/shm/cxlkv/sweep /dev/shm/cxlkv/sweep.r*
+  rm -f "$REGION" "$REGION".r*
+  build/bin/cxlkv format --region "$REGION" --region-size "$size" --slot-size $((512 * KV)) >/dev/null
+  slots=$(build/bin/cxlkv inspect --region "$REGION" --json |
+          python3 -c 'import json,sys; print(json.load(sys.stdin)["slots"]["free"])')
+  rm -f "$REGION"
+  ceiling=$(python3 bench/eviction/lru_ceiling.py data/traces/mooncake-conversation-trace.jsonl "$slots" | cut -d" " -f2)
   held=$(python3 -c "import sys; print('%.0f%%' % (100.0 * int(sys.argv[1]) / (182790 * 512 * $KV)))" \
          "$(python3 -c "
 s='$size'; u={'MiB':2**20,'GiB':2**30}
 for k,v in u.items():
     if s.endswith(k): print(int(float(s[:-len(k)])*v))")")
-  echo "| $size | $held | ${row[0]} | ${row[1]} | ${row[2]} | $bound |"
+  echo "| $size | $held | ${row[0]} | $ceiling | ${row[1]} | ${row[2]} | $bound |"
 done
