@@ -54,4 +54,31 @@ void StopSignals::Watch(std::function<void(int)> on_stop) {
   });
 }
 
+bool ServeGate::Enter() {
+  MutexLock l(&mu_);
+  if (stop_requested_) return false;
+  entered_ = true;
+  return true;
+}
+
+void ServeGate::Exit() {
+  MutexLock l(&mu_);
+  exited_ = true;
+  cv_.SignalAll();
+}
+
+void ServeGate::Stop(const std::function<bool()>& running, const std::function<void()>& stop) {
+  MutexLock l(&mu_);
+  stop_requested_ = true;
+  // The loop marks itself running a moment after Enter; until then its own
+  // stop call would be dropped, so poll for it (1 ms: the window is short).
+  while (entered_ && !exited_) {
+    if (!stopped_ && running()) {
+      stop();
+      stopped_ = true;
+    }
+    cv_.WaitFor(&mu_, std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace cxlkv::base

@@ -47,5 +47,55 @@ TEST(DaemonTest, StopSignalRunsTheCallbackOnceAndJoinWithoutOneDoesNot) {
   EXPECT_EQ(got, 0) << "Join's own wake-up is not a stop";
 }
 
+// A stand-in for an HTTP server's accept loop (what ServeGate wraps): it
+// marks itself running some time after it is entered, as cpp-httplib's
+// listen_after_bind() does, and its stop only acts while it runs.
+struct FakeLoop {
+  std::atomic<bool> running{false};
+  std::atomic<bool> stop{false};
+  std::atomic<int> stop_calls{0};
+  void Serve(std::chrono::milliseconds start_delay) {
+    std::this_thread::sleep_for(start_delay);
+    running = true;
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    running = false;
+  }
+  void Stop() {
+    ++stop_calls;
+    if (running) stop = true;  // dropped otherwise, like Server::stop()
+  }
+};
+
+TEST(ServeGateTest, StopBeforeServeMeansNoServe) {
+  ServeGate gate;
+  FakeLoop loop;
+  gate.Stop([&] { return loop.running.load(); }, [&] { loop.Stop(); });
+  EXPECT_FALSE(gate.Enter()) << "a stop that came first must keep the loop from starting";
+  gate.Exit();
+  EXPECT_EQ(loop.stop_calls, 0);
+}
+
+TEST(ServeGateTest, StopWhileTheLoopStartsWaitsForItAndStopsItOnce) {
+  ServeGate gate;
+  FakeLoop loop;
+  std::atomic<bool> entered{false};
+  std::thread server([&] {
+    if (gate.Enter()) {
+      entered = true;
+      loop.Serve(std::chrono::milliseconds(50));  // not yet running for 50 ms
+    }
+    gate.Exit();
+  });
+  while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The loop's own stop would be dropped now; the gate's is not.
+  gate.Stop([&] { return loop.running.load(); }, [&] { loop.Stop(); });
+  EXPECT_TRUE(loop.stop) << "Stop returned before the loop was stopped";
+  EXPECT_EQ(loop.stop_calls, 1);
+  server.join();
+  // A second Stop after the serve ended returns at once and calls nothing.
+  gate.Stop([&] { return loop.running.load(); }, [&] { loop.Stop(); });
+  EXPECT_EQ(loop.stop_calls, 1);
+}
+
 }  // namespace
 }  // namespace cxlkv::base

@@ -13,6 +13,7 @@ namespace cxlkv::dra {
 
 struct StatusServer::Rep {
   httplib::Server http;
+  base::ServeGate gate;  // a Stop right after Start is not lost
   std::thread thread;
   bool stopped = false;
 };
@@ -41,7 +42,10 @@ Status StatusServer::Start(const std::string& listen, Metrics* metrics, HealthCh
   }
   *bound_port = p;
   Rep* r = rep.get();
-  rep->thread = std::thread([r] { r->http.listen_after_bind(); });
+  rep->thread = std::thread([r] {
+    if (r->gate.Enter()) r->http.listen_after_bind();
+    r->gate.Exit();
+  });
   out->reset(new StatusServer(std::move(rep)));
   return Status::OK();
 }
@@ -49,7 +53,8 @@ Status StatusServer::Start(const std::string& listen, Metrics* metrics, HealthCh
 void StatusServer::Stop() {
   if (!rep_ || rep_->stopped) return;
   rep_->stopped = true;
-  rep_->http.stop();
+  Rep* r = rep_.get();
+  r->gate.Stop([r] { return r->http.is_running(); }, [r] { r->http.stop(); });
   if (rep_->thread.joinable()) rep_->thread.join();
 }
 

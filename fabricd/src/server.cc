@@ -272,11 +272,17 @@ Status HttpFabricServer::Bind(const std::string& host, int port, int* bound_port
 }
 
 Status HttpFabricServer::Serve() {
-  if (!http_->listen_after_bind()) return Status::IOError("serve: listener stopped with an error");
+  // The gate: a Stop (SIGTERM) that comes before the accept loop is up is
+  // not lost (base/daemon.h, ServeGate).
+  const bool failed = gate_.Enter() && !http_->listen_after_bind();
+  gate_.Exit();
+  if (failed) return Status::IOError("serve: listener stopped with an error");
   return Status::OK();
 }
 
-void HttpFabricServer::Stop() { http_->stop(); }
+void HttpFabricServer::Stop() {
+  gate_.Stop([this] { return http_->is_running(); }, [this] { http_->stop(); });
+}
 
 }  // namespace internal
 }  // namespace cxlkv::fabric

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/fabricd/server.h"
 #include "fabric_manager.h"
 
@@ -42,6 +43,7 @@ class HttpFabricServer : public FabricServer {
   std::unique_ptr<FabricManager> manager_;
   std::unique_ptr<httplib::Server> http_;
   std::string expected_auth_;  // "Basic <base64>" or "" when auth is off
+  base::ServeGate gate_;       // Serve vs Stop, whenever the stop comes
 };
 
 // Writes the CFM error body {uri, details, status {code, message}}.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/base/json.h"
 #include "json_codec.h"
 
@@ -114,14 +115,20 @@ class HttpAgentServer : public AgentServer {
     return Status::OK();
   }
   Status Serve() override {
-    if (!http_.listen_after_bind()) return Status::IOError("serve: listener stopped with an error");
+    // A Stop (SIGTERM) before the accept loop is up is not lost (ServeGate).
+    const bool failed = gate_.Enter() && !http_.listen_after_bind();
+    gate_.Exit();
+    if (failed) return Status::IOError("serve: listener stopped with an error");
     return Status::OK();
   }
-  void Stop() override { http_.stop(); }
+  void Stop() override {
+    gate_.Stop([this] { return http_.is_running(); }, [this] { http_.stop(); });
+  }
 
  private:
   HostAgent* const agent_;
   httplib::Server http_;
+  base::ServeGate gate_;
 };
 
 }  // namespace

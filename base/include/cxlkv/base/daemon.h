@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "cxlkv/base/mutex.h"
+#include "cxlkv/base/thread_annotations.h"
 #include "cxlkv/status.h"
 
 namespace cxlkv::base {
@@ -43,6 +45,38 @@ class StopSignals {
   sigset_t set_;
   std::atomic<bool> joining_{false};
   std::thread watcher_;
+};
+
+// Ends a blocking serve call (an HTTP server's accept loop) from another
+// thread whenever the stop comes, including before the loop has started.
+// Why: cpp-httplib's Server::stop() (0.11.4, Debian 12) acts only once
+// listen_after_bind() has marked the server running; a stop that lands
+// between Bind and that moment is dropped and the loop then serves forever
+// (cxlkv-fabricd hung on a SIGTERM about 20 ms after it printed "listening").
+// With the gate, a Stop before Enter makes Enter return false (do not
+// serve), and a Stop during the start waits until the server reports running
+// and stops it then, once.
+// Thread-safety: Enter and Exit from the serving thread, Stop from any
+// thread (several calls are fine; each returns once the serve has ended).
+class ServeGate {
+ public:
+  // The serving thread, right before it blocks: false if Stop came first.
+  bool Enter();
+  // The serving thread, once the serve call returned (or was skipped).
+  void Exit();
+  // Ends the serve: `running` reports whether the server's loop is up,
+  // `stop` is the server's own stop call (called at most once, and only
+  // while `running` is true). Returns at once when no serve began, else once
+  // Exit was called. REQUIRES: the serving thread calls Exit after Enter.
+  void Stop(const std::function<bool()>& running, const std::function<void()>& stop);
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_requested_ CXLKV_GUARDED_BY(mu_) = false;
+  bool entered_ CXLKV_GUARDED_BY(mu_) = false;
+  bool exited_ CXLKV_GUARDED_BY(mu_) = false;
+  bool stopped_ CXLKV_GUARDED_BY(mu_) = false;  // `stop` was called
 };
 
 }  // namespace cxlkv::base

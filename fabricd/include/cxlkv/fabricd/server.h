@@ -5,8 +5,9 @@
 // fabric/api/cxlkv-overlay.yaml (share count, power cycle, fault injection,
 // per-host region listing for host agents).
 //
-// Thread-safety: Listen() blocks its caller; Stop() may be called from any
-// thread. Requests are served on a pool and serialized by the manager.
+// Thread-safety: Serve() blocks its caller; Stop() may be called from any
+// thread, at any time (also before Serve(), which then returns at once). Requests are served on a
+// pool and serialized by the manager.
 #ifndef CXLKV_FABRICD_SERVER_H_
 #define CXLKV_FABRICD_SERVER_H_
 
@@ -29,6 +30,9 @@ class FabricServer {
   virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
   // Serves until Stop(). REQUIRES: Bind() succeeded.
   virtual Status Serve() = 0;
+  // Ends Serve(), whenever it comes: before Serve() starts, while its accept
+  // loop starts or while it serves; returns once Serve() has ended (at once
+  // if it never started). Idempotent.
   virtual void Stop() = 0;
 };
 

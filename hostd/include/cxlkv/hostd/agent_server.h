@@ -10,7 +10,8 @@
 //   POST   /cxlkv/v1/resync                  -> {materialized, removed, failed}
 // Errors are {error: "<message>"} with 400/404/409/500.
 //
-// Thread-safety: Serve() blocks; Stop() from any thread.
+// Thread-safety: Serve() blocks; Stop() from any thread, at any time (before
+// Serve() too, which then returns at once); it returns once Serve() ended.
 #ifndef CXLKV_HOSTD_AGENT_SERVER_H_
 #define CXLKV_HOSTD_AGENT_SERVER_H_
 
