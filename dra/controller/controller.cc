@@ -24,6 +24,7 @@
 #include "controller/annotations.h"
 #include "controller/metrics.h"
 #include "controller/quota.h"
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/base/size.h"
 #include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/kube/event_recorder.h"
@@ -181,7 +182,10 @@ struct Controller::Rep {
   std::unique_ptr<NamespaceBudget> budget;  // controller/quota.h
   ControllerMetrics metrics;
   httplib::Server http;
+  base::ServeGate http_gate;  // a Stop right after Start is not lost
   int http_port = 0;
+  // Set once informer and heartbeat exist: /readyz reads them only then.
+  std::atomic<bool> started{false};
   std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable cv;
@@ -711,10 +715,24 @@ Status Controller::Start() {
                 {"leader", r->elector && r->elector->IsLeader()}};
       res.set_content(j.dump(), "application/json");
     });
+    r->http.Get("/readyz", [r](const httplib::Request&, httplib::Response& res) {
+      // Ready to work claims: the claim informer has listed them all and
+      // this replica holds its owner Lease (without it, other replicas
+      // would take over whatever it composes).
+      const bool started = r->started.load(std::memory_order_acquire);
+      const bool synced = started && r->informer->HasSynced();
+      const bool lease = started && r->heartbeat->IsLeader();
+      json j = {{"ready", synced && lease}, {"informerSynced", synced}, {"ownerLease", lease}};
+      res.status = synced && lease ? 200 : 503;
+      res.set_content(j.dump(), "application/json");
+    });
     r->http_port =
         port == 0 ? r->http.bind_to_any_port(host) : (r->http.bind_to_port(host, port) ? port : -1);
     if (r->http_port <= 0) return Status::IOError("metrics: cannot listen on " + l);
-    r->threads.emplace_back([r] { r->http.listen_after_bind(); });
+    r->threads.emplace_back([r] {
+      if (r->http_gate.Enter()) r->http.listen_after_bind();
+      r->http_gate.Exit();
+    });
   }
   kube::InformerHandlers h;
   h.on_add = [r](const Json& o) { r->Enqueue(o); };
@@ -768,6 +786,7 @@ Status Controller::Start() {
     return Status::InvalidArgument("owner lease options");
   }
   r->heartbeat->Start();
+  r->started.store(true, std::memory_order_release);
   r->threads.emplace_back([r] {
     // While the manager is unreachable: 1 s, 2 s, 4 s, ... up to the period.
     std::chrono::milliseconds wait = r->opt.resync_period;
@@ -948,7 +967,8 @@ void Controller::Stop() {
   if (rep_->elector) rep_->elector->Stop();
   // Released on a clean stop: other replicas take this one's claims at once.
   if (rep_->heartbeat) rep_->heartbeat->Stop();
-  rep_->http.stop();
+  Rep* r = rep_.get();
+  r->http_gate.Stop([r] { return r->http.is_running(); }, [r] { r->http.stop(); });
   for (auto& t : rep_->threads) t.join();
   rep_->threads.clear();
   if (rep_->events) rep_->events->Flush(std::chrono::seconds(2));

@@ -52,7 +52,10 @@
 //    FreeRetrying, FreeFailed, Freed. On the slice: FabricUnreachable,
 //    FabricReachable, BindingConditionsOff, AnnotationMode,
 //    ConsumableCapacity.
-//  - /metrics and /healthz on `metrics_listen` (controller/metrics.h).
+//  - /metrics, /healthz and /readyz on `metrics_listen` (controller/metrics.h):
+//    /healthz 200 while the process serves (JSON: fabricReachable, leader);
+//    /readyz 200 once the claim informer has synced and this replica holds
+//    its owner Lease, else 503 (JSON: ready, informerSynced, ownerLease).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.
 #ifndef CXLKV_DRA_CONTROLLER_CONTROLLER_H_
@@ -96,7 +99,7 @@ struct ControllerOptions {
   // this many of its leaseDurationSeconds, as seen from here (a departed
   // replica's; a live one renews every retry period). 0 = never.
   int owner_lease_gc_durations = 4;
-  // "host:port" for /metrics and /healthz; "" = no HTTP server.
+  // "host:port" for /metrics, /healthz and /readyz; "" = no HTTP server.
   std::string metrics_listen;
   // "binding-conditions": the scheduler waits in PreBind for
   // cxlkv.dev/composed; "paper": no binding conditions, the paper's flow

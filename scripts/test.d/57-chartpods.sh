@@ -10,6 +10,10 @@
 # (test/e2e/fakekubelet/podspec.go and probes.go say what is and is not
 # done). cxlkv-fabricd, the fabric manager the chart points at, runs beside.
 # Then:
+#   - the controller pod's probes: /healthz and /readyz answer on its pod
+#     IP; its owner Lease taken by another holder makes /readyz 503 and the
+#     kubelet's readiness probe marks the pod unready, Ready again once that
+#     record expires (about 25 s);
 #   - the DRA scenario 1 through the chart's DeviceClass: one 2 GiB claim,
 #     two replay pods on two nodes, blocks stored by one loaded by the other,
 #     the region freed and the finalizer gone after delete;
@@ -83,7 +87,7 @@ NODES=(fake-node-0 fake-node-1)
 O=$((RANDOM % 200 + 20))
 declare -A NODE_IP POD_PREFIX
 for i in 0 1; do NODE_IP[fake-node-$i]=127.$O.0.$((i + 1)); POD_PREFIX[fake-node-$i]=127.$O.$((i + 1)).; done
-HOSTD_PORT=$(port); PLUGIN_PORT=$(port)
+HOSTD_PORT=$(port); PLUGIN_PORT=$(port); CTL_PORT=$(port)
 F=http://127.0.0.1:$(port)
 cat >"$E/fabricd.yaml" <<YAML
 stateDir: $E/fabricd
@@ -125,7 +129,7 @@ else bad "node addresses: $addrs"; fi
 NS=cxlkv-system
 VALUES=(--set fabricManager.url="$F" --set hostd.port="$HOSTD_PORT" --set kubeletPlugin.httpPort="$PLUGIN_PORT"
   --set "hostd.allowedBackingDirs={$BACKING}" --set controller.slicePeriodSeconds=5
-  --set hostd.resyncIntervalSeconds=5)
+  --set hostd.resyncIntervalSeconds=5 --set controller.metricsPort="$CTL_PORT")
 echo "== chartpods: helm install; the fake kubelets run the chart's pods"
 if "$HELM" install cxlkv "$CHART" --namespace "$NS" --create-namespace "${VALUES[@]}" >"$E/logs/install.log" 2>&1
 then ok "helm install into $NS"; else cat "$E/logs/install.log"; bad "helm install"; exit 1; fi
@@ -193,6 +197,38 @@ done
 wait_until 30 kubectl get resourceslice cxlkv.dev-cma-0-blade-0 &&
   ok "the controller pod (in-cluster config, its token) published the blade's ResourceSlice" ||
   bad "no ResourceSlice from the controller pod"
+
+echo "== chartpods: the controller's probes (liveness /healthz, readiness /readyz)"
+# ctl_ready: the controller pod's Ready condition, as the kubelet's probe set it.
+ctl_ready() {
+  kubectl get pods -n "$NS" -l app.kubernetes.io/component=controller \
+    -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}'
+}
+is_ctl_ready() { [ "$(ctl_ready)" = "$1" ]; }
+CTL_IP=$(kubectl get pods -n "$NS" -l app.kubernetes.io/component=controller -o jsonpath='{.items[0].status.podIP}')
+readyz() { curl -s "http://$CTL_IP:$CTL_PORT/readyz"; }
+if curl -sf "http://$CTL_IP:$CTL_PORT/healthz" >/dev/null &&
+   readyz | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j=={"ready":True,"informerSynced":True,"ownerLease":True} else 1)'; then
+  ok "controller pod on $CTL_IP:$CTL_PORT: /healthz 200, /readyz $(readyz)"
+else bad "controller probes' endpoints: /readyz $(readyz)"; fi
+# Another holder takes the controller's owner Lease (as a second replica of
+# the same name would): /readyz turns 503, the kubelet's readiness probe marks
+# the pod unready; once that record expires (15 s, its own duration) the
+# controller renews its Lease again and is Ready again.
+OWNER_LEASE=$(kubectl get leases -n "$NS" -o json | python3 -c '
+import json, sys
+for l in json.load(sys.stdin)["items"]:
+    if "-owner-" in l["metadata"]["name"] and l["spec"].get("holderIdentity") == "cxlkv-controller":
+        print(l["metadata"]["name"])')
+now=$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)
+if [ -n "$OWNER_LEASE" ] && kubectl patch lease "$OWNER_LEASE" -n "$NS" --type=merge \
+    -p "{\"spec\": {\"holderIdentity\": \"intruder\", \"leaseDurationSeconds\": 15, \"renewTime\": \"$now\", \"acquireTime\": \"$now\"}}" >/dev/null; then
+  if wait_until 30 is_ctl_ready False; then
+    ok "owner Lease $OWNER_LEASE taken by another holder: /readyz $(readyz), the pod Ready False"
+  else bad "controller still Ready $(ctl_ready) with its owner Lease held by another (/readyz $(readyz))"; fi
+  wait_until 60 is_ctl_ready True && ok "the foreign record expired: the controller renews its Lease, Ready True again" ||
+    bad "controller not Ready again: $(ctl_ready), /readyz $(readyz)"
+else bad "no owner Lease of cxlkv-controller in $NS"; fi
 
 # pod_json <name> <node> <claim> <shell command>: a pod on <node> holding <claim>.
 pod_json() {

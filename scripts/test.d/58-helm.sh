@@ -87,13 +87,20 @@ need(ctl["securityContext"]["runAsNonRoot"] is True, "controller non-root")
 # Its Leases live in the release namespace (the Role grants them only there).
 need({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
      in ctl["containers"][0]["env"], "controller POD_NAMESPACE")
+cc = ctl["containers"][0]
+need({"name": "CXLKV_DRA_METRICS_LISTEN", "value": "$(POD_IP):9096"} in cc["env"] and
+     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in cc["env"],
+     "controller --metrics-listen on its pod IP")
+need(cc["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"} and
+     cc["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"},
+     "controller probes: liveness /healthz, readiness /readyz")
 dc = by[("DeviceClass", "cxl-shared-memory")]
 need(dc["spec"]["selectors"][0]["cel"]["expression"] == 'device.driver == "cxlkv.dev"', "DeviceClass CEL")
 hostd = by[("DaemonSet", "cxlkv-hostd")]["spec"]["template"]["spec"]
 need(hostd["automountServiceAccountToken"] is False, "hostd gets no token")
 need("privileged" not in hostd["containers"][0]["securityContext"], "file-backend hostd unprivileged")
 PY
-then ok "rendered objects: kinds, rollout, priorities, plugin /healthz probes, non-root controller with POD_NAMESPACE, DeviceClass CEL, hostd without token"
+then ok "rendered objects: kinds, rollout, priorities, plugin /healthz probes, non-root controller with POD_NAMESPACE and /healthz, /readyz probes, DeviceClass CEL, hostd without token"
 else bad "rendered objects"; fi
 
 # Every env var a rendered container sets must be one its binary reads
@@ -152,7 +159,8 @@ refused "kubeletPlugin.httpPort=0" "/kubeletPlugin/httpPort': 'oneOf' failed" --
 refused "an unknown key" "additional properties 'replica' not allowed" \
   --namespace "$NS" "${URL[@]}" --set controller.replica=2
 refused "a ServiceMonitor with nothing to scrape" "serviceMonitor.enabled=true needs kubeletPlugin.httpPort" \
-  --namespace "$NS" "${URL[@]}" --set serviceMonitor.enabled=true --set kubeletPlugin.httpPort=null
+  --namespace "$NS" "${URL[@]}" --set serviceMonitor.enabled=true --set kubeletPlugin.httpPort=null \
+  --set controller.metricsPort=null
 refused "no fabric manager URL" "fabricManager.url is required" --namespace "$NS"
 refused "a URL that is not http(s)" "/fabricManager/url': 'ftp://x' does not match" --namespace "$NS" \
   --set fabricManager.url=ftp://x
