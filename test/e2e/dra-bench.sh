@@ -53,34 +53,10 @@ mkdir -p "$E/logs"
 BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1)
 source "$ROOT/test/e2e/lib/dra-env.sh"
-CXLKV_E2E_DIR=$(mktemp -d /tmp/cxlkv-e2e.XXXXXX); export CXLKV_E2E_DIR
-CXLKV_E2E_NODES=2 bash "$CLUSTER" up >"$E/logs/cluster.log" 2>&1 || { cat "$E/logs/cluster.log"; exit 1; }
-eval "$(bash "$CLUSTER" env)"
-FPORT=$(port); F=http://127.0.0.1:$FPORT
-declare -A HPORT
-for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-fabricd_config 5000 "${NODES[@]}" >"$E/fabricd.yaml"
-start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
-wait_until 20 curl -sf "$F/cfm/v1/appliances" || { echo "dra-bench: fabricd did not start"; exit 1; }
-for n in "${NODES[@]}"; do
-  d=$E/$n
-  mkdir -p "$d/cdi" "$d/dev" "$d/ctr" "$d/logs"
-  start "hostd-$n" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
-    --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
-    --allowed-backing-dir "$BACKING" --resync-interval 5
-  start "plugin-$n" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KUBECONFIG" \
-    --kubelet-root-dir "$d/kubelet" --state-dir "$d/dra-plugin" --cdi-dir "$d/cdi" \
-    --hostd-url "http://127.0.0.1:${HPORT[$n]}"
-  start "kubelet-$n" "$FK" --kubeconfig "$KUBECONFIG" --node-name "$n" --root-dir "$d/kubelet" \
-    --cdi-dir "$d/cdi" --log-dir "$d/logs" --retry 1.5s
-done
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: cxlkv.dev}
-spec:
-  selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
-YAML
+dra_cluster_up 2 || exit 1
+dra_fabric_up 5000 "${NODES[@]}" || { echo "dra-bench: fabricd did not start"; exit 1; }
+for n in "${NODES[@]}"; do dra_node_up "$n" 1.5s; done
+dra_deviceclass
 # Every claim change, stamped on arrival: first allocation, first time the
 # pod's node is Materialized with a CDI device.
 cat >"$E/stamp.py" <<'PY'

@@ -48,41 +48,15 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
-CLUSTER=$ROOT/test/e2e/cluster.sh
-BIN=$ROOT/build/bin
 TIMEOUT_S=8
-passed=0; failed=0; skipped=0
-ok() { echo "dra-binding: ok: $*"; passed=$((passed + 1)); }
-bad() { echo "dra-binding: FAILED: $*"; failed=$((failed + 1)); }
-E=$(mktemp -d /tmp/cxlkv-dra-bc.XXXXXX)
-BACKING=/dev/shm/$(basename "$E")
-mkdir -p "$E/logs" "$BACKING"
-PIDS=()
-CXLKV_E2E_DIR=$E/cluster; export CXLKV_E2E_DIR
-finish() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  if [ "$failed" -gt 0 ]; then
-    for f in "$E"/logs/*.log "$E"/cluster/logs/kube-scheduler.log; do echo "--- $f"; tail -15 "$f"; done
-  fi
-  bash "$CLUSTER" down >/dev/null 2>&1
-  rm -rf "$E" "$BACKING"
-  echo "dra-binding: $passed passed, $failed failed, $skipped skipped"
-}
-trap finish EXIT
 DRA_LOG_APPEND=1  # a restarted agent keeps its earlier log
 source "$ROOT/test/e2e/lib/dra-env.sh"
+dra_standalone dra-binding
 
-CXLKV_E2E_NODES=2 CXLKV_E2E_BINDING_TIMEOUT=${TIMEOUT_S}s bash "$CLUSTER" up ||
+CXLKV_E2E_BINDING_TIMEOUT=${TIMEOUT_S}s dra_cluster_up 2 "$CXLKV_E2E_DIR" ||
   { bad "control plane did not start"; exit 1; }
-eval "$(bash "$CLUSTER" env)"
 NODES=(fake-node-0 fake-node-1)
-F=http://127.0.0.1:$(port)
-declare -A HPORT
-for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-FABRICD_BLADES=2 fabricd_config 2000 "${NODES[@]}" >"$E/fabricd.yaml"
-start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
-wait_until 20 curl -sf "$F/cfm/v1/appliances" || { bad "fabricd did not start"; exit 1; }
+FABRICD_BLADES=2 dra_fabric_up 2000 "${NODES[@]}" || { bad "fabricd did not start"; exit 1; }
 # blade-1 waits outside the manager's management until the Failure scenarios.
 blade() {  # blade <add|remove> <id>: take a blade into (or out of) the manager's management
   if [ "$1" = add ]; then
@@ -105,13 +79,7 @@ done
 start controller "$BIN/cxlkv-dra-controller" --kubeconfig "$KUBECONFIG" --fabric "$F" \
   --identity bc --slice-period 5
 wait_until 30 kubectl get resourceslice cxlkv.dev-cma-0-blade-0 || { bad "no ResourceSlice"; exit 1; }
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: cxlkv.dev}
-spec:
-  selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
-YAML
+dra_deviceclass
 
 claim_and_pod() {  # claim_and_pod <name> <node>: a 1 GiB claim and one pod using it
   python3 - "$1" "$2" <<'PY' | kubectl apply -f - >/dev/null

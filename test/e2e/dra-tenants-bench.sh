@@ -32,7 +32,8 @@
 # from the fabric manager, averaged over the time from the first claim to
 # the last pod start), time to ready (claim created -> the container's own
 # first line) p50/p99 and the ratio of each mode's to binding-conditions', and
-# leaks (regions left and claims stuck after everything is deleted).
+# leaks (regions left and claims stuck after everything is deleted), and each tenant's peak
+# composed bytes (from the same samples: a budget refusal needs a tenant at its budget).
 # Prints a table and one JSON object. Needs root (private mount namespaces).
 # Not in the default test run (several minutes).
 set -uo pipefail
@@ -74,34 +75,10 @@ BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1 fake-node-2)
 TENANTS=(team-a team-b team-c)
 source "$ROOT/test/e2e/lib/dra-env.sh"
-CXLKV_E2E_DIR=$(mktemp -d /tmp/cxlkv-e2e.XXXXXX); export CXLKV_E2E_DIR
-CXLKV_E2E_NODES=3 bash "$CLUSTER" up >"$E/logs/cluster.log" 2>&1 || { cat "$E/logs/cluster.log"; exit 1; }
-eval "$(bash "$CLUSTER" env)"
-FPORT=$(port); F=http://127.0.0.1:$FPORT
-declare -A HPORT
-for n in "${NODES[@]}"; do HPORT[$n]=$(port); done
-fabricd_config 5000 "${NODES[@]}" >"$E/fabricd.yaml"
-start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
-wait_until 20 curl -sf "$F/cfm/v1/appliances" || { echo "dra-tenants-bench: fabricd did not start"; exit 1; }
-for n in "${NODES[@]}"; do
-  d=$E/$n
-  mkdir -p "$d/cdi" "$d/dev" "$d/ctr" "$d/logs"
-  start "hostd-$n" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
-    --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
-    --allowed-backing-dir "$BACKING" --resync-interval 5
-  start "plugin-$n" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KUBECONFIG" \
-    --kubelet-root-dir "$d/kubelet" --state-dir "$d/dra-plugin" --cdi-dir "$d/cdi" \
-    --hostd-url "http://127.0.0.1:${HPORT[$n]}"
-  start "kubelet-$n" "$FK" --kubeconfig "$KUBECONFIG" --node-name "$n" --root-dir "$d/kubelet" \
-    --cdi-dir "$d/cdi" --log-dir "$d/logs" --retry 1s
-done
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: cxlkv.dev}
-spec:
-  selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
-YAML
+dra_cluster_up 3 || exit 1
+dra_fabric_up 5000 "${NODES[@]}" || { echo "dra-tenants-bench: fabricd did not start"; exit 1; }
+for n in "${NODES[@]}"; do dra_node_up "$n" 1s; done
+dra_deviceclass
 for t in "${TENANTS[@]}"; do
   kubectl create namespace "$t" >/dev/null
   kubectl label namespace "$t" cxlkv.dev/memory-budget=4Gi >/dev/null
@@ -109,18 +86,22 @@ done
 sa_ready() { kubectl -n "$1" get serviceaccount default; }
 for t in "${TENANTS[@]}"; do wait_until 60 sa_ready "$t" || { echo "no ServiceAccount in $t"; exit 1; }; done
 
-# Composed bytes on the blade every 0.5 s: "<time> <bytes>".
+# Composed bytes on the blade every 0.5 s: "<time> <bytes> <claim uid>=<bytes>,..." (the
+# claim UID from the compose tag "cxlkv.dev/<uid>@<allocation time>"; "-" for none).
 cat >"$E/sample.py" <<'PY'
 import json, sys, time, urllib.request
 base, out = sys.argv[1], open(sys.argv[2], "w", buffering=1)
 while True:
     try:
         mem = json.load(urllib.request.urlopen(base + "/cfm/v1/appliances/cma-0/blades/blade-0/memory", timeout=2))
-        total = 0
+        total, by_claim = 0, []
         for m in mem.get("members", []):
             r = json.load(urllib.request.urlopen(base + m["uri"], timeout=2))
             total += r.get("sizeMiB", 0) << 20
-        out.write(f"{time.time()} {total}\n")
+            tag = r.get("claimUid", "")
+            if tag.startswith("cxlkv.dev/"):
+                by_claim.append("%s=%d" % (tag[len("cxlkv.dev/"):].split("@")[0], r.get("sizeMiB", 0) << 20))
+        out.write(f"{time.time()} {total} {','.join(by_claim) or '-'}\n")
     except Exception as e:  # the manager is busy: skip this sample
         pass
     time.sleep(0.5)
@@ -194,6 +175,9 @@ YAML
       kubectl apply -f "$E/$t-$name.yaml" >/dev/null
     done
   done
+  # Which tenant each claim UID belongs to (the samples name regions by claim UID).
+  kubectl get resourceclaims -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.uid}{"\n"}{end}' \
+    >>"$E/uids.txt"
   # Delete each pod (and its claim) once it finished; give up after 300 s.
   local left=$((N * 3)) end=$((SECONDS + 300)) phase
   declare -A done_
@@ -276,7 +260,14 @@ for line in open(f"{E}/started.txt"):
 for line in open(f"{E}/marks.txt"):
     _, mode, what, ts = line.split()
     marks.setdefault(mode, {})[what] = float(ts)
-samples = [tuple(map(float, l.split())) for l in open(f"{E}/samples.txt") if len(l.split()) == 2]
+samples, by_claim = [], []
+for l in open(f"{E}/samples.txt"):
+    f = l.split()
+    if len(f) != 3:
+        continue
+    samples.append((float(f[0]), float(f[1])))
+    by_claim.append((float(f[0]), {} if f[2] == "-" else {u: int(b) for u, b in (x.split("=") for x in f[2].split(","))}))
+tenant_of = dict(reversed(l.split()) for l in open(f"{E}/uids.txt") if len(l.split()) == 2)
 leaks = {l.split()[0]: (int(l.split()[1]), int(l.split()[2])) for l in open(f"{E}/leaks.txt")}
 warn = {}
 try:
@@ -311,6 +302,17 @@ for mode in modes:
         per_tenant[k[0]][1] += 1
         if k in started:
             per_tenant[k[0]][0] += 1
+    # Each tenant's composed bytes at its peak over the mode's window: a budget refusal needs
+    # a tenant at its 4 GiB budget (what the controller's ledger counts is composed bytes).
+    peak = {}
+    for t, claims in by_claim:
+        if not t0 <= t <= t1:
+            continue
+        held = {}
+        for u, b in claims.items():
+            held[tenant_of.get(u, "?")] = held.get(tenant_of.get(u, "?"), 0) + b
+        for tn, b in held.items():
+            peak[tn] = max(peak.get(tn, 0), b)
     w = warn.get(mode, {})
     res["modes"][mode] = {
         "claims": len(keys), "admitted": len(ready),
@@ -318,6 +320,7 @@ for mode in modes:
         "failed_composes": sum(w.values()), "failed_by_reason": w,
         "utilisation_mean": (sum(win) / len(win) / BLADE) if win else None,
         "utilisation_samples": len(win),
+        "peak_tenant_composed_bytes": dict(sorted(peak.items())),
         "makespan_s": t1 - t0,
         "ready_p50_s": pct(ready, 50), "ready_p99_s": pct(ready, 99),
         "leaked_regions": leaks.get(mode, (None, None))[1],
@@ -330,13 +333,14 @@ for mode, r in res["modes"].items():
         r["ready_p99_s"] / base["ready_p99_s"] if base and base["ready_p99_s"] and r["ready_p99_s"] else None)
 fmt = lambda v, f="{:.2f}": "-" if v is None else f.format(v)
 print(f"{'mode':<20} {'admitted':>9} {'failed':>7} {'util':>6} {'p50 s':>7} {'p99 s':>7} "
-      f"{'p50 x':>6} {'p99 x':>6} {'makespan':>9} {'leaks':>6}")
+      f"{'p50 x':>6} {'p99 x':>6} {'makespan':>9} {'leaks':>6} {'tenant peak GiB':>16}")
 for mode, r in res["modes"].items():
     print(f"{mode:<20} {str(r['admitted']) + '/' + str(r['claims']):>9} {r['failed_composes']:>7} "
           f"{fmt(r['utilisation_mean']):>6} {fmt(r['ready_p50_s']):>7} {fmt(r['ready_p99_s']):>7} "
           f"{fmt(r['ready_p50_ratio_to_binding_conditions']):>6} "
           f"{fmt(r['ready_p99_ratio_to_binding_conditions']):>6} {fmt(r['makespan_s'], '{:.1f}'):>9} "
-          f"{r['leaked_regions']}+{r['stuck_claims']:>4}")
+          f"{r['leaked_regions']}+{r['stuck_claims']:>4} "
+          f"{'/'.join(fmt(b / (1 << 30), '{:.0f}') for b in r['peak_tenant_composed_bytes'].values()) or '-':>16}")
 text = json.dumps(res)
 if out:
     open(out, "w").write(text + "\n")

@@ -1,6 +1,10 @@
 # Helpers shared by the DRA e2e scripts (scripts/test.d/55-dra.sh, test/e2e/dra-demo.sh,
-# dra-bench.sh, dra-binding-conditions.sh). Sourced, not run. Expects the caller to have set
-# E (the run's scratch dir, with E/logs) and the array PIDS (what the caller's trap stops).
+# dra-bench.sh, dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
+# dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
+# dir, with E/logs) and the array PIDS (what the caller's trap stops), or to call
+# dra_standalone, which sets both. Uses ROOT (the checkout); BIN and CLUSTER default from it.
+BIN=${BIN:-$ROOT/build/bin}
+CLUSTER=${CLUSTER:-$ROOT/test/e2e/cluster.sh}
 
 # A free TCP port on 127.0.0.1.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -47,4 +51,89 @@ YAML
   for n in "$@"; do
     printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"
   done
+}
+
+# dra_standalone <name>: the prologue of a standalone check script (its own control plane)
+# that prints "<name>: ok|FAILED: ..." per check and closes with "<name>: N passed, N failed,
+# N skipped": the counters, ok and bad, E (with E/logs) and BACKING, PIDS, CXLKV_E2E_DIR under
+# E, and an EXIT trap that stops what was started (the logs' tails first if a check failed),
+# brings the control plane down, removes E and BACKING and prints the totals.
+dra_standalone() {
+  DRA_NAME=$1
+  passed=0; failed=0; skipped=0
+  ok() { echo "$DRA_NAME: ok: $*"; passed=$((passed + 1)); }
+  bad() { echo "$DRA_NAME: FAILED: $*"; failed=$((failed + 1)); }
+  E=$(mktemp -d "/tmp/cxlkv-$1.XXXXXX")
+  BACKING=/dev/shm/$(basename "$E")
+  mkdir -p "$E/logs" "$BACKING"
+  PIDS=()
+  CXLKV_E2E_DIR=$E/cluster; export CXLKV_E2E_DIR
+  trap dra_standalone_finish EXIT
+}
+dra_standalone_finish() {
+  local p f
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  if [ "$failed" -gt 0 ]; then
+    for f in "$E"/logs/*.log "$E"/cluster/logs/kube-scheduler.log; do echo "--- $f"; tail -15 "$f"; done
+  fi
+  bash "$CLUSTER" down >/dev/null 2>&1
+  rm -rf "$E" "$BACKING"
+  echo "$DRA_NAME: $passed passed, $failed failed, $skipped skipped"
+}
+
+# dra_cluster_up <nodes> [dir]: the test control plane (test/e2e/cluster.sh) with
+# fake-node-0 .. fake-node-<nodes - 1>, in dir (default: a new temporary dir), exported as
+# CXLKV_E2E_DIR; KUBECONFIG and the cluster's environment exported here. Its own settings
+# pass through: CXLKV_E2E_GATES, CXLKV_E2E_BINDING_TIMEOUT. Output in $E/logs/cluster.log,
+# printed if it fails.
+dra_cluster_up() {
+  CXLKV_E2E_DIR=${2:-$(mktemp -d /tmp/cxlkv-e2e.XXXXXX)}
+  export CXLKV_E2E_DIR
+  CXLKV_E2E_NODES=$1 bash "$CLUSTER" up >"$E/logs/cluster.log" 2>&1 ||
+    { cat "$E/logs/cluster.log"; return 1; }
+  eval "$(bash "$CLUSTER" env)"
+}
+
+# dra_fabric_up <agent timeout ms> <node...>: a free hostd port per node in HPORT (global),
+# F = the fabric manager's URL, and cxlkv-fabricd serving fabricd_config's appliance (so
+# FABRICD_BLADES applies). False if it does not answer within 20 s.
+dra_fabric_up() {
+  local n
+  declare -gA HPORT
+  for n in "${@:2}"; do HPORT[$n]=$(port); done
+  F=http://127.0.0.1:$(port)
+  fabricd_config "$@" >"$E/fabricd.yaml"
+  start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
+  wait_until 20 curl -sf "$F/cfm/v1/appliances"
+}
+
+# dra_node_up <node> <kubelet retry> [plugin flags...]: on one fake node, cxlkv-hostd
+# (resync every ${HOSTD_RESYNC:-5} s), cxlkv-dra-kubeletplugin (the flags added) and the
+# fake kubelet (FK: kubelet's plugin and DRA managers; prepare retried every <retry>), their
+# state under $E/<node>, the host's boot id in $E/<node>/boot_id. Uses F, HPORT, BACKING.
+dra_node_up() {
+  local n=$1 retry=$2 d=$E/$1
+  shift 2
+  mkdir -p "$d/cdi" "$d/dev" "$d/ctr" "$d/logs"
+  cat /proc/sys/kernel/random/boot_id >"$d/boot_id"
+  start "hostd-$n" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
+    --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
+    --allowed-backing-dir "$BACKING" --resync-interval "${HOSTD_RESYNC:-5}"
+  start "plugin-$n" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KUBECONFIG" \
+    --kubelet-root-dir "$d/kubelet" --state-dir "$d/dra-plugin" --cdi-dir "$d/cdi" \
+    --hostd-url "http://127.0.0.1:${HPORT[$n]}" --boot-id-file "$d/boot_id" "$@"
+  start "kubelet-$n" "$FK" --kubeconfig "$KUBECONFIG" --node-name "$n" --root-dir "$d/kubelet" \
+    --cdi-dir "$d/cdi" --log-dir "$d/logs" --retry "$retry"
+}
+
+# dra_deviceclass: the DeviceClass cxlkv.dev (every device of the driver).
+dra_deviceclass() {
+  kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: cxlkv.dev}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
+YAML
 }
