@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kubeletplugin/checkpoint_fixture.h"
+
 namespace cxlkv::dra {
 namespace {
 
@@ -29,30 +31,7 @@ class CheckpointTest : public ::testing::Test {
     path_ = dir_ + "/checkpoint.json";
   }
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
-  static Checkpoint Sample() {
-    Checkpoint cp;
-    cp.boot_id = "6f1c1c2e-0000-4000-8000-000000000001";
-    cp.node_name = "node-a";
-    ClaimEntry a;
-    a.uid = "uid-a";
-    a.ns = "team-1";
-    a.name = "kv";
-    a.memory_id = "mem-7";
-    a.state = PrepareState::kPrepareCompleted;
-    a.updated_unix = 1764590000;
-    a.devices.push_back(
-        {{"kv"}, "cma-0-blade-0", "blade-0", "share-1", {"cxlkv.dev/region=mem-7"}});
-    ClaimEntry b;
-    b.uid = "uid-b";
-    b.ns = "team-2";
-    b.name = "other";
-    b.memory_id = "mem-8";
-    b.state = PrepareState::kPrepareStarted;
-    b.devices.push_back({{"a", "b"}, "p", "d", "", {}});
-    cp.claims[a.uid] = a;
-    cp.claims[b.uid] = b;
-    return cp;
-  }
+  static Checkpoint Sample() { return test::SampleCheckpoint(); }
   std::string Read() {
     std::ifstream f(path_);
     std::stringstream ss;
