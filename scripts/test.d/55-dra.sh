@@ -34,12 +34,15 @@
 # Kubernetes' binding-condition scenarios ported to our controller
 # (test/e2e/dra-binding-conditions.sh); then, on another control plane with
 # DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
-# and the paper's flow (test/e2e/dra-gates-off.sh, about 50 s).
-# Warm (Kubernetes and the fake kubelet cached): about 540 s on 2 cores (measured 500 s, 121
+# and the paper's flow, then the switch back to consumable capacity
+# (test/e2e/dra-gates-off.sh, about 75 s).
+# Warm (Kubernetes and the fake kubelet cached): about 600 s on 2 cores (measured 500 s, 121
 # checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
 # the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
 # With the budget cases (9 checks, about 60 s) too: measured 544 s, 133 checks, at load
-# average about 20 (main at 3b8f083).
+# average about 20 (main at 3b8f083). With the release cases, the Lease collection and
+# the gates-off switch back to consumable capacity (13 checks): measured 591 s, 146
+# checks, at a load average falling from about 12 to 4 (issue 11, 2026-12-01 21:03).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"

@@ -6,7 +6,7 @@
 #  1. a pod scheduled just before its node's release completes: the claim's
 #     last pod on fake-node-1 has finished (so it left reservedFor) and is
 #     deleted; its plugin's release (the fabric manager's unassign, slowed
-#     to 12 s by the emulator's fault injection) is still on its way when a
+#     to 8 s by the emulator's fault injection) is still on its way when a
 #     new pod on fake-node-1 is reserved. The controller sees the host still
 #     mapped, keeps re-reading the claim while that pod has not started, and
 #     adds the host back once the release lands; the pod reads the bytes
@@ -17,7 +17,7 @@
 #     the allocation): the controller stops re-reading it (no region read
 #     in 6 s, where the old 500 ms loop made about 12) and waits for an
 #     event: a new pod's reservation gets its host added at once.
-# Warm: about 45 s.
+# Warm: about 50 s.
 
 echo "== dra: the controller and a node's release (no resync to help: --resync-period 300)"
 for v in ${!PID_ctl_@}; do kill "${!v}" 2>/dev/null; done
@@ -31,6 +31,13 @@ import json, sys
 print(" ".join(sorted(m["hostId"] for m in json.load(sys.stdin).get("mappings", []) if m.get("hostId"))))'
 }
 rel_adds() { grep -c "claim default/$1: added host $2 to region" "$E/logs/ctl-rel.log"; }
+# fake-node-1's plugin (the rolling update's instance B) again under B's pod
+# UID, with hostd calls bounded at 30 s instead of 3 s: the slowed release
+# below is then one call (a timed-out release would be retried, and a retry
+# is not what this case is about).
+kill "$PID_plugin_fake_node_1_b"; wait "$PID_plugin_fake_node_1_b" 2>/dev/null
+plugin_start fake-node-1 -rel --pod-uid 22222222-bbbb-4bbb-8bbb-000000000002 --hostd-timeout-ms 30000
+wait_until 20 curl -sf "http://127.0.0.1:${MPORT[fake-node-1]}/healthz" || bad "fake-node-1's plugin did not restart"
 
 # 1. The release race.
 claim_yaml race 1Gi | kubectl apply -f - >/dev/null
@@ -47,8 +54,10 @@ if [ "$RR" != none ] && [ "$(rel_hosts "$RR")" = "fake-node-0 fake-node-1" ] && 
   ok "race: region $RR on fake-node-0 and fake-node-1; ra-1 finished and left reservedFor (still prepared there)"
 else bad "race setup: region $RR mapped to '$(rel_hosts "$RR")', ra-0 $(phase ra-0), ra-1 $(phase ra-1)"; fi
 # The next change of this region at the fabric manager (the release's
-# unassign of fake-node-1's port) takes 12 s.
-curl -sf -X PUT "$F/cxlkv/v1/faults" -d "{\"rules\": [{\"method\": \"PATCH\", \"path\": \"/cfm/v1/appliances/cma-0/blades/blade-0/memory/$RR\", \"delayMs\": 12000, \"count\": 1}]}" >/dev/null ||
+# unassign of fake-node-1's port) takes 8 s: under hostd's 10 s timeout for
+# fabric calls (a request its caller gave up on is still applied when its
+# delay ends, and would unmap the host added back meanwhile).
+curl -sf -X PUT "$F/cxlkv/v1/faults" -d "{\"rules\": [{\"method\": \"PATCH\", \"path\": \"/cfm/v1/appliances/cma-0/blades/blade-0/memory/$RR\", \"delayMs\": 8000, \"count\": 1}]}" >/dev/null ||
   bad "could not set the unassign delay"
 n_add0=$(rel_adds race fake-node-1)
 kubectl delete pod ra-1 --wait=false >/dev/null
