@@ -251,43 +251,22 @@ void EmulatedHost::MaybeRandomWriteback() {
   Unlock(l, st);
 }
 
+// A word access is the one-line case of the copies below (the engine's
+// words are aligned, so none straddles a line).
 uint64_t EmulatedHost::Load64(const void* p) {
-  const uint64_t l = Line(p);
-  uint8_t* d = LockFilled(l);
   uint64_t v;
-  std::memcpy(&v, d + (reinterpret_cast<uintptr_t>(p) & (kLineBytes - 1)), sizeof v);
-  Unlock(l, f_->Ctl(l).load(std::memory_order_relaxed) & kStateMask);
-  MaybeRandomWriteback();
+  CopyFromRegion(&v, p, sizeof v);
   return v;
 }
 
 uint32_t EmulatedHost::Load32(const void* p) {
-  const uint64_t l = Line(p);
-  uint8_t* d = LockFilled(l);
   uint32_t v;
-  std::memcpy(&v, d + (reinterpret_cast<uintptr_t>(p) & (kLineBytes - 1)), sizeof v);
-  Unlock(l, f_->Ctl(l).load(std::memory_order_relaxed) & kStateMask);
-  MaybeRandomWriteback();
+  CopyFromRegion(&v, p, sizeof v);
   return v;
 }
 
-void EmulatedHost::Store64(void* p, uint64_t v) {
-  const uint64_t l = Line(p);
-  uint8_t* d = LockFilled(l);
-  std::memcpy(d + (reinterpret_cast<uintptr_t>(p) & (kLineBytes - 1)), &v, sizeof v);
-  Unlock(l, kDirty);
-  NoteDirty(l);
-  MaybeRandomWriteback();
-}
-
-void EmulatedHost::Store32(void* p, uint32_t v) {
-  const uint64_t l = Line(p);
-  uint8_t* d = LockFilled(l);
-  std::memcpy(d + (reinterpret_cast<uintptr_t>(p) & (kLineBytes - 1)), &v, sizeof v);
-  Unlock(l, kDirty);
-  NoteDirty(l);
-  MaybeRandomWriteback();
-}
+void EmulatedHost::Store64(void* p, uint64_t v) { CopyToRegion(p, &v, sizeof v); }
+void EmulatedHost::Store32(void* p, uint32_t v) { CopyToRegion(p, &v, sizeof v); }
 
 void EmulatedHost::CopyFromRegion(void* dst, const void* region_src, size_t n) {
   auto* out = static_cast<uint8_t*>(dst);
@@ -362,35 +341,34 @@ void EmulatedHost::RecordSite(const void* ret, bool invalidate, bool* drop) {
   if (*drop) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void EmulatedHost::Flush(const void* p, size_t n) {
-  bool drop = false;
-  RecordSite(__builtin_return_address(0), false, &drop);
-  if (drop || n == 0) return;
+void EmulatedHost::WriteBackLines(const void* p, size_t n, bool invalidate) {
+  if (n == 0) return;
   const uint64_t first = Line(p), last = Line(static_cast<const uint8_t*>(p) + n - 1);
   for (uint64_t l = first; l <= last; l++) {
     uint64_t st = LockWord(f_->Ctl(l));
+    // A dirty copy reaches memory either way (CLWB; CLFLUSHOPT writes it
+    // back before dropping it).
     if (st == kDirty) {
       WriteBack(f_->MemLock(l), base_ + l * kLineBytes, f_->Data(lines_, l));
-      flush_wb_.fetch_add(1, std::memory_order_relaxed);
+      (invalidate ? inval_wb_ : flush_wb_).fetch_add(1, std::memory_order_relaxed);
       st = kClean;  // CLWB: the line may stay cached
     }
-    Unlock(l, st);
+    Unlock(l, invalidate ? kInvalid : st);
   }
+}
+
+// Each records its own caller: the return address must be taken here, not
+// in the shared walk, so that every engine call site stays its own site.
+void EmulatedHost::Flush(const void* p, size_t n) {
+  bool drop = false;
+  RecordSite(__builtin_return_address(0), false, &drop);
+  if (!drop) WriteBackLines(p, n, /*invalidate=*/false);
 }
 
 void EmulatedHost::Invalidate(const void* p, size_t n) {
   bool drop = false;
   RecordSite(__builtin_return_address(0), true, &drop);
-  if (drop || n == 0) return;
-  const uint64_t first = Line(p), last = Line(static_cast<const uint8_t*>(p) + n - 1);
-  for (uint64_t l = first; l <= last; l++) {
-    const uint64_t st = LockWord(f_->Ctl(l));
-    if (st == kDirty) {  // CLFLUSHOPT writes a dirty copy back first
-      WriteBack(f_->MemLock(l), base_ + l * kLineBytes, f_->Data(lines_, l));
-      inval_wb_.fetch_add(1, std::memory_order_relaxed);
-    }
-    Unlock(l, kInvalid);
-  }
+  if (!drop) WriteBackLines(p, n, /*invalidate=*/true);
 }
 
 // Every emulated access is complete when its call returns (the line locks

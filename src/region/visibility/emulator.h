@@ -130,6 +130,9 @@ class EmulatedHost final : public Visibility {
   // Returns the cached line's bytes.
   uint8_t* LockFilled(uint64_t l);
   void Unlock(uint64_t l, uint32_t state);
+  // The lines of [p, p + n): each dirty one written back whole; then kept
+  // clean (Flush) or dropped (Invalidate).
+  void WriteBackLines(const void* p, size_t n, bool invalidate);
   void MaybeRandomWriteback();
   void NoteDirty(uint64_t l);
   void RecordSite(const void* ret, bool invalidate, bool* drop);
