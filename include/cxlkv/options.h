@@ -20,7 +20,8 @@ enum class CoherenceMode : uint32_t {
   kHardware = 1,
   // Non-coherent multi-host sharing: one writer host per line (write
   // partitions), explicit flush/invalidate, no cross-host atomics, CRC
-  // always verified. Layout version 3; x86 only (kUnsupported elsewhere).
+  // always verified. Layout version 4 (version 3, v0.1.0's, is refused);
+  // x86 only (kUnsupported elsewhere).
   // Needs RegionConfig::software_partitions to format and
   // RegionOptions::software_partition to write. docs/coherence.md.
   kSoftware = 2,

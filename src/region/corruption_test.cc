@@ -92,13 +92,13 @@ TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
   ScratchRegion sr("ver");
   Populate(sr.path());
   RawRegion raw(sr.path());
-  raw.sb()->layout_version = 4;  // 3 is coherence=software's (software_test.cc)
+  raw.sb()->layout_version = 5;  // 4 is coherence=software's, 3 refused (software_test.cc)
   std::unique_ptr<Region> r;
   Status s = Region::Open(sr.path(), Attach(), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("layout version 5"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("layout version 2"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 3"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
 }
 
 // A version 1 region (slot CRCs over the payload only) is refused, not read.

@@ -29,10 +29,17 @@ inline constexpr uint64_t kMagic = 0x31474552564B4C43ull;  // "CLKVREG1" little-
 // 2: the slot CRC binds the payload to the slot's identity (SlotCrcTrailer)
 //    and SlotMeta records the writer. Version 1 regions are refused.
 inline constexpr uint32_t kLayoutVersion = 2;
-// 3: coherence=software (docs/coherence.md): version 2's areas and words,
-//    plus `partitions`; every line has one writer host. Hardware-mode
-//    regions stay version 2.
-inline constexpr uint32_t kLayoutVersionSoftware = 3;
+// 3: coherence=software as v0.1.0 shipped it: version 2's areas and words,
+//    plus `partitions`; every line has one writer host. Refused: a holder
+//    paused past its lease could publish a block that readers served
+//    (docs/coherence.md, docs/model.md case sw-v3).
+inline constexpr uint32_t kLayoutVersionSoftwareV3 = 3;
+// 4: coherence=software: version 3 plus the writer's incarnation in every
+//    slot word's owner field (SwIncTag) and in its slot CRC, checked by
+//    readers against the partition's registry record after the copy, and
+//    the heartbeat off the record's state line (ParticipantRecord::
+//    sw_heartbeat). Hardware-mode regions stay version 2.
+inline constexpr uint32_t kLayoutVersionSoftware = 4;
 inline constexpr uint32_t kMaxSoftwarePartitions = 16;
 inline constexpr uint64_t kSuperblockBytes = 4096;
 inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
@@ -89,7 +96,7 @@ struct alignas(64) Superblock {
   uint64_t config_json_off;
   uint32_t config_json_len;
   uint32_t config_json_crc;
-  uint32_t partitions;  // version 3: write partitions (1..16); version 2: 0
+  uint32_t partitions;  // versions 3, 4: write partitions (1..16); version 2: 0
   uint8_t reserved[288];
   uint32_t header_crc;  // CRC32C of bytes [offsetof(layout_version), offsetof(header_crc))
 };
@@ -116,10 +123,16 @@ struct alignas(64) ParticipantRecord {
   std::atomic<uint32_t> pid;
   uint32_t reserved0;
   char host[32];  // informational; written with relaxed stores
-  uint8_t reserved[64];
+  // Layout 4 (coherence=software): the owner's heartbeat, on the record's
+  // second line, so its periodic store never writes the state line back (a
+  // paused owner's copy of that line carries its old incarnation). Layout 2
+  // uses `heartbeat`; this is 0 there.
+  std::atomic<uint64_t> sw_heartbeat;
+  uint8_t reserved[56];
   CounterBlock counters;
 };
 static_assert(sizeof(ParticipantRecord) == 320);
+static_assert(offsetof(ParticipantRecord, sw_heartbeat) == 64);
 
 // ---- Namespace table ----
 //

@@ -133,7 +133,7 @@ Status ProbePath(const std::string& path, const LifecycleOptions& o, Probe* out)
   ro.format_wait_ns = 0;
   ro.config.max_participants = 0;  // accept what the region records
   ro.sysfs_root = o.sysfs_root;
-  // Inspect a region in its own coherence mode (version 3: software).
+  // Inspect a region in its own coherence mode (version 4: software).
   if (sb->layout_version == kLayoutVersionSoftware) ro.config.coherence = CoherenceMode::kSoftware;
   auto impl = std::make_unique<RegionImpl>(std::move(map), ro, nullptr);
   s = impl->Init();

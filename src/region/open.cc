@@ -414,6 +414,14 @@ Status RegionImpl::Validate() {
   // Validate a private copy: the region can change under us.
   Superblock sb;
   std::memcpy(static_cast<void*>(&sb), sb_, sizeof sb);
+  if (sb.layout_version == internal::kLayoutVersionSoftwareV3) {
+    return Status::Unsupported(
+        "region " + path +
+        " has layout version 3 (coherence=software as v0.1.0 wrote it: a writer paused past its "
+        "lease could have its block served); this build reads layout version " +
+        std::to_string(kLayoutVersion) + " (coherence=hardware) and layout version " +
+        std::to_string(kLayoutVersionSoftware) + " (coherence=software): format it again");
+  }
   if (sb.layout_version != kLayoutVersion && sb.layout_version != kLayoutVersionSoftware) {
     return Status::Unsupported("region " + path + " has layout version " +
                                std::to_string(sb.layout_version) + "; this build reads layout " +

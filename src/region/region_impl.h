@@ -214,8 +214,18 @@ class RegionImpl final : public Region {
   void SwDeregister();
   void SwHeartbeatLoop();
   void SwPublishCounters();
-  // Frees slots of our partition left WRITING/EVICTING by an earlier owner.
-  void SwRecoverPartition();
+  // The sweep of our partition (docs/coherence.md, "Recovery and reclaim"):
+  // every slot WRITING, EVICTING or READY of another incarnation (an earlier
+  // holder's, or a zombie's late line) becomes FREE with a new generation.
+  // `attach`: the whole partition, also WRITING of our tag; else the next
+  // slice, keeping our own Stores in flight. REQUIRES: sw_claim_mu_ held
+  // unless attaching.
+  void SwRecoverPartition(bool attach);
+  // True if slot word `w` of `slot` was written by the incarnation that
+  // holds (or last held) the slot's partition: its owner field equals the
+  // registry record's incarnation tag. `reread`: invalidate and load the
+  // record (else our own partition's answers from our own word).
+  bool SwWriterCurrent(uint64_t slot, uint64_t w, bool reread) const;
   // Checks our registry record (inval + load): false, and fenced, if a
   // newer incarnation of our partition exists; an older one (a zombie's
   // late line) is overwritten with ours again.
@@ -338,6 +348,7 @@ class RegionImpl final : public Region {
   uint32_t partitions_ = 0;
   uint64_t part_sets_ = 0;      // sets per partition
   std::mutex sw_claim_mu_;      // serialises this process's slot claims
+  uint64_t sw_sweep_next_ = 0;  // guarded by sw_claim_mu_: the periodic sweep's cursor
   Counters sw_counter_base_{};  // our record's counters before we attached
   // Process-local CLOCK bits of our own partition's slots (no other host
   // may write our lines, so hits by others are not seen).

@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// coherence=software (layout version 3): the region shared by hosts whose
+// coherence=software (layout version 4): the region shared by hosts whose
 // caches the hardware does not keep coherent. The protocol, its steps
 // (SW1..SW5, SR1..SR4) and what it costs are in docs/coherence.md; this file
 // is that protocol, step by step. Every load, store, flush and invalidate of
@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "crc32c.h"
+#include "failpoint.h"
 #include "region_impl.h"
 
 namespace cxlkv::internal {
@@ -35,6 +36,20 @@ constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
 
 uint64_t Reduce(uint64_t h, uint64_t n) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * n) >> 64);
+}
+
+// The incarnation tag a layout-4 slot word carries in its owner field: the
+// low 12 bits of the incarnation of the partition holder that wrote it.
+constexpr uint32_t SwIncTag(uint64_t record_word) {
+  return static_cast<uint32_t>(WordGen(record_word) & kOwnerMask);
+}
+
+// What a layout-4 slot CRC binds as its generation (SlotCrcTrailer): the
+// slot generation (48 bits) and the writer's incarnation tag above it, so a
+// CRC verifies only for the word, writer included, that it was written for
+// (a metadata line read across two versions cannot pass).
+constexpr uint64_t SwCrcGeneration(uint64_t slot_word) {
+  return WordGen(slot_word) | (uint64_t(WordOwner(slot_word)) << 48);
 }
 
 uint64_t NewNonce() {
@@ -175,6 +190,7 @@ Status RegionImpl::SwFormat(uint64_t nonce) {
     vis_->CopyToRegion(base_ + off, kZero, n);
     vis_->Flush(base_ + off, n);
   }
+  CXLKV_FAILPOINT_HIT("sw.format.after_zero");
   std::vector<uint8_t> json_area(kSuperblockBytes - sizeof(Superblock), 0);
   std::memcpy(json_area.data(), text.data(), text.size());
   vis_->CopyToRegion(base_ + sizeof(Superblock), json_area.data(), json_area.size());
@@ -208,41 +224,70 @@ Status RegionImpl::SwRegister() {
   char host[32] = {};
   ::gethostname(host, sizeof host - 1);
   vis_->CopyToRegion(r.host, host, sizeof host);
-  vis_->Store64(&r.heartbeat, vis_->Load64(&r.heartbeat) + 1);
+  vis_->Store64(&r.sw_heartbeat, vis_->Load64(&r.sw_heartbeat) + 1);
   vis_->Store64(&r.state, mine);
-  vis_->Flush(&r, sizeof r);
-  vis_->StoreFence();
+  // No flush here: the attach sweep's SwStillOwner, next, invalidates the
+  // state line, which writes it back (then a full fence) before any slot is
+  // swept, and the heartbeat's flush carries the heartbeat line.
   self_ = static_cast<int32_t>(p);
   self_word_ = mine;
   info_.participant = self_;
-  SwRecoverPartition();
+  SwRecoverPartition(/*attach=*/true);
   return Status::OK();
 }
 
-void RegionImpl::SwRecoverPartition() {
-  // A process that held this partition before us and died (or was replaced
-  // by the lease) may have left slots WRITING or EVICTING; they were never
-  // READY, so nobody can be reading them. READY blocks stay.
+void RegionImpl::SwRecoverPartition(bool attach) {
+  // Earlier holders of this partition (dead, or replaced by the lease while
+  // paused: zombies) leave slots WRITING or EVICTING, and READY blocks of
+  // their incarnation; a zombie's late lines can land after our attach, so
+  // the holder sweeps again, a slice per heartbeat. Readers already ignore
+  // all of those (SwWriterCurrent); the sweep makes them FREE again, so the
+  // slots are reused and every slot ends FREE or READY of the holder.
   const uint64_t first = uint64_t(self_index()) * part_sets_ * geo_.ways;
   const uint64_t n = part_sets_ * geo_.ways;
-  vis_->Invalidate(&meta_[first], n * sizeof(SlotMeta));
-  vis_->Invalidate(&tags_[first / geo_.ways], part_sets_ * sizeof(SetTags));
-  vis_->FullFence();
+  uint64_t begin = 0, count = n;
+  if (!attach) {  // a slice: at least 1024 slots, a sixteenth of the partition
+    count = std::min<uint64_t>(n, std::max<uint64_t>(1024, n / 16));
+    begin = sw_sweep_next_ % n;
+    sw_sweep_next_ = (begin + count) % n;
+  }
+  // Our record reaches memory before the sweep frees anything (a zombie
+  // that commits from here on is ignored by every reader); a newer holder
+  // (the lease moved again) sweeps itself.
+  if (attach && !SwStillOwner()) return;
+  const uint32_t mine = SwIncTag(self_word_);
   uint64_t freed = 0;
-  for (uint64_t s = first; s < first + n; ++s) {
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t s = first + (begin + i) % n;
+    // Memory's word, not our cached copy (a zombie's line may have landed).
+    vis_->Invalidate(&meta_[s], sizeof(SlotMeta));
+    vis_->FullFence();
     const uint64_t w = vis_->Load64(&meta_[s].state);
     const uint8_t st = WordState(w);
-    if (st == kReady || (st == kFree && WordOwner(w) == 0)) continue;
-    // WRITING, EVICTING or an impossible word: free it with a new
-    // generation, so no reader's earlier READY word can match again.
+    const bool ours = WordOwner(w) == mine;
+    if ((st == kReady && ours) || (st == kFree && WordOwner(w) == 0) ||
+        (!attach && st == kWriting && ours)) {
+      continue;
+    }
+    // Free it with a new generation, so no reader's earlier READY word can
+    // match again. The tag is a hint, not flushed: a reader that follows a
+    // stale one finds the slot FREE (docs/coherence.md, "Mutants").
     vis_->Store32(&tags_[s / geo_.ways].tag[s % geo_.ways], 0);
     vis_->Store64(&meta_[s].state, PackWord(WordGen(w) + 1, 0, kFree));
+    vis_->Flush(&meta_[s], sizeof(SlotMeta));
     ++freed;
   }
-  vis_->Flush(&meta_[first], n * sizeof(SlotMeta));
-  vis_->Flush(&tags_[first / geo_.ways], part_sets_ * sizeof(SetTags));
   vis_->StoreFence();
   if (freed) Count(Counter::kReclaimedSlots, freed);
+}
+
+bool RegionImpl::SwWriterCurrent(uint64_t slot, uint64_t w, bool reread) const {
+  const uint32_t q = SwPartitionOf(slot);
+  if (!reread && SwOwnSlot(slot)) return WordOwner(w) == SwIncTag(self_word_);
+  const ParticipantRecord& r = parts_[q];
+  vis_->Invalidate(&r, 64);
+  vis_->FullFence();
+  return WordOwner(w) == SwIncTag(vis_->Load64(&r.state));
 }
 
 bool RegionImpl::SwStillOwner() {
@@ -257,10 +302,10 @@ bool RegionImpl::SwStillOwner() {
     return false;
   }
   // An older word: a late write-back of a previous (paused) owner's line.
-  // We hold the lease: put ours back.
+  // We hold the lease: put ours back. Left dirty: our next check's
+  // invalidate (within a heartbeat) writes it back; until then readers
+  // miss our blocks, never serve others' (docs/coherence.md, "Mutants").
   vis_->Store64(&r.state, self_word_);
-  vis_->Flush(&r, 64);
-  vis_->StoreFence();
   return true;
 }
 
@@ -280,11 +325,14 @@ void RegionImpl::SwHeartbeatLoop() {
   while (!stop_) {
     l.unlock();
     if (SwStillOwner()) {
+      // The heartbeat's own line: never the record's state line.
       ParticipantRecord& r = parts_[self_];
-      vis_->Store64(&r.heartbeat, vis_->Load64(&r.heartbeat) + 1);
-      vis_->Flush(&r, 64);
+      vis_->Store64(&r.sw_heartbeat, vis_->Load64(&r.sw_heartbeat) + 1);
+      vis_->Flush(&r.sw_heartbeat, 8);
       vis_->StoreFence();
       SwPublishCounters();
+      std::lock_guard<std::mutex> c(sw_claim_mu_);
+      SwRecoverPartition(/*attach=*/false);
     }
     l.lock();
     hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
@@ -366,6 +414,9 @@ int64_t RegionImpl::SwFind(NamespaceId ns, const BlockKey& key, bool readable_on
         const uint8_t st = WordState(m.state);
         if (st != kReady && (readable_only || st != kWriting)) continue;
         if (m.key.hi != key.hi || m.key.lo != key.lo || m.ns != ns) continue;
+        // A block of an incarnation that no longer holds the partition (a
+        // zombie's late commit, or the previous holder's) is no block.
+        if (!SwWriterCurrent(slot, m.state, false)) continue;
         *meta = m;
         return static_cast<int64_t>(slot);
       }
@@ -476,8 +527,7 @@ bool RegionImpl::SwFreeOwn(uint64_t slot, uint64_t word) {
   SetTags& t = tags_[slot / geo_.ways];
   vis_->Store32(&t.tag[slot % geo_.ways], 0);
   vis_->Store64(&m.state, PackWord(WordGen(word), 0, kFree));
-  vis_->Flush(&m, sizeof m);
-  vis_->Flush(&t, sizeof t);
+  vis_->Flush(&m, sizeof m);  // the tag, a hint, is not flushed (see the sweep)
   vis_->StoreFence();
   return true;
 }
@@ -567,7 +617,9 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   SetTags& t = tags_[slot / geo_.ways];
   // SW3: the whole line says WRITING(g+1) with the new identity, and reaches
   // memory before any payload byte changes.
-  const uint64_t writing = PackWord(WordGen(chosen_word) + 1, self_index(), kWriting);
+  // The owner field carries our incarnation tag (layout 4), checked by
+  // every reader against the partition's record.
+  const uint64_t writing = PackWord(WordGen(chosen_word) + 1, SwIncTag(self_word_), kWriting);
   vis_->Store64(&sm.state, writing);
   vis_->Store64(&sm.key_hi, key.hi);
   vis_->Store64(&sm.key_lo, key.lo);
@@ -633,10 +685,13 @@ Status RegionImpl::SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, Stor
     vis_->CopyFromRegion(copy.data(), data, len);
     src_crc = Crc32c(copy.data(), len);
   }
+  // A holder stalled here (after its last ownership check) resumes as a
+  // zombie: the window of the model's sw-v3 counterexample.
+  CXLKV_FAILPOINT_HIT("sw.commit.before_ready");
   // SW5: crc, then READY, in one line (a spontaneous write-back carries
   // both or neither of the READY word's companions).
-  const uint64_t ready = PackWord(WordGen(word), self_index(), kReady);
-  vis_->Store32(&m.crc, BindSlotCrc(src_crc, WordGen(word), ns, key, len));
+  const uint64_t ready = PackWord(WordGen(word), WordOwner(word), kReady);
+  vis_->Store32(&m.crc, BindSlotCrc(src_crc, SwCrcGeneration(word), ns, key, len));
   vis_->Store64(&m.state, ready);
   vis_->Flush(&m, sizeof m);
   vis_->StoreFence();
@@ -699,12 +754,14 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
     vis_->FullFence();
   }
   vis_->CopyFromRegion(dst, data, m.len);
-  const uint32_t got = BindSlotCrc(Crc32c(dst, m.len), WordGen(m.state), ns, key, m.len);
+  const uint32_t got = BindSlotCrc(Crc32c(dst, m.len), SwCrcGeneration(m.state), ns, key, m.len);
   // SR3: the copy's loads before the re-read of the state word.
   vis_->FullFence();
   const SwMeta after = SwReadMeta(slot, !own);
+  // ... and the incarnation that wrote it still holds the partition (after
+  // the copy: a zombie's READY line can land at any moment before it).
   if (after.state != m.state || after.key.hi != key.hi || after.key.lo != key.lo ||
-      after.ns != ns) {
+      after.ns != ns || !SwWriterCurrent(slot, m.state, true)) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
@@ -722,7 +779,7 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
   }
   if (own) sw_ref_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(1);
-  const uint32_t writer = WordOwner(m.state);
+  const uint32_t writer = SwPartitionOf(slot);
   const bool cross = self_ < 0 || writer != self_index();
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, m.len);
@@ -752,7 +809,7 @@ Status RegionImpl::SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* l
     vis_->Invalidate(data, m.len);
     vis_->FullFence();
   }
-  RegionInternal::InitReadLease(lease, this, data, m.len, slot, m.state, m.crc, WordOwner(m.state),
+  RegionInternal::InitReadLease(lease, this, data, m.len, slot, m.state, m.crc, SwPartitionOf(slot),
                                 false, ns, key);
   return Status::OK();
 }
@@ -782,12 +839,13 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
   }
   vis_->FullFence();
   const SwMeta after = SwReadMeta(slot, !own);
-  if (after.state != word || after.key.hi != key.hi || after.key.lo != key.lo || after.ns != ns) {
+  if (after.state != word || after.key.hi != key.hi || after.key.lo != key.lo || after.ns != ns ||
+      !SwWriterCurrent(slot, word, true)) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
   }
-  if (BindSlotCrc(plain, WordGen(word), ns, key, len) != crc) {
+  if (BindSlotCrc(plain, SwCrcGeneration(word), ns, key, len) != crc) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     if (own && !fenced_.load(std::memory_order_acquire)) {
@@ -798,7 +856,7 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
   }
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, len);
-  if (self_ < 0 || WordOwner(word) != self_index()) Count(Counter::kCrossHits);
+  if (self_ < 0 || SwPartitionOf(slot) != self_index()) Count(Counter::kCrossHits);
   return Status::OK();
 }
 
@@ -832,7 +890,7 @@ Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
   for (uint64_t s = 0; s < used; ++s) {
     const bool own = SwOwnSlot(s);
     const SwMeta m = SwReadMeta(s, !own);
-    if (WordState(m.state) != kReady) continue;
+    if (WordState(m.state) != kReady || !SwWriterCurrent(s, m.state, false)) continue;
     ++report->ready;
     bool ok = false;
     if (m.len <= geo_.slot_size) {
@@ -846,7 +904,8 @@ Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
         ++report->skipped_changed;
         continue;
       }
-      ok = BindSlotCrc(Crc32c(buf.data(), m.len), WordGen(m.state), m.ns, m.key, m.len) == m.crc;
+      ok = BindSlotCrc(Crc32c(buf.data(), m.len), SwCrcGeneration(m.state), m.ns, m.key, m.len) ==
+           m.crc;
     }
     if (ok) {
       ++report->verified;
@@ -918,7 +977,7 @@ std::vector<ParticipantInfo> RegionImpl::SwParticipants() const {
     char host[33] = {};
     vis_->CopyFromRegion(host, r.host, 32);
     p.host = std::string(host, strnlen(host, 32));
-    p.heartbeat = vis_->Load64(&r.heartbeat);
+    p.heartbeat = vis_->Load64(&r.sw_heartbeat);
     p.heartbeat_interval_ns = vis_->Load64(&r.heartbeat_interval_ns);
     p.self = static_cast<int32_t>(i) == self_;
     for (uint32_t k = 0; k < kCounterCount; ++k) p.counters.v[k] = vis_->Load64(&r.counters.v[k]);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "failpoint.h"
 #include "region_internal.h"
 #include "software_testutil.h"
 #include "testutil.h"
@@ -54,6 +55,27 @@ int StoreId(Region* r, NamespaceId ns, uint64_t id) {
   FillPattern(id, b.data(), b.size());
   return r->Store(ns, BlockKey::FromId(id), b.data(), b.size()).ok() ? 0 : 1;
 }
+
+// Attaches an existing region as the holder of `partition` and registers
+// the test namespace: what every forked host does first. nullptr if either
+// fails (the child then exits 10).
+std::unique_ptr<Region> AttachHost(const std::string& path, int32_t partition, NamespaceId* ns) {
+  std::unique_ptr<Region> r;
+  if (!Region::Open(path, SoftwareOptions(0, 0, 0, partition), &r).ok()) return nullptr;
+  if (!r->RegisterNamespace(kNs, ns).ok()) return nullptr;
+  return r;
+}
+
+// Formats an 8 MiB region of `partitions` partitions as partition 0's
+// holder (the test process itself), with the namespace registered.
+std::unique_ptr<Region> FormatHost0(const std::string& path, uint32_t partitions, NamespaceId* ns) {
+  std::unique_ptr<Region> r;
+  if (!Region::Open(path, SoftwareOptions(8 << 20, 4096, partitions, 0), &r).ok()) return nullptr;
+  if (!r->RegisterNamespace(kNs, ns).ok()) return nullptr;
+  return r;
+}
+
+uint64_t Reclaimed(Region* r) { return r->ProcessCounters()[Counter::kReclaimedSlots]; }
 
 struct Shared {
   std::atomic<int> stored{0};
@@ -109,10 +131,9 @@ TEST(SoftwareMultiProcess, EvictionUnderCrossHostReadsServesNoWrongBytes) {
   }
   constexpr uint64_t kIds = 4000;  // several times partition 0's capacity
   const pid_t writer = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 0), &r).ok()) return 10;
     NamespaceId ns;
-    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    auto r = AttachHost(tmp.path(), 0, &ns);
+    if (!r) return 10;
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
     for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
       (void)StoreId(r.get(), ns, i % kIds);
@@ -149,15 +170,13 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto* sh = SharedAnon<Shared>();
-  std::unique_ptr<Region> h0;
-  ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 0), &h0).ok());
   NamespaceId ns;
-  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  auto h0 = FormatHost0(tmp.path(), 3, &ns);
+  ASSERT_NE(h0, nullptr);
   const pid_t victim = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     NamespaceId n;
-    if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
     for (int i = 0; i < 50; ++i)
       if (StoreId(r.get(), n, 500000 + i) != 0) return 12;
     WriteLease l;
@@ -173,23 +192,22 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   for (int i = 0; i < 50; ++i) EXPECT_EQ(CheckLoad(h0.get(), ns, 500000 + i), 0) << i;
   EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(777)).IsNotFound());  // never READY
   const pid_t third = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 2), &r).ok()) return 10;
     NamespaceId n;
-    if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
+    auto r = AttachHost(tmp.path(), 2, &n);
+    if (!r) return 10;
     for (int i = 0; i < 50; ++i)
       if (CheckLoad(r.get(), n, 500000 + i) != 0) return 12;
     return 0;
   });
   EXPECT_EQ(Reap(third), 0);
-  // The next holder of partition 1 frees the half-written slot at attach
-  // and can store the key.
+  // The next holder of partition 1 frees, at attach, the half-written slot
+  // and the 50 READY blocks of the earlier incarnation (layout 4: a zombie's
+  // late commit cannot be told from them), and can store the key.
   const pid_t heir = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
-    if (r->ProcessCounters()[Counter::kReclaimedSlots] != 1) return 11;
     NamespaceId n;
-    if (!r->RegisterNamespace(kNs, &n).ok()) return 12;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
+    if (Reclaimed(r.get()) != 51) return 11;
     StoreOutcome o;
     std::vector<uint8_t> b(LenOf(777));
     FillPattern(777, b.data(), b.size());
@@ -204,18 +222,16 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto* sh = SharedAnon<Shared>();
-  std::unique_ptr<Region> h0;
-  ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(8 << 20, 4096, 2, 0), &h0).ok());
   NamespaceId ns;
-  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  auto h0 = FormatHost0(tmp.path(), 2, &ns);
+  ASSERT_NE(h0, nullptr);
   // The old holder of partition 1 reserves a slot, half fills it, and is
   // stopped (SIGSTOP) there; the lease hands partition 1 to a new process,
   // which stores the same key; the old one resumes and tries to publish.
   const pid_t old_holder = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
     NamespaceId n;
-    if (!r->RegisterNamespace(kNs, &n).ok()) return 11;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
     WriteLease l;
     if (!r->BeginWrite(n, BlockKey::FromId(888), LenOf(888), &l).ok()) return 12;
     std::memset(l.data(), 0xEE, LenOf(888) / 2);
@@ -232,11 +248,10 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   ASSERT_EQ(::kill(old_holder, SIGSTOP), 0);
   ASSERT_TRUE(test::WaitStopped(old_holder));
   const pid_t heir = Spawn([&] {
-    std::unique_ptr<Region> r;
-    if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, 1), &r).ok()) return 10;
-    if (r->ProcessCounters()[Counter::kReclaimedSlots] != 1) return 11;
     NamespaceId n;
-    if (!r->RegisterNamespace(kNs, &n).ok()) return 12;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
+    if (Reclaimed(r.get()) != 1) return 11;
     if (StoreId(r.get(), n, 888) != 0) return 13;
     sh->done.store(1);
     // Stay the holder while the old one resumes and fails.
@@ -253,6 +268,71 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
   EXPECT_TRUE(c888 == 0 || c888 == 3) << c888;
   EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(889)).IsNotFound());
   sh->stored.store(1);
+  EXPECT_EQ(Reap(heir), 0);
+}
+
+// The hazard the software-mode model found in layout v3 (docs/model.md, case
+// sw-v3): a holder stopped (SIGSTOP) after its last ownership check, before
+// it publishes READY, resumes after the lease gave its partition to a new
+// holder that has begun a write into the same slot, and publishes anyway:
+// the slot then says READY with the zombie's key, CRC and payload, which
+// agree, so the CRC cannot tell. Its bytes must never be served, and the
+// slot must become FREE, then READY of the new holder, again.
+TEST(SoftwareMultiProcess, HolderPausedPastItsLeaseNeverHasItsBytesServed) {
+  CXLKV_NEED_VISIBILITY();
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion tmp;
+  auto* sh = SharedAnon<Shared>();
+  NamespaceId ns;
+  auto h0 = FormatHost0(tmp.path(), 2, &ns);
+  ASSERT_NE(h0, nullptr);
+  constexpr uint64_t kId = 900;
+  const BlockKey key = BlockKey::FromId(kId);
+  const pid_t zombie = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "sw.commit.before_ready:stop", 1);
+    internal::ReloadFailpoints();
+    NamespaceId n;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
+    std::vector<uint8_t> junk(LenOf(kId), 0xEE);  // not the block's pattern
+    StoreOutcome o;
+    (void)r->Store(n, key, junk.data(), junk.size(), &o);
+    return 0;  // whatever it was told: what matters is what readers get
+  });
+  ASSERT_TRUE(test::WaitStopped(zombie));
+  const pid_t heir = Spawn([&] {
+    NamespaceId n;
+    auto r = AttachHost(tmp.path(), 1, &n);
+    if (!r) return 10;
+    // The attach sweep frees the zombie's WRITING slot ...
+    if (Reclaimed(r.get()) != 1) return 11;
+    // ... and the same key's first free way is that slot again: the heir
+    // takes it, and the zombie publishes over its WRITING word.
+    WriteLease l;
+    if (!r->BeginWrite(n, key, LenOf(kId), &l).ok() || !l.open()) return 13;
+    sh->leased.store(1);
+    if (!test::WaitFor([&] { return sh->done.load() == 1; }, 20000)) return 14;
+    FillPattern(kId, l.data(), LenOf(kId));
+    StoreOutcome o;
+    if (r->CommitWrite(&l, nullptr, &o).ok()) return 15;  // the slot changed under it
+    if (CheckLoad(r.get(), n, kId) != 1) return 16;       // ignores the zombie's READY
+    // Its periodic sweep frees the zombie's slot; then the key stores.
+    if (!test::WaitFor([&] { return r->ProcessCounters()[Counter::kReclaimedSlots] >= 2; }, 20000))
+      return 17;
+    if (StoreId(r.get(), n, kId) != 0) return 18;
+    sh->stored.store(1);
+    return test::WaitFor([&] { return sh->done.load() == 2; }, 20000) ? 0 : 19;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return sh->leased.load() == 1; }, 10000));
+  ASSERT_EQ(::kill(zombie, SIGCONT), 0);
+  EXPECT_EQ(Reap(zombie), 0);
+  // Another host, with the zombie's READY word in memory: a miss, never its
+  // 0xEE bytes (CheckLoad's 2).
+  EXPECT_EQ(CheckLoad(h0.get(), ns, kId), 1);
+  sh->done.store(1);
+  ASSERT_TRUE(test::WaitFor([&] { return sh->stored.load() == 1; }, 20000));
+  EXPECT_EQ(CheckLoad(h0.get(), ns, kId), 0);  // the heir's block
+  sh->done.store(2);
   EXPECT_EQ(Reap(heir), 0);
 }
 

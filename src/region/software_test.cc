@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// coherence=software (layout version 3, docs/coherence.md) through the
+// coherence=software (layout version 4, docs/coherence.md) through the
 // public API, in one process: several Region objects on one file stand for
 // several hosts (each its own write partition and visibility layer). The
 // machine is coherent, so these tests show the protocol's logic and where it
@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -50,13 +51,30 @@ Counted OpenCounted(const std::string& path, const RegionOptions& o) {
   return c;
 }
 
-TEST(Software, FormatsLayoutVersion3AndServesEveryPartitionsBlocks) {
+// Hosts 0 and 1 of a two-partition region (host 0 formats it), the test
+// namespace registered by both (the same id).
+struct TwoHosts {
+  std::unique_ptr<Region> h0, h1;
+  NamespaceId ns = 0;
+};
+TwoHosts OpenTwoHosts(const std::string& path, uint64_t size, uint64_t slot) {
+  TwoHosts t;
+  t.h0 = MustOpen(path, SoftwareOptions(size, slot, 2, 0));
+  t.h1 = MustOpen(path, SoftwareOptions(size, slot, 2, 1));
+  NamespaceId n1 = 0;
+  EXPECT_TRUE(t.h0->RegisterNamespace(kNs, &t.ns).ok());
+  EXPECT_TRUE(t.h1->RegisterNamespace(kNs, &n1).ok());
+  EXPECT_EQ(n1, t.ns);
+  return t;
+}
+
+TEST(Software, FormatsLayoutVersion4AndServesEveryPartitionsBlocks) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 0));
   auto h1 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 0, 1));  // 0: accept
   auto h2 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 2));
-  EXPECT_EQ(h0->info().layout_version, 3u);
+  EXPECT_EQ(h0->info().layout_version, 4u);
   EXPECT_EQ(h1->info().config.software_partitions, 3u);
   EXPECT_EQ(h1->info().config.coherence, CoherenceMode::kSoftware);
   Region* hosts[3] = {h0.get(), h1.get(), h2.get()};
@@ -167,6 +185,18 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   s = Region::Open(blank.path(), SoftwareOptions(4 << 20, 4096, 0, 0), &r);
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
   EXPECT_NE(s.ToString().find("software_partitions"), std::string::npos) << s.ToString();
+  // A layout version 3 region (v0.1.0's software mode, whose readers could
+  // serve a writer paused past its lease) is refused, naming the versions.
+  {
+    std::fstream f(sw.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t v3 = 3;
+    f.seekp(24);  // Superblock::layout_version
+    f.write(reinterpret_cast<const char*>(&v3), sizeof v3);
+  }
+  s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, 1), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  for (const char* v : {"layout version 3", "layout version 2", "layout version 4"})
+    EXPECT_NE(s.ToString().find(v), std::string::npos) << v << ": " << s.ToString();
 }
 
 TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
@@ -195,11 +225,10 @@ TEST(Software, OnlyPartitionZeroFormatsTheOthersWait) {
 TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), SoftwareOptions(2 << 20, 4096, 2, 0));
-  auto h1 = MustOpen(tmp.path(), SoftwareOptions(2 << 20, 4096, 2, 1));
-  NamespaceId ns;
-  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
-  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  TwoHosts two = OpenTwoHosts(tmp.path(), 2 << 20, 4096);
+  Region* h0 = two.h0.get();
+  Region* h1 = two.h1.get();
+  const NamespaceId ns = two.ns;
   const uint64_t slots = h0->info().num_slots;
   // Host 1's blocks, which host 0's stores must never evict.
   for (uint64_t i = 0; i < 16; ++i) {
@@ -218,7 +247,7 @@ TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
   uint64_t hits = 0;
   for (uint64_t i = 0; i < 3 * slots; ++i) {
     std::vector<uint8_t> got(4096);
-    for (Region* r : {h0.get(), h1.get()}) {
+    for (Region* r : {h0, h1}) {
       Status s = r->Load(ns, BlockKey::FromId(i), got.data(), got.size());
       if (s.IsNotFound()) continue;
       ASSERT_TRUE(s.ok()) << s.ToString();
@@ -239,11 +268,10 @@ TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
 TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 0));
-  auto h1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 1));
-  NamespaceId ns;
-  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
-  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 8192);
+  Region* h0 = two.h0.get();
+  Region* h1 = two.h1.get();
+  const NamespaceId ns = two.ns;
   // BeginWrite / fill / CommitWrite without a CRC (computed from the slot).
   WriteLease wl;
   ASSERT_TRUE(h0->BeginWrite(ns, BlockKey::FromId(1), 5000, &wl).ok());
@@ -281,9 +309,9 @@ TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   // kCorruption (CRC mandatory, verify_crc=false ignored), Verify finds it,
   // and only host 1 drops it.
   ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(4), b.data(), b.size()).ok());
-  const int64_t slot = RegionInternal::FindReadySlot(h0.get(), ns, BlockKey::FromId(4));
+  const int64_t slot = RegionInternal::FindReadySlot(h0, ns, BlockKey::FromId(4));
   ASSERT_GE(slot, 0);
-  RegionInternal::SlotData(h0.get(), slot)[10] ^= 0x40;
+  RegionInternal::SlotData(h0, slot)[10] ^= 0x40;
   std::vector<uint8_t> got(8192);
   LoadOptions nov;
   nov.verify_crc = false;
@@ -350,16 +378,15 @@ TEST(Software, ANewHolderOfThePartitionFencesTheOldOne) {
 TEST(Software, ThreadsOfOneHostShareItsPartition) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
-  auto h1 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 1));
-  NamespaceId ns;
-  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
-  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 4096);
+  Region* h0 = two.h0.get();
+  Region* h1 = two.h1.get();
+  const NamespaceId ns = two.ns;
   std::atomic<uint64_t> wrong{0}, hits{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t) {
     ts.emplace_back([&, t] {
-      Region* r = t % 2 ? h1.get() : h0.get();
+      Region* r = t % 2 ? h1 : h0;
       std::vector<uint8_t> got(4096);
       for (uint64_t i = 0; i < 300; ++i) {
         const uint64_t id = (i * 7 + t) % 200;
