@@ -1,5 +1,5 @@
 /* Spin model of the cxlkv slot protocol in coherence=software mode
- * (docs/coherence.md, layout version 3): per-host caches of lines over
+ * (docs/coherence.md, layout version 4): per-host caches of lines over
  * non-coherent shared memory (cache.pml), flush and invalidate, lines written
  * back whole at any moment, no atomic read-modify-write at all. What is
  * modelled, the abstractions, bounds and results: docs/model.md, "Software
@@ -18,13 +18,14 @@
  *    (RLOADS) as a reader. At the end it settles and probes the partition.
  *  - one Cache process per host (cache.pml).
  *
+ * The default is the code as written (layout version 4, src/region/software.cc).
  * Variants (-D flags):
- *  DOC_PROTOCOL  the protocol as docs/coherence.md states it at 436b373: no
- *                incarnation in the slot or its CRC, readers do not re-read
- *                the registry record, the attach sweep keeps READY blocks and
- *                reads without invalidating.
+ *  V3_PROTOCOL   layout version 3 as v0.1.0 shipped it: no incarnation in
+ *                the slot word or its CRC, readers do not re-read the
+ *                registry record, the attach sweep keeps READY blocks and
+ *                reads without invalidating, no periodic sweep.
  *  HB_IN_REC     the default protocol, but with the heartbeat stored in the
- *                registry record's line (ParticipantRecord as in layout v2).
+ *                registry record's line (ParticipantRecord as in layout v3).
  *  DROP=n        site n's flush or invalidate removed (the mutants).
  *  CHECK_READS_ONLY  only the read properties.
  *
@@ -84,15 +85,12 @@
 #define S_SR2_DATA 8    /* Load SR2: the payload */
 #define S_SR3_META 9    /* Load SR3: the meta line again */
 #define S_SR3_REC 10    /* Load: the record after the copy (incarnation check) */
-#define S_ADOPT_REC 11  /* attach: the new incarnation's record */
+#define S_ADOPT_REC 11  /* attach: the new incarnation's record (SwStillOwner's invalidate) */
 #define S_SWEEP_INV 12  /* attach/owner sweep: this host's stale copies of the meta lines */
 #define S_SWEEP_META 13 /* attach/owner sweep: a freed slot's meta line */
-/* The sweep also flushes the freed slot's tag line, as the code does; that
- * flush is not a mutant site: no property needs it (a tag is a hint: a
- * reader that follows a stale tag finds the slot FREE), and Spin finds none
- * violated without it (docs/model.md). */
-#define S_SWEEP_TAG 99
-#define S_REPAIR_REC 15 /* -DHB_IN_REC: the check puts the holder's record word back */
+/* The sweep does not flush the freed slot's tag line (nor does the code):
+ * a tag is a hint, a reader that follows a stale tag finds the slot FREE;
+ * with the flush, Spin finds the same (docs/model.md). */
 
 #include "cache.pml"
 
@@ -100,8 +98,8 @@
 #define FREE 0
 #define WRITING 1
 #define READY 2
-#ifdef DOC_PROTOCOL
-#define W(inc, g, st) ((st) + 4 * (g))  /* doc: [gen][owner p][state], no incarnation */
+#ifdef V3_PROTOCOL
+#define W(inc, g, st) ((st) + 4 * (g))  /* v3: [gen][owner p][state], no incarnation */
 #else
 #define W(inc, g, st) ((st) + 4 * (g) + 64 * (inc))
 #endif
@@ -119,8 +117,13 @@
 #define TOKG(t) (((t) / 4) % 16)
 #define TOKK(t) ((t) % 4)
 /* The bound CRC as a value without collisions: the payload's token and the
- * trailer (generation, key: BindSlotCrc; the incarnation is not in it). */
+ * trailer (generation, key and, in v4, the writer's incarnation: BindSlotCrc
+ * of @fn SwCrcGeneration). */
+#ifdef V3_PROTOCOL
 #define CRCV(t, inc, g, k) ((t) + 512 * ((g) * 4 + (k)))
+#else
+#define CRCV(t, inc, g, k) ((t) + 512 * (((inc) * 16 + (g)) * 4 + (k)))
+#endif
 
 #define O_NONE 0
 #define O_STORED 1
@@ -168,7 +171,12 @@ inline STORE(k) {
         LD(me, A_ST(s), w);
         LD(me, A_KEY(s), t);
         if
+#ifdef V3_PROTOCOL
         :: WST(w) == READY && t == k -> fs = s; break
+#else
+        /* A READY block of another incarnation is no block (SwFind). */
+        :: WST(w) == READY && t == k && WINC(w) == myinc -> fs = s; break
+#endif
         :: else
         fi
      :: else
@@ -246,8 +254,7 @@ inline STORE(k) {
            /* @fn RegionImpl::SwStillOwner: an older word is a previous
               holder's late line; put ours back. */
            printf("MSC: P%d finds an older record word: puts its own back\n", me);
-           ST(me, A_REC, REC(myinc));
-           FLUSH(me, L_REC, S_REPAIR_REC);
+           ST(me, A_REC, REC(myinc));  /* left dirty, as the code does */
            t = REC(myinc)
 #endif
         :: else
@@ -255,7 +262,7 @@ inline STORE(k) {
         if
         :: outcome == O_FENCED
         :: else ->
-           FP;
+           FP;  /* @fp sw.commit.before_ready: a holder stalled here is the zombie */
            /* SW5: crc, then READY, one line. */
            ST(me, A_CRC(fs), CRCV(mytok, myinc, g, k));
            FP;
@@ -335,8 +342,9 @@ inline LOAD(k) {
      if
      :: t != w -> printf("MSC: P%d misses key %d: slot %d changed\n", me, k, fs)
      :: else ->
-#ifndef DOC_PROTOCOL
-        /* The incarnation that wrote the block still owns the partition. */
+#ifndef V3_PROTOCOL
+        /* The incarnation that wrote the block still owns the partition
+           (@fn RegionImpl::SwWriterCurrent). */
         INVAL(me, L_REC, S_SR3_REC);
         LD(me, A_REC, t);
         if
@@ -362,7 +370,7 @@ inline LOAD(k) {
                      ((legit[(TOKW(got) / 2) * NSLOT + fs] >> WGEN(w)) & 1));
               hit = true
            fi
-#ifndef DOC_PROTOCOL
+#ifndef V3_PROTOCOL
         fi
 #endif
      fi
@@ -371,28 +379,30 @@ inline LOAD(k) {
 }
 
 /* @fn RegionImpl::SwRecoverPartition: the attach sweep of a new incarnation
- * (and its periodic re-sweep): this host's copies of the partition's meta
- * lines are dropped first; every slot not FREE that is WRITING, or (default
- * protocol) of another incarnation, becomes FREE(g+1) of ours, tag 0. */
+ * (and its periodic re-sweep from @fn RegionImpl::SwHeartbeatLoop): this
+ * host's copies of the partition's meta lines are dropped first; every slot
+ * that is WRITING, or (v4) READY of another incarnation, becomes FREE(g+1),
+ * tag 0. (The code's periodic sweep keeps WRITING slots of its own
+ * incarnation: its own Stores in flight. R never sweeps during its own
+ * Store here, so the model needs no such case.) */
 inline SWEEP() {
   s = 0;
   do
   :: s < NSLOT ->
-#ifndef DOC_PROTOCOL
+#ifndef V3_PROTOCOL
      INVAL(me, L_META(s), S_SWEEP_INV);
 #endif
      LD(me, A_ST(s), w);
      if
-#ifdef DOC_PROTOCOL
+#ifdef V3_PROTOCOL
      :: WST(w) == WRITING ->
 #else
      :: WST(w) == WRITING || (WST(w) == READY && WINC(w) != myinc) ->
 #endif
         printf("MSC: R sweeps slot %d (state %d gen %d) to FREE\n", s, WST(w), WGEN(w));
-        ST(me, A_ST(s), W(myinc, WGEN(w) + 1, FREE));
+        ST(me, A_ST(s), W(0, WGEN(w) + 1, FREE));
         ST(me, A_TAG(s), 0);
-        FLUSH(me, L_META(s), S_SWEEP_META);
-        FLUSH(me, L_TAG, S_SWEEP_TAG)
+        FLUSH(me, L_META(s), S_SWEEP_META)
      :: else
      fi;
      s++
@@ -402,7 +412,9 @@ inline SWEEP() {
 }
 
 /* The lease gives partition 0 to R: @fn RegionImpl::SwRegister stores
- * the new incarnation's ACTIVE record and flushes it; then the sweep. */
+ * the new incarnation's ACTIVE record; the attach sweep's first step
+ * (@fn RegionImpl::SwStillOwner) invalidates the record line, which writes
+ * it back; then the sweep. */
 inline ADOPT() {
   d_step {
     lease_moved = true;
@@ -510,7 +522,7 @@ proctype Next() {
   :: !radopted && op < RLOADS -> op++; select (k : 1 .. NK); LOAD(k); k = 0; hit = false
   :: !radopted && !p0_done && pause_budget > 0 -> ADOPT()
   :: !radopted && p0_crashed -> ADOPT()
-#ifndef DOC_PROTOCOL
+#ifndef V3_PROTOCOL
   :: radopted -> SWEEP()  /* the holder's periodic re-sweep */
 #endif
   :: p0_done && p1_ops_done -> break
@@ -525,7 +537,7 @@ proctype Next() {
      /* The stall timeout has passed: the old incarnation's host has
         written back whatever it held. */
      DRAINED(P0);
-#ifndef DOC_PROTOCOL
+#ifndef V3_PROTOCOL
      SWEEP()
 #else
      skip

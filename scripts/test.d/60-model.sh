@@ -5,10 +5,11 @@
 # (layout v2) and format-or-attach satisfy every property, and the old
 # protocol (layout v1) and two weakened variants show their violations;
 # software mode (model/coherence.pml: per-host caches, flush, invalidate, no
-# atomics) passes, the code's variant and the heartbeat-in-the-record variant
-# show theirs, and each of its 13 flush/invalidate sites removed in turn is
-# caught. All of these run by default; CXLKV_FULL=1 (scripts/test.sh --full)
-# adds the seven larger-bound cases (model-check.sh's "full" tier).
+# atomics; the default is the code, layout v4) passes, the layout v3 variant
+# and the heartbeat-in-the-record variant show theirs, and each of its 13
+# flush/invalidate sites removed in turn is caught. All of these run by
+# default; CXLKV_FULL=1 (scripts/test.sh --full) adds the larger-bound cases
+# (model-check.sh's "full" tier).
 # Warm: about 60 s on 2 idle cores: the searches take about 46 s (pan's own
 # times at b1a9efd, load about 1), and each verifier's compile, about 9 s of
 # CPU, comes from ccache (scripts/model-check.sh) while the models are
