@@ -162,8 +162,10 @@ class Machine {
 
   // Opens the region as host `host` holding `partition`, behind an emulated
   // private cache. Returns a Status so a child can exit with a code.
-  Status Open(uint32_t host, int32_t partition, uint32_t partitions,
-              std::unique_ptr<Region>* r) const {
+  // `heartbeat_ns`: the holder's heartbeat interval, if not the tests' 5 ms
+  // (its periodic sweep runs once per beat).
+  Status Open(uint32_t host, int32_t partition, uint32_t partitions, std::unique_ptr<Region>* r,
+              uint64_t heartbeat_ns = 0) const {
     EmulatorOptions eo;
     eo.dir = dir_;
     eo.host = host;
@@ -181,6 +183,10 @@ class Machine {
     if (!s.ok()) return s;
     RegionOptions o = Soft(partitions, partition);
     o.register_participant = partition >= 0;  // -1: an observer that only reads
+    if (heartbeat_ns != 0) {
+      o.heartbeat_interval_ns = heartbeat_ns;
+      o.liveness_timeout_ns = 4 * heartbeat_ns;  // must exceed the interval
+    }
     return RegionInternal::OpenWithVisibility(path(), o, std::move(e), r);
   }
 
@@ -784,8 +790,11 @@ TEST(NoncoherentEmulator, WriterKilledMidWriteHeirOnAHostWithStaleLines) {
   EXPECT_EQ(Reap(victim), 128 + SIGKILL);
   const uint64_t read_hits = t->hits.load();
   const pid_t heir = Spawn([&] {
+    // A 2 s heartbeat: no periodic sweep (whose invalidates write lines
+    // back) before the check of memory below; the attach sweep's own
+    // flushes must have put them there.
     std::unique_ptr<Region> r;
-    if (!m.Open(3, 0, 3, &r).ok()) return 10;
+    if (!m.Open(3, 0, 3, &r, 2'000'000'000ull).ok()) return 10;
     // The half-written slot and (layout 4) every READY block of the killed
     // incarnation: partition 0 was full.
     if (r->ProcessCounters()[Counter::kReclaimedSlots] < 2) return 11;

@@ -297,8 +297,12 @@ bool RegionImpl::SwStillOwner() {
   vis_->FullFence();
   const uint64_t w = vis_->Load64(&r.state);
   if (w == self_word_) return true;
-  if (WordState(w) == kPActive && WordGen(w) > WordGen(self_word_)) {
-    Fence();  // the lease gave our partition to a newer process
+  // A newer incarnation, ACTIVE or already closed again (FREE keeps its
+  // incarnation): the lease gave our partition to a newer process. Only an
+  // older word is a late line to overwrite; taking a newer FREE one for
+  // that would bring a zombie back.
+  if (WordGen(w) > WordGen(self_word_)) {
+    Fence();
     return false;
   }
   // An older word: a late write-back of a previous (paused) owner's line.
@@ -322,7 +326,10 @@ void RegionImpl::SwPublishCounters() {
 
 void RegionImpl::SwHeartbeatLoop() {
   std::unique_lock<std::mutex> l(hb_mu_);
-  while (!stop_) {
+  // Attach has just swept and written the record back: the first beat (and
+  // periodic sweep) comes one interval later.
+  while (!hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
+                          [this] { return stop_; })) {
     l.unlock();
     if (SwStillOwner()) {
       // The heartbeat's own line: never the record's state line.
@@ -335,8 +342,6 @@ void RegionImpl::SwHeartbeatLoop() {
       SwRecoverPartition(/*attach=*/false);
     }
     l.lock();
-    hb_cv_.wait_for(l, std::chrono::nanoseconds(opts_.heartbeat_interval_ns),
-                    [this] { return stop_; });
   }
 }
 
@@ -966,8 +971,13 @@ std::vector<ParticipantInfo> RegionImpl::SwParticipants() const {
   std::vector<ParticipantInfo> out;
   for (uint32_t i = 0; i < partitions_; ++i) {
     const ParticipantRecord& r = parts_[i];
-    vis_->Invalidate(&r, sizeof r);
-    vis_->FullFence();
+    // Our own record's lines are authoritative in our cache (unless we were
+    // fenced); invalidating them would also write them back, standing in
+    // for the heartbeat's own flush.
+    if (static_cast<int32_t>(i) != self_ || fenced_.load(std::memory_order_acquire)) {
+      vis_->Invalidate(&r, sizeof r);
+      vis_->FullFence();
+    }
     const uint64_t w = vis_->Load64(&r.state);
     if (WordState(w) != kPActive) continue;
     ParticipantInfo p;
