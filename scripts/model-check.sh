@@ -49,7 +49,6 @@ CASES=(
   "fmt-2openers|default|pass|-DNO=2 -DNCHUNK=2 -DCRASHES=1"
   "fmt-limit|default|violation:nattached==0|-DNO=2 -DNCHUNK=1 -DCRASHES=0 -DFORMAT_LIMIT"
   "sw-1slot|default|pass|-DNSLOT=1 -DNK=2 -DOPS=1"
-  "sw-doc|default|pass|-DCHECK_READS_ONLY"
   "sw-v3|default|violation:legit[|-DV3_PROTOCOL -DCHECK_READS_ONLY"
   "sw-hb-in-rec|default|violation:legit[|-DHB_IN_REC -DCHECK_READS_ONLY"
   "v2-ops2|full|pass|-DOPS0=1 -DOPS=2 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC|-DHC4"
@@ -60,6 +59,7 @@ CASES=(
   "sw-ops2|full|pass|-DNSLOT=1 -DNK=2 -DOPS=2|-DHC4"
   "sw-clean-drops|full|pass|-DNSLOT=1 -DNK=2 -DOPS=1 -DCLEAN_DROPS|-DHC4"
   "sw-rloads2|full|pass|-DNSLOT=1 -DNK=2 -DOPS=1 -DRLOADS=2|-DHC4"
+  "sw-doc|full|pass|-DCHECK_READS_ONLY"
 )
 # The software-mode mutants: every flush/invalidate site of coherence.pml
 # (its S_* numbers 1..13), each removed in turn, must be caught.
