@@ -6,7 +6,7 @@
 # call site in src/region/*.cc is reached by the suites and, turned into a
 # no-op in turn (the emulator drops that call site's calls), makes the suites
 # fail. One pass/fail per site.
-# `--full` only (CXLKV_FULL=1): one suite run per site, about 280 s wall on 2
+# `--full` only (CXLKV_FULL=1): one suite run per site, 215-280 s wall on 2
 # cores at load 15 for 30 sites (layout 4); the default run skips it (0 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"

@@ -733,6 +733,89 @@ TEST(NoncoherentEmulator, HolderPausedPastItsLeaseIsNeverServed) {
   EXPECT_EQ(t->wrong.load(), 0u);
 }
 
+// SW3's flush of the WRITING line, which the suites above reach only by
+// chance: host 1 holds a zero-copy read lease on block K (validated, its
+// payload lines dropped, not yet read); host 0 keeps storing new blocks into
+// its full partition, each stopped (SIGSTOP) between its payload flush and
+// its READY; when one of them has taken K's slot (K's payload in memory
+// changed), host 1 reads the lease's bytes and ends it. Memory must say
+// WRITING by then, so EndRead misses; with READY still there, the copy of
+// the new payload under K's word fails its CRC (kCorruption).
+TEST(NoncoherentEmulator, ReadLeaseAcrossAnEvictionOfItsSlot) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr uint64_t kK = 424242;
+  const pid_t writer = Spawn([&] {
+    NamespaceId ns;
+    auto r = m.Attach(0, 0, &ns);
+    if (!r) return 10;
+    StoreOutcome o;
+    uint64_t id = 1;
+    for (; r->ProcessCounters()[Counter::kEvictions] == 0; ++id)
+      if (!StoreBlock(r.get(), ns, id, 1, &o)) return 11;
+    if (!StoreBlock(r.get(), ns, kK, 1, &o) || o != StoreOutcome::kStored) return 12;
+    t->phase.store(1);
+    if (!test::WaitFor([&] { return t->phase.load() == 2; }, 20000)) return 13;
+    ::setenv("CXLKV_FAILPOINT", "sw.commit.before_ready:stop", 1);
+    internal::ReloadFailpoints();
+    for (; t->done.load() == 0 && id < 100000; ++id) (void)StoreBlock(r.get(), ns, id, 2, &o);
+    return 0;
+  });
+  const pid_t reader = Spawn([&] {
+    if (!test::WaitFor([&] { return t->phase.load() == 1; }, 20000)) return 9;
+    NamespaceId ns;
+    auto r = m.Attach(1, 1, &ns);
+    if (!r) return 10;
+    ReadLease l;
+    if (!r->BeginRead(ns, BlockKey::FromId(kK), &l).ok()) return 11;
+    t->phase.store(2);
+    if (!test::WaitFor([&] { return t->phase.load() == 3; }, 60000)) return 12;
+    std::vector<uint8_t> got(l.len()), want(LenOf(kK));
+    RegionInternal::GetVisibility(r.get())->CopyFromRegion(got.data(), l.data(), l.len());
+    const Status e = r->EndRead(&l, got.data(), nullptr);
+    Fill(kK, 1, want.data());
+    if (e.IsCorruption()) t->corrupt++;
+    if (e.ok() && got != want) t->wrong++;
+    return 0;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return t->phase.load() == 2; }, 30000));
+  // K's slot and bytes, from memory itself.
+  const int fd = ::open(m.path().c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* p = ::mmap(nullptr, kRegionBytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  const auto* base = static_cast<const uint8_t*>(p);
+  const auto* sb = reinterpret_cast<const internal::Superblock*>(base);
+  const auto* meta = reinterpret_cast<const internal::SlotMeta*>(base + sb->meta_off);
+  const BlockKey key = BlockKey::FromId(kK);
+  uint64_t slot = sb->num_slots;
+  for (uint64_t s = 0; s < sb->num_slots; ++s)
+    if (meta[s].key_lo.load() == key.lo && meta[s].key_hi.load() == key.hi) slot = s;
+  ASSERT_LT(slot, sb->num_slots);
+  std::vector<uint8_t> k_bytes(LenOf(kK));
+  Fill(kK, 1, k_bytes.data());
+  const uint8_t* k_data = base + sb->data_off + slot * sb->slot_stride;
+  bool taken = false;
+  for (int i = 0; i < 20000 && !taken; ++i) {
+    if (!test::WaitStopped(writer)) break;
+    taken = std::memcmp(k_data, k_bytes.data(), k_bytes.size()) != 0;
+    if (taken) {
+      t->phase.store(3);  // the writer stays stopped while host 1 reads
+      EXPECT_EQ(Reap(reader), 0);
+    }
+    t->done.store(taken ? 1 : 0);
+    ASSERT_EQ(::kill(writer, SIGCONT), 0);
+  }
+  t->done.store(1);
+  while (test::WaitStopped(writer)) ::kill(writer, SIGCONT);
+  EXPECT_TRUE(taken) << "no store took K's slot";
+  ::munmap(p, kRegionBytes);
+  EXPECT_EQ(t->corrupt.load(), 0u);
+  EXPECT_EQ(t->wrong.load(), 0u);
+}
+
 // Host 3 (an observer) scrubs the empty partition 0 (its cache now holds
 // every slot's meta line saying FREE); host 0 fills the partition, host 2
 // reads every block, host 0 then begins a write that evicts one of them and
