@@ -551,7 +551,9 @@ TEST(NoncoherentEmulator, WriterPausedAndReplaced) {
     t->done++;  // the lease has moved: the zombie may resume
     for (uint64_t i = 100; i < 160; ++i) {
       StoreOutcome o;
-      if (!StoreBlock(r.get(), ns, i, 6, &o)) t->errors++;
+      // kLostRace is a true answer: a zombie's late line landed over the
+      // slot in flight and the heir's periodic sweep freed it.
+      if (!StoreBlock(r.get(), ns, i, 6, &o) && o != StoreOutcome::kLostRace) t->errors++;
     }
     const bool ok = test::WaitFor([&] { return fenced->load() == 1; }, Ms(6000));
     std::this_thread::sleep_for(std::chrono::milliseconds(Ms(300)));
