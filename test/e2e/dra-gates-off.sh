@@ -15,7 +15,8 @@
 #     with the compose slowed to 5 s at the fabric manager, the pod is bound
 #     while no region exists, prepare answers "not ready yet", then the CDI
 #     id appears and the container attaches;
-#   - two claims racing for the last free capacity (6 GiB free, 4 GiB each):
+#   - (--full only: CXLKV_FULL=1) two claims racing for the last free
+#     capacity (6 GiB free, 4 GiB each):
 #     both admitted (the scheduler accounts nothing here), exactly one
 #     composed, the other fails at compose with a clear Event and the
 #     compose-failed condition; the slice's capacity then shows what is left;
@@ -45,7 +46,8 @@
 # (FK, else test/e2e/fakekubelet/build.sh). Prints "dra-gates-off:
 # ok|FAILED: ..." and closes with "dra-gates-off: N passed, N failed, N
 # skipped". Warm on 2 cores: about 85 s for the first control plane, 40 s
-# for the second (75 s with CXLKV_FULL=1).
+# for the second (75 s with CXLKV_FULL=1). Measured at load 9-15 before the second: 60 s, 15
+# passed and the first race skipped; 71 s, 24 passed with CXLKV_FULL=1.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -153,48 +155,61 @@ else bad "pf: $(phase pf)"; fi
 delete_all pf
 wait_until 20 no_regions && ok "pf deleted: region freed" || bad "pf left $(regions) regions"
 
-echo "== dra-gates-off: two claims racing for the last free capacity (annotation mode)"
-FOREIGN=$(curl -s -X POST "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory" \
-  -d '{"memorySizeMiB": 2048, "QoS": 4, "claimUid": "someone-else"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 capacity() { slice_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["spec"]["devices"][0]["capacity"]["memory"]["value"])'; }
 cap_is() { [ "$(capacity)" = "$1" ]; }
-wait_until 20 cap_is $((6 << 30)) && ok "slice capacity 6 GiB: 2 GiB held outside any claim" ||
-  bad "capacity $(capacity), want $((6 << 30))"
-claim_and_pod race-a 4096 fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600'
-claim_and_pod race-b 4096 fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600'
-failed_event() { has_event race-a ComposeFailed || has_event race-b ComposeFailed; }
-either_running() { running race-a || running race-b; }
-if wait_until 60 failed_event && wait_until 60 either_running; then
-  winner=race-a; loser=race-b; running race-a || { winner=race-b; loser=race-a; }
-  dev_a=$(cj race-a 'c["status"]["allocation"]["devices"]["results"][0]["device"]')
-  dev_b=$(cj race-b 'c["status"]["allocation"]["devices"]["results"][0]["device"]')
-  ok "both claims admitted (devices $dev_a, $dev_b: the scheduler accounts nothing here); $winner runs"
-  note=$(events_for "$loser" | grep -m1 '^ComposeFailed')
-  echo "$note" | grep -q "no space\|NoSpace\|insufficient\|not enough" && echo "$note" | grep -q "annotation mode" &&
-    ok "$loser failed at compose with a clear Event: $(echo "$note" | cut -c1-220)" ||
-    bad "loser's Event: $note"
-  has_event "$winner" ComposeFailed && bad "the winner $winner got a ComposeFailed Event too"
-  [ "$(cj "$loser" '[x["status"] for d in c["status"].get("devices",[]) for x in d.get("conditions",[]) if x["type"]=="cxlkv.dev/compose-failed"][0]')" = True ] &&
-    ok "$loser's status: cxlkv.dev/compose-failed True (reason $(cj "$loser" '[x["reason"] for d in c["status"]["devices"] for x in d["conditions"] if x["type"]=="cxlkv.dev/compose-failed"][0]'))" ||
-    bad "$loser has no compose-failed condition"
-  running "$loser" && bad "$loser runs without a region"
-  ours=$(region_tags | grep -c "^cxlkv.dev/")
-  [ "$ours" = 1 ] && ok "exactly one of the two composed (1 region of ours + the foreign one)" ||
-    bad "$ours regions of ours for the two racing claims"
-  wait_until 20 cap_is $((2 << 30)) &&
-    ok "annotation-mode accounting: the slice shows 2 GiB free (8 - 2 foreign - 4 composed)" ||
-    bad "capacity after the race: $(capacity), want $((2 << 30))"
-  delete_all "$winner"
-  if wait_until 60 running "$loser"; then
-    ok "winner deleted: $loser's retried compose succeeded, its pod runs (nothing lost)"
-  else bad "$loser after the winner left: $(phase "$loser")"; fi
-  delete_all "$loser"
-else bad "race: $(phase race-a)/$(phase race-b), Events: $(events_for race-a | head -2) / $(events_for race-b | head -2)"
-  delete_all race-a race-b
+# The race needs two more claims and pods, a compose failure and a retry:
+# soak-length for the default run, which keeps the start probe, annotation
+# mode's slice and the paper's flow above, leaving annotation mode below
+# (and the compose-failed path in dra-controller-cases.sh); scripts/test.sh
+# --full (CXLKV_FULL=1) runs it.
+race_for_the_last_capacity() {
+  echo "== dra-gates-off: two claims racing for the last free capacity (annotation mode)"
+  FOREIGN=$(curl -s -X POST "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory" \
+    -d '{"memorySizeMiB": 2048, "QoS": 4, "claimUid": "someone-else"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+  wait_until 20 cap_is $((6 << 30)) && ok "slice capacity 6 GiB: 2 GiB held outside any claim" ||
+    bad "capacity $(capacity), want $((6 << 30))"
+  claim_and_pod race-a 4096 fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600'
+  claim_and_pod race-b 4096 fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600'
+  failed_event() { has_event race-a ComposeFailed || has_event race-b ComposeFailed; }
+  either_running() { running race-a || running race-b; }
+  if wait_until 60 failed_event && wait_until 60 either_running; then
+    winner=race-a; loser=race-b; running race-a || { winner=race-b; loser=race-a; }
+    dev_a=$(cj race-a 'c["status"]["allocation"]["devices"]["results"][0]["device"]')
+    dev_b=$(cj race-b 'c["status"]["allocation"]["devices"]["results"][0]["device"]')
+    ok "both claims admitted (devices $dev_a, $dev_b: the scheduler accounts nothing here); $winner runs"
+    note=$(events_for "$loser" | grep -m1 '^ComposeFailed')
+    echo "$note" | grep -q "no space\|NoSpace\|insufficient\|not enough" && echo "$note" | grep -q "annotation mode" &&
+      ok "$loser failed at compose with a clear Event: $(echo "$note" | cut -c1-220)" ||
+      bad "loser's Event: $note"
+    has_event "$winner" ComposeFailed && bad "the winner $winner got a ComposeFailed Event too"
+    [ "$(cj "$loser" '[x["status"] for d in c["status"].get("devices",[]) for x in d.get("conditions",[]) if x["type"]=="cxlkv.dev/compose-failed"][0]')" = True ] &&
+      ok "$loser's status: cxlkv.dev/compose-failed True (reason $(cj "$loser" '[x["reason"] for d in c["status"]["devices"] for x in d["conditions"] if x["type"]=="cxlkv.dev/compose-failed"][0]'))" ||
+      bad "$loser has no compose-failed condition"
+    running "$loser" && bad "$loser runs without a region"
+    ours=$(region_tags | grep -c "^cxlkv.dev/")
+    [ "$ours" = 1 ] && ok "exactly one of the two composed (1 region of ours + the foreign one)" ||
+      bad "$ours regions of ours for the two racing claims"
+    wait_until 20 cap_is $((2 << 30)) &&
+      ok "annotation-mode accounting: the slice shows 2 GiB free (8 - 2 foreign - 4 composed)" ||
+      bad "capacity after the race: $(capacity), want $((2 << 30))"
+    delete_all "$winner"
+    if wait_until 60 running "$loser"; then
+      ok "winner deleted: $loser's retried compose succeeded, its pod runs (nothing lost)"
+    else bad "$loser after the winner left: $(phase "$loser")"; fi
+    delete_all "$loser"
+  else bad "race: $(phase race-a)/$(phase race-b), Events: $(events_for race-a | head -2) / $(events_for race-b | head -2)"
+    delete_all race-a race-b
+  fi
+  curl -s -X DELETE "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory/$FOREIGN" >/dev/null
+  wait_until 20 no_regions && ok "no region leaked" || bad "$(regions) regions left"
+  wait_until 20 cap_is $((8 << 30)) && ok "slice back to 8 GiB free" || bad "capacity $(capacity) at the end"
+}
+if [ "${CXLKV_FULL:-0}" = 1 ]; then
+  race_for_the_last_capacity
+else
+  echo "dra-gates-off: the last-capacity race (annotation-mode accounting) runs with --full"
+  skipped=$((skipped + 1))
 fi
-curl -s -X DELETE "$F/cfm/v1/appliances/cma-0/blades/blade-0/memory/$FOREIGN" >/dev/null
-wait_until 20 no_regions && ok "no region leaked" || bad "$(regions) regions left"
-wait_until 20 cap_is $((8 << 30)) && ok "slice back to 8 GiB free" || bad "capacity $(capacity) at the end"
 
 echo "== dra-gates-off: DRAConsumableCapacity turned on at the apiserver: annotation mode is left"
 # A claim allocated in annotation mode (a fixed device, no consumed
