@@ -57,6 +57,39 @@ int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_
     if (!s.ok()) return Fail("format", s);
   }
   o.register_participant = false;
+  if (o.config.coherence == CoherenceMode::kSoftware) {
+    if (o.config.software_partitions == 0) {
+      return Fail("format", Status::InvalidArgument(
+                                "--coherence software needs --partitions N (1..16, the hosts "
+                                "that may write; $CXL_SOFTWARE_PARTITIONS)"));
+    }
+    if (o.software_partition > 0) {
+      return Fail("format",
+                  Status::InvalidArgument("only the holder of write partition 0 formats a "
+                                          "coherence=software region (this is --partition " +
+                                          std::to_string(o.software_partition) +
+                                          "); the others attach once it has"));
+    }
+    // Software mode formats only as partition 0's participant (no format
+    // lock CAS across hosts). Attaching as partition 0 to a region already
+    // formatted would take that partition from whoever holds it, so an
+    // existing region is only checked, as an observer.
+    LifecycleOptions lo;
+    s = f.ToLifecycle(timing, &lo);
+    ProbeReport probe;
+    if (s.ok()) s = ProbeRegion(f.region, lo, &probe);
+    if (!s.ok()) return Fail("format", s);
+    if (probe.kind != RegionKind::kRegion) {
+      RegionOptions fo = o;
+      fo.register_participant = true;
+      fo.software_partition = 0;
+      std::unique_ptr<Region> formatter;
+      s = Region::Open(f.region, fo, &formatter);
+      if (!s.ok()) return Fail("format", s);
+      formatter.reset();  // gives partition 0 back
+    }
+    o.software_partition = -1;
+  }
   std::unique_ptr<Region> r;
   s = Region::Open(f.region, o, &r);
   if (!s.ok()) return Fail("format", s);
@@ -65,9 +98,9 @@ int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_
                 InfoJson(r->info()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     const auto& i = r->info();
-    std::printf("region %s: %llu slots of %s (%s), layout v%u\n", i.path.c_str(),
+    std::printf("region %s: %llu slots of %s (%s), layout v%u, %s\n", i.path.c_str(),
                 (unsigned long long)i.num_slots, Human(i.slot_size).c_str(), Human(i.size).c_str(),
-                i.layout_version);
+                i.layout_version, CoherenceText(i).c_str());
   }
   return kExitOk;
 }
@@ -103,9 +136,9 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
                 (unsigned long long)i.num_slots, Human(i.slot_size).c_str(),
                 Human(i.slot_stride).c_str(), (unsigned long long)i.num_sets, i.ways,
                 Human(i.data_offset).c_str());
-    std::printf("config        hash=%s seed=%llu coherence=%s max_participants=%u\n",
+    std::printf("config        hash=%s seed=%llu %s max_participants=%u\n",
                 i.config.hash_algorithm.c_str(), (unsigned long long)i.config.hash_seed_fingerprint,
-                CoherenceModeName(i.config.coherence), i.config.max_participants);
+                CoherenceText(i).c_str(), i.config.max_participants);
     std::printf("metadata      %s\n", i.config.metadata_json.c_str());
     std::printf(
         "occupancy     %llu ready (%s), %llu writing, %llu free, %llu evicting, %llu invalid\n",
@@ -113,7 +146,9 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
         (unsigned long long)occ.writing, (unsigned long long)occ.free,
         (unsigned long long)occ.evicting, (unsigned long long)occ.invalid);
   }
-  std::printf("participants  %zu\n", parts.size());
+  if (with_stats) std::printf("region        %s (%s)\n", i.path.c_str(), CoherenceText(i).c_str());
+  std::printf("participants  %zu%s\n", parts.size(),
+              i.config.coherence == CoherenceMode::kSoftware ? " (# = write partition)" : "");
   for (auto& p : parts) {
     std::printf("  #%-3u pid %-8u host %-20s heartbeat %-10llu %s\n", p.index, p.pid,
                 p.host.c_str(), (unsigned long long)p.heartbeat,

@@ -145,6 +145,18 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   o.config.metadata_json = json{{"job", "replay"}, {"trace", f.trace}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
   o.create_if_missing = create;
+  // A replay always starts from a fresh region, so its mode is the one asked
+  // for, never an old region's. coherence=software: replica i holds write
+  // partition i of `count` (each private region has its one partition 0).
+  if (f.region.coherence != "software") {
+    o.config.coherence = CoherenceMode::kHardware;
+    o.config.software_partitions = 0;
+    o.software_partition = -1;
+  } else {
+    const bool priv = f.baseline == "private";
+    o.config.software_partitions = priv ? 1 : count;
+    o.software_partition = priv ? 0 : static_cast<int32_t>(replica);
+  }
   o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
   o.heartbeat_interval_ns = 50'000'000;
   o.liveness_timeout_ns = 2'000'000'000;
@@ -187,6 +199,7 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     ctl->aborted = 1;
     return kExitFailed;
   }
+  const bool soft = r->info().config.coherence == CoherenceMode::kSoftware;
   std::vector<uint8_t> buf(block_bytes), want(block_bytes);
   std::vector<BlockKey> keys;
   std::mt19937_64 rng(f.seed * 1000003 + index);
@@ -211,15 +224,25 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     res.requests++;
     res.blocks_requested += chain.size();
     // Scheduler side: pin the leading hits. Worker side: load them.
+    // coherence=software has no pins (a pin is a store into another host's
+    // line): the leading hits are looked up, and a block evicted between
+    // lookup and load ends the prefix as a miss (docs/coherence.md).
     PinSet pins;
-    s = r->PinPrefix(ns, keys.data(), keys.size(), &pins);
-    if (!s.ok()) res.errors++;
+    size_t found = 0;
+    if (soft) {
+      while (found < keys.size() && r->Lookup(ns, keys[found]).ok()) ++found;
+    } else {
+      s = r->PinPrefix(ns, keys.data(), keys.size(), &pins);
+      if (!s.ok()) res.errors++;
+      found = pins.size();
+    }
     size_t hits = 0;
-    for (; hits < pins.size(); ++hits) {
+    for (; hits < found; ++hits) {
       const auto t0 = Clock::now();
       s = r->Load(ns, keys[hits], buf.data(), buf.size(), lo);
       res.load_ns +=
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      if (soft && s.IsNotFound()) break;
       if (s.IsCorruption()) {
         // Expected exactly for the blocks we corrupted ourselves. Flag 1:
         // corrupted, 2: corrupted and already read once (a replica reading
@@ -636,7 +659,7 @@ int Replay(Flags& f) {
 void AddReplayCommand(CLI::App& app, int* rc) {
   auto* f = new Flags();
   auto* cmd = app.add_subcommand("replay", "replay a prefix-reuse trace across replica processes");
-  f->region.Add(cmd, false);
+  f->region.Add(cmd, false, /*identity=*/false);  // replica i holds partition i
   cmd->add_option("--trace", f->trace, "Mooncake-format JSONL trace");
   cmd->add_option("--replicas", f->replicas, "replica processes (default 2)");
   cmd->add_option("--routing", f->routing, "round-robin | random | prefix");

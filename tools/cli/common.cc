@@ -3,16 +3,38 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "cxlkv/base/cxl_dax_env.h"
 #include "cxlkv/base/size.h"
 
 namespace cxlkv::cli {
+namespace {
 
-void RegionFlags::Add(CLI::App* cmd, bool geometry) {
+// A non-negative decimal from the environment; false if unparsable.
+bool EnvNumber(const char* name, long long max, long long* out) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return false;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end != 0 || v < 0 || v > max) {
+    std::fprintf(stderr, "cxlkv: ignoring %s=%s (not a number in [0, %lld])\n", name, e, max);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+void RegionFlags::Add(CLI::App* cmd, bool geometry, bool identity) {
   if (const char* e = std::getenv(base::kCxlDaxDeviceEnv); e && *e) region = e;
   if (const char* e = std::getenv(base::kCxlDaxSizeEnv); e && *e) size_text = e;
   if (const char* e = std::getenv(base::kCxlDaxOffsetEnv); e && *e) offset_text = e;
+  if (const char* e = std::getenv(base::kCxlCoherenceEnv); e && *e) coherence = e;
+  long long v = 0;
+  if (EnvNumber(base::kCxlSoftwarePartitionsEnv, 16, &v)) partitions = static_cast<uint32_t>(v);
+  if (EnvNumber(base::kCxlSoftwarePartitionEnv, 15, &v)) partition = static_cast<int32_t>(v);
   cmd->add_option("--region", region,
                   "region path: a file (e.g. /dev/shm/cxlkv/r0) or a devdax "
                   "device (default: $CXL_DAX_DEVICE)");
@@ -21,7 +43,24 @@ void RegionFlags::Add(CLI::App* cmd, bool geometry) {
                   "else the whole file/device");
   cmd->add_option("--offset", offset_text,
                   "byte offset of the region in the file/device (default: $CXL_DAX_OFFSET or 0)");
+  cmd->add_option("--coherence", coherence,
+                  geometry ? "hardware (one host, or hardware-coherent hosts) or software (hosts "
+                             "without hardware coherence: write partitions, docs/coherence.md); "
+                             "default: $CXL_COHERENCE, else hardware"
+                           : "hardware or software: refuse a region of the other mode (default: "
+                             "$CXL_COHERENCE, else the region's own mode)")
+      ->check(CLI::IsMember({"hardware", "software"}));
+  if (identity)
+    cmd->add_option("--partition", partition,
+                    "coherence=software: the write partition this host holds (0..partitions-1, "
+                    "handed out to one process at a time; partition 0 formats); default: "
+                    "$CXL_SOFTWARE_PARTITION, else none (read only)")
+        ->check(CLI::Range(0, 15));
   if (geometry) {
+    cmd->add_option("--partitions", partitions,
+                    "coherence=software: write partitions (hosts that may write), 1..16; "
+                    "default: $CXL_SOFTWARE_PARTITIONS")
+        ->check(CLI::Range(1, 16));
     cmd->add_option("--slot-size", slot_size_text, "payload bytes per slot (one KV block)");
     cmd->add_option("--hash-algorithm", hash_algorithm,
                     "block-hash algorithm name recorded in the region");
@@ -44,7 +83,40 @@ Status RegionFlags::ToOptions(RegionOptions* o) const {
   o->config.hash_seed_fingerprint = hash_seed_fingerprint;
   o->config.max_participants = max_participants;
   o->prefault = Prefault::kNone;  // tools touch little of the region
+  if (coherence == "software") {
+    o->config.coherence = CoherenceMode::kSoftware;
+  } else if (coherence == "hardware") {
+    o->config.coherence = CoherenceMode::kHardware;
+  } else if (!coherence.empty()) {
+    return Status::InvalidArgument("coherence '" + coherence + "': hardware or software");
+  } else {
+    // No mode asked for: the region's own, so that inspecting a region
+    // needs no knowledge of how it was formatted.
+    LifecycleOptions lo;
+    lo.offset = o->offset;
+    lo.size = o->size;
+    ProbeReport probe;
+    if (ProbeRegion(region, lo, &probe).ok() && probe.kind == RegionKind::kRegion)
+      o->config.coherence = probe.info.config.coherence;
+  }
+  if (o->config.coherence == CoherenceMode::kHardware) {
+    if (!coherence.empty() && (partitions != 0 || partition >= 0)) {
+      return Status::InvalidArgument(
+          "--partitions and --partition are for coherence=software only (this is "
+          "coherence=hardware)");
+    }
+    return Status::OK();  // a hardware region ignores a stray $CXL_SOFTWARE_PARTITION
+  }
+  o->config.software_partitions = partitions;
+  o->software_partition = partition;
   return Status::OK();
+}
+
+std::string CoherenceText(const RegionInfo& i) {
+  std::string t = std::string("coherence=") + CoherenceModeName(i.config.coherence);
+  if (i.config.coherence != CoherenceMode::kSoftware) return t;
+  t += ", " + std::to_string(i.config.software_partitions) + " write partitions";
+  return t;
 }
 
 Status RegionFlags::ToLifecycle(const TimingFlags& timing, LifecycleOptions* o) const {
@@ -97,6 +169,13 @@ Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
   CXLKV_RETURN_IF_ERROR(f.ToOptions(&o));
   timing.Apply(&o);
   o.create_if_missing = false;
+  if (o.config.coherence == CoherenceMode::kSoftware && o.software_partition < 0) {
+    return Status::InvalidArgument(
+        "region " + f.region +
+        " is coherence=software: this command writes to the region, so it needs the write "
+        "partition this host holds (--partition N or $CXL_SOFTWARE_PARTITION; "
+        "docs/coherence.md)");
+  }
   return Region::Open(f.region, o, out);
 }
 
@@ -136,6 +215,8 @@ nlohmann::json InfoJson(const RegionInfo& i) {
       {"hash_algorithm", i.config.hash_algorithm},
       {"hash_seed_fingerprint", i.config.hash_seed_fingerprint},
       {"coherence", CoherenceModeName(i.config.coherence)},
+      {"software_partitions", i.config.software_partitions},
+      {"participant", i.participant},
       {"max_participants", i.config.max_participants},
       {"format_epoch", i.format_epoch},
       {"metadata", meta},

@@ -39,9 +39,11 @@ struct TimingFlags {
   void Apply(RegionOptions* o) const;
 };
 
-// --region / --region-size / --offset / geometry flags. Defaults come from
-// CXL_DAX_DEVICE, CXL_DAX_SIZE and CXL_DAX_OFFSET (the CDI-injected
-// environment, cxlkv/base/cxl_dax_env.h) when set.
+// --region / --region-size / --offset / --coherence / --partition /
+// geometry flags. Defaults come from CXL_DAX_DEVICE, CXL_DAX_SIZE,
+// CXL_DAX_OFFSET, CXL_COHERENCE, CXL_SOFTWARE_PARTITIONS and
+// CXL_SOFTWARE_PARTITION (the CDI-injected environment,
+// cxlkv/base/cxl_dax_env.h) when set.
 struct RegionFlags {
   std::string region;
   std::string size_text;    // "" = whole file/device
@@ -50,21 +52,40 @@ struct RegionFlags {
   std::string hash_algorithm;
   uint64_t hash_seed_fingerprint = 0;
   uint32_t max_participants = 64;
+  // "hardware", "software" or "" (attach: the region's own mode, read from
+  // its header; format: hardware). docs/coherence.md.
+  std::string coherence;
+  // coherence=software: write partitions to format with (1..16; 0 = accept
+  // the region's on attach) and the partition this process holds (-1: none,
+  // an observer). docs/coherence.md, "Identity by external lease".
+  uint32_t partitions = 0;
+  int32_t partition = -1;
 
-  // Adds --region, --region-size, --offset (and, with `geometry`, the
-  // format-time flags --slot-size, --hash-algorithm, --hash-seed,
-  // --max-participants) to `cmd`.
-  void Add(CLI::App* cmd, bool geometry);
-  // Fills RegionOptions. kInvalidArgument for unparsable sizes.
+  // Adds --region, --region-size, --offset, --coherence, --partition (and,
+  // with `geometry`, the format-time flags --slot-size, --hash-algorithm,
+  // --hash-seed, --max-participants, --partitions) to `cmd`; without
+  // `identity`, no --partition (commands that assign partitions themselves).
+  void Add(CLI::App* cmd, bool geometry, bool identity = true);
+  // Fills RegionOptions, coherence included: an explicit --coherence as
+  // given (a region of the other mode is then refused by Region::Open with
+  // "coherence mismatch"), else the mode of the region's header when it
+  // holds one (hardware for a blank or absent region). kInvalidArgument for
+  // unparsable sizes, an unknown mode, or --partitions/--partition with
+  // coherence=hardware.
   Status ToOptions(RegionOptions* o) const;
   // The same region for the lifecycle API (lifecycle.h), with `timing`'s
   // liveness timeout as the shortest heartbeat watch. kInvalidArgument as above.
   Status ToLifecycle(const TimingFlags& timing, LifecycleOptions* o) const;
 };
 
+// "coherence=software, partition 1 of 2" / "coherence=hardware": what a
+// command reports of the region it opened.
+std::string CoherenceText(const RegionInfo& info);
+
 // Opens the region as an observer (no registration, no format).
 Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out);
-// Opens as a participant that may not format, with `timing` applied.
+// Opens as a participant that may not format, with `timing` applied. A
+// software-mode region needs --partition (kInvalidArgument naming it).
 Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
                        std::unique_ptr<Region>* out);
 

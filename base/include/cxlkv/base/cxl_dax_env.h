@@ -10,6 +10,15 @@
 //   CXL_DAX_SIZE    bytes of the region, decimal
 //   CXL_DAX_OFFSET  bytes from the start of the device to the region,
 //                   decimal ("0" when the region is the whole device)
+//
+// Only for a region on memory that hardware does not keep coherent between
+// the hosts sharing it (docs/coherence.md, docs/dra.md "Non-coherent
+// regions"); absent otherwise, which means coherence=hardware:
+//   CXL_COHERENCE            "software"
+//   CXL_SOFTWARE_PARTITIONS  write partitions of the region, decimal 1..16
+//   CXL_SOFTWARE_PARTITION   the partition this host holds, decimal
+//                            0..partitions-1 (the region's hosts in the
+//                            order the fabric manager assigned them)
 #ifndef CXLKV_BASE_CXL_DAX_ENV_H_
 #define CXLKV_BASE_CXL_DAX_ENV_H_
 
@@ -18,6 +27,9 @@ namespace cxlkv::base {
 inline constexpr char kCxlDaxDeviceEnv[] = "CXL_DAX_DEVICE";
 inline constexpr char kCxlDaxSizeEnv[] = "CXL_DAX_SIZE";
 inline constexpr char kCxlDaxOffsetEnv[] = "CXL_DAX_OFFSET";
+inline constexpr char kCxlCoherenceEnv[] = "CXL_COHERENCE";
+inline constexpr char kCxlSoftwarePartitionsEnv[] = "CXL_SOFTWARE_PARTITIONS";
+inline constexpr char kCxlSoftwarePartitionEnv[] = "CXL_SOFTWARE_PARTITION";
 
 }  // namespace cxlkv::base
 
