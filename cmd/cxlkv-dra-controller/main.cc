@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
   app.add_option("--fabric-ca", fopt.ca_file)->envname("CXLKV_FABRIC_CA");
   app.add_option("--qos", opt.qos, "DIMM channels interleaved per region (1, 2, 4, 8)")
       ->envname("CXLKV_DRA_QOS");
+  app.add_option("--coherence", opt.coherence,
+                 "the blades' `coherence` attribute: hardware, or software when their hosts "
+                 "share memory without hardware coherence (docs/dra.md)")
+      ->envname("CXLKV_DRA_COHERENCE")
+      ->check(CLI::IsMember({"hardware", "software"}));
   app.add_option("--workers", opt.workers)->envname("CXLKV_DRA_WORKERS");
   app.add_option("--resync-period,--slice-period", resync_period_s,
                  "seconds between orphan sweeps + slice publications (the Lease holder), and "

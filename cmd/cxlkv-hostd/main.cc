@@ -38,6 +38,16 @@ int main(int argc, char** argv) {
   app.add_option("--container-dir", opt.cdi.container_dir,
                  "where a file-backed region appears in containers (\"\" = host path)")
       ->envname("CXLKV_CONTAINER_DIR");
+  app.add_option("--coherence", opt.cdi.coherence,
+                 "hardware, or software: this host shares the blade's memory with other hosts "
+                 "without hardware coherence (CXL 1.1/2.0 multi-host); every CDI spec then "
+                 "sets CXL_COHERENCE, CXL_SOFTWARE_PARTITIONS and CXL_SOFTWARE_PARTITION")
+      ->envname("CXLKV_COHERENCE");
+  app.add_option("--software-hosts", opt.cdi.software_hosts,
+                 "coherence=software: the host ids that may write the blade's regions, in "
+                 "write-partition order (this host's index is its partition)")
+      ->envname("CXLKV_SOFTWARE_HOSTS")
+      ->delimiter(',');
   app.add_option("--state-dir", opt.state_dir)->envname("CXLKV_HOSTD_STATE_DIR");
   app.add_option("--backend", backend, "file (emulation) or devdax")
       ->envname("CXLKV_HOSTD_BACKEND");

@@ -328,6 +328,7 @@ json Controller::Rep::DeviceFor(const fabric::Pool& p, int64_t capacity, bool do
        {{"appliance", {{"string", p.appliance_id}}},
         {"blade", {{"string", p.blade_id}}},
         {"qos", {{"int", opt.qos}}},
+        {"coherence", {{"string", opt.coherence}}},
         {"blockSizeBytes", {{"int", p.block_mib * kMiB}}}}},
       {"capacity",
        {{"memory",

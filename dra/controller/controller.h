@@ -77,6 +77,11 @@ struct ControllerOptions {
   std::string identity;
   // DIMM channels interleaved per region (CFM QoS): 1, 2, 4 or 8.
   int qos = 4;
+  // Published as every blade device's `coherence` attribute: "hardware", or
+  // "software" for blades whose hosts share memory without hardware
+  // coherence (CXL 1.1/2.0 multi-host), so a DeviceClass or claim can select
+  // on it (docs/dra.md, "Non-coherent regions").
+  std::string coherence = "hardware";
   // How often a claim whose region is being materialized on some host is
   // re-read from the fabric manager. A claim whose hosts are all
   // Materialized, or all released, is not polled: the next change of the

@@ -52,7 +52,9 @@ Status DeviceFromJson(const json& j, Device* d) {
 Status HostAgent::Open(const AgentOptions& opt, std::unique_ptr<Materializer> materializer,
                        std::unique_ptr<HostAgent>* out) {
   if (opt.host_id.empty()) return Status::InvalidArgument("host id is required");
-  std::unique_ptr<HostAgent> a(new HostAgent(opt, std::move(materializer)));
+  AgentOptions resolved = opt;
+  CXLKV_RETURN_IF_ERROR(ResolveCoherence(opt.host_id, &resolved.cdi));
+  std::unique_ptr<HostAgent> a(new HostAgent(resolved, std::move(materializer)));
   CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.state_dir));
   CXLKV_RETURN_IF_ERROR(base::MakeDirs(opt.cdi.cdi_dir));
   a->state_path_ = opt.state_dir + "/hostd-state.json";

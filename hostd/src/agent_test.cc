@@ -95,6 +95,48 @@ TEST_F(AgentTest, MaterializeWritesSpecAndRemoveDeletesEverything) {
   EXPECT_TRUE(a->Remove("r1").IsNotFound());
 }
 
+// A host without hardware coherence with the blade's other hosts: every
+// spec tells the workload to use coherence=software as this host's write
+// partition (its index among the blade's hosts).
+TEST_F(AgentTest, NonCoherentHostsSpecsCarryTheModeAndTheHostsPartition) {
+  opt_.cdi.coherence = "software";
+  opt_.cdi.software_hosts = {"node-z", "node-a", "node-b"};
+  auto a = Open();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->options().cdi.software_partition, 1);
+  Device d;
+  ASSERT_TRUE(a->Materialize(RegionRequest{"r1", 4 << 20, 0, backing_}, &d).ok());
+  std::ifstream f(root_ + "/cdi/r1.json");
+  nlohmann::json spec = nlohmann::json::parse(f);
+  std::vector<std::string> env = spec["devices"][0]["containerEdits"]["env"];
+  EXPECT_EQ(env,
+            (std::vector<std::string>{"CXL_DAX_DEVICE=/dev/cxlkv/r1", "CXL_DAX_SIZE=4194304",
+                                      "CXL_DAX_OFFSET=0", "CXL_COHERENCE=software",
+                                      "CXL_SOFTWARE_PARTITIONS=3", "CXL_SOFTWARE_PARTITION=1"}));
+}
+
+TEST_F(AgentTest, BadCoherenceSettingsAreRefusedAtStart) {
+  auto refused = [&](const std::string& mode, std::vector<std::string> hosts,
+                     const std::string& want) {
+    AgentOptions o = opt_;
+    o.cdi.coherence = mode;
+    o.cdi.software_hosts = std::move(hosts);
+    std::unique_ptr<HostAgent> a;
+    Status s = HostAgent::Open(
+        o, std::make_unique<FileMaterializer>(root_ + "/dev", std::vector<std::string>{root_}), &a);
+    EXPECT_TRUE(s.IsInvalidArgument()) << mode << ": " << s.ToString();
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.ToString();
+  };
+  refused("sofware", {}, "hardware or software");
+  refused("software", {}, "1 to 16");
+  refused("software", {"node-b", "node-c"}, "node-a is not among the software hosts");
+  refused("software", {"node-a", "node-a"}, "listed twice");
+  refused("hardware", {"node-a"}, "coherence=software only");
+  std::vector<std::string> many;
+  for (int i = 0; i < 17; ++i) many.push_back("node-" + std::to_string(i));
+  refused("software", many, "got 17");
+}
+
 TEST_F(AgentTest, StateSurvivesRestartAndOrphanSpecsAreRemoved) {
   {
     auto a = Open();

@@ -14,6 +14,41 @@ std::string CdiDeviceName(const std::string& allocation_id) {
   return std::string(kCdiKind) + "=" + allocation_id;
 }
 
+Status ResolveCoherence(const std::string& host_id, CdiOptions* opt) {
+  opt->software_partition = -1;
+  if (opt->coherence == "hardware") {
+    if (!opt->software_hosts.empty()) {
+      return Status::InvalidArgument(
+          "software hosts are for coherence=software only (this host is coherence=hardware)");
+    }
+    return Status::OK();
+  }
+  if (opt->coherence != "software") {
+    return Status::InvalidArgument("coherence '" + opt->coherence + "': hardware or software");
+  }
+  // One write partition per host, at most 16 (docs/coherence.md).
+  if (opt->software_hosts.empty() || opt->software_hosts.size() > 16) {
+    return Status::InvalidArgument(
+        "coherence=software needs the blade's hosts in write-partition order (1 to 16), got " +
+        std::to_string(opt->software_hosts.size()));
+  }
+  for (size_t i = 0; i < opt->software_hosts.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (opt->software_hosts[i] == opt->software_hosts[j]) {
+        return Status::InvalidArgument("software host " + opt->software_hosts[i] +
+                                       " is listed twice: each host holds one write partition");
+      }
+    }
+    if (opt->software_hosts[i] == host_id) opt->software_partition = static_cast<int32_t>(i);
+  }
+  if (opt->software_partition < 0) {
+    return Status::InvalidArgument("host " + host_id +
+                                   " is not among the software hosts; it would have no write "
+                                   "partition of this blade's regions");
+  }
+  return Status::OK();
+}
+
 std::string CdiSpecJson(const Device& dev, const CdiOptions& opt) {
   std::string ctr_path = dev.path;
   if (dev.kind == "file" && !opt.container_dir.empty()) {
@@ -23,6 +58,13 @@ std::string CdiSpecJson(const Device& dev, const CdiOptions& opt) {
                  {std::string(base::kCxlDaxDeviceEnv) + "=" + ctr_path,
                   std::string(base::kCxlDaxSizeEnv) + "=" + std::to_string(dev.size_bytes),
                   std::string(base::kCxlDaxOffsetEnv) + "=" + std::to_string(dev.offset_bytes)}}};
+  if (opt.coherence == "software") {
+    edits["env"].push_back(std::string(base::kCxlCoherenceEnv) + "=software");
+    edits["env"].push_back(std::string(base::kCxlSoftwarePartitionsEnv) + "=" +
+                           std::to_string(opt.software_hosts.size()));
+    edits["env"].push_back(std::string(base::kCxlSoftwarePartitionEnv) + "=" +
+                           std::to_string(opt.software_partition));
+  }
   if (dev.kind == "devdax") {
     json node = {{"path", dev.path}, {"hostPath", dev.path}, {"type", "c"}, {"permissions", "rw"}};
     // Numbers from sysfs let a runtime create the node without stat-ing it.

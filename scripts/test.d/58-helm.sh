@@ -176,6 +176,18 @@ else bad "controller.leaseDurationSeconds is not passed to the controller"; fi
 refused "qos=3" "/controller/qos': value must be one of" --namespace "$NS" "${URL[@]}" --set controller.qos=3
 refused "hostd maxSurge=1" "maxSurge must be 0" --namespace "$NS" "${URL[@]}" \
   --set hostd.updateStrategy.rollingUpdate.maxSurge=1
+refused "coherence=software without hosts" "coherence.mode=software needs coherence.softwareHosts" \
+  --namespace "$NS" "${URL[@]}" --set coherence.mode=software
+refused "coherence=sw" "/coherence/mode': value must be one of" --namespace "$NS" "${URL[@]}" \
+  --set coherence.mode=sw
+# Non-coherent blades: the controller publishes the attribute, every hostd
+# learns the write-partition order (docs/dra.md, "Non-coherent regions").
+if out=$("$HELM" template "$REL" "$CHART" --namespace "$NS" "${URL[@]}" --set coherence.mode=software \
+      --set 'coherence.softwareHosts={node-a,node-b}' 2>&1) &&
+    grep -qF '{name: CXLKV_DRA_COHERENCE, value: "software"}' <<< "$out" &&
+    grep -qF '{name: CXLKV_SOFTWARE_HOSTS, value: "node-a,node-b"}' <<< "$out"; then
+  ok "coherence.mode=software reaches the controller and hostd"
+else echo "$out" | tail -5; bad "coherence.mode=software is not passed to the controller and hostd"; fi
 if "$HELM" template "$REL" "$CHART" --namespace default --set allowDefaultNamespace=true \
     "${URL[@]}" >/dev/null 2>&1; then ok "default namespace allowed with allowDefaultNamespace=true"
 else bad "allowDefaultNamespace=true still refused"; fi

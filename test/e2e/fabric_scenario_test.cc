@@ -21,7 +21,9 @@
 #include <set>
 #include <thread>
 
+#include "cxlkv/base/size.h"
 #include "cxlkv/fabric/client.h"
+#include "cxlkv/region.h"
 
 namespace cxlkv {
 namespace {
@@ -144,6 +146,7 @@ class FabricScenarioTest : public ::testing::Test {
                                      "0",
                                      "--allowed-backing-dir",
                                      root_ + "/backing"};
+    argv.insert(argv.end(), host_args_.begin(), host_args_.end());
     hostd_[h] = Start(argv, d + ".log");
   }
   int HostPort(const std::string& h) {
@@ -222,6 +225,7 @@ class FabricScenarioTest : public ::testing::Test {
   int fport_ = 0, fabric_starts_ = 0;
   std::map<std::string, int> hport_;
   std::map<std::string, Proc> hostd_;
+  std::vector<std::string> host_args_;  // more flags for every StartHost
   Proc fabricd_;
   std::unique_ptr<fabric::FabricClient> client_;
 };
@@ -265,6 +269,75 @@ TEST_F(FabricScenarioTest, ShareCountTwoMapsTheSameBytesOnBothHostsAndFreeCleans
 // host keeps the region and its bytes; a resync does not bring it back; add-host
 // (the controller's, on reuse) maps the same bytes there again. Releasing
 // twice, or a region this host never had, is OK.
+// The environment of a region's CDI spec on `host`, as NAME -> value.
+std::map<std::string, std::string> SpecEnv(const std::string& spec_path) {
+  std::map<std::string, std::string> env;
+  json spec = json::parse(Slurp(spec_path));
+  for (const std::string e : spec["devices"][0]["containerEdits"]["env"]) {
+    env[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  }
+  return env;
+}
+
+// A workload that opens its region from the CDI environment alone, as a pod
+// would (docs/dra.md, "Non-coherent regions").
+Status OpenFromEnv(std::map<std::string, std::string> env, std::unique_ptr<Region>* out) {
+  RegionOptions o;
+  o.prefault = Prefault::kNone;
+  CXLKV_RETURN_IF_ERROR(base::ParseSize(env["CXL_DAX_SIZE"], &o.size));
+  CXLKV_RETURN_IF_ERROR(base::ParseSize(env["CXL_DAX_OFFSET"], &o.offset));
+  if (env["CXL_COHERENCE"] == "software") {
+    o.config.coherence = CoherenceMode::kSoftware;
+    o.config.software_partitions = std::stoul(env["CXL_SOFTWARE_PARTITIONS"]);
+    o.software_partition = std::stoi(env["CXL_SOFTWARE_PARTITION"]);
+  }
+  o.config.slot_size = 64 << 10;
+  return Region::Open(env["CXL_DAX_DEVICE"], o, out);
+}
+
+// Hosts without hardware coherence: each hostd gives its node's write
+// partition (its place in --software-hosts) to the CDI spec, and two
+// workloads that open the shared region from their spec's environment alone
+// share it in coherence=software: node-b reads what node-a stored.
+TEST_F(FabricScenarioTest, NonCoherentHostsSpecsGiveEachNodeItsPartitionAndTheRegionIsShared) {
+  host_args_ = {"--coherence", "software", "--software-hosts", "node-a,node-b"};
+  for (const char* h : {"node-a", "node-b"}) {
+    Stop(hostd_[h]);
+    StartHost(h);
+  }
+  fabric::MemoryRegion r = Compose(2, 64);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  auto ea = SpecEnv(root_ + "/node-a/cdi/" + r.id + ".json");
+  auto eb = SpecEnv(root_ + "/node-b/cdi/" + r.id + ".json");
+  EXPECT_EQ(ea["CXL_COHERENCE"], "software");
+  EXPECT_EQ(ea["CXL_SOFTWARE_PARTITIONS"], "2");
+  EXPECT_EQ(ea["CXL_SOFTWARE_PARTITION"], "0");
+  EXPECT_EQ(eb["CXL_COHERENCE"], "software");
+  EXPECT_EQ(eb["CXL_SOFTWARE_PARTITION"], "1");
+  std::unique_ptr<Region> a, b;
+  Status s = OpenFromEnv(ea, &a);  // partition 0 formats
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = OpenFromEnv(eb, &b);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(a->info().layout_version, 3u);
+  EXPECT_EQ(b->info().participant, 1);
+  NamespaceId na, nb;
+  ASSERT_TRUE(a->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &na).ok());
+  ASSERT_TRUE(b->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &nb).ok());
+  std::string data(40000, 'k');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(a->Store(na, BlockKey::FromId(42), data.data(), data.size()).ok());
+  std::string got(64 << 10, 0);
+  LoadInfo info;
+  s = b->Load(nb, BlockKey::FromId(42), got.data(), got.size(), {}, &info);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got.substr(0, info.len), data);
+  EXPECT_TRUE(info.cross_participant) << "stored by node-a's partition";
+  a.reset();
+  b.reset();
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+}
+
 TEST_F(FabricScenarioTest, ReleaseUnassignsOneHostAndAddHostMapsItBack) {
   fabric::MemoryRegion r = Compose(2, 40);
   ASSERT_EQ(r.mappings.size(), 2u);
