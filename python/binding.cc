@@ -192,6 +192,7 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_readwrite("hash_seed_fingerprint", &RegionConfig::hash_seed_fingerprint)
       .def_readwrite("coherence", &RegionConfig::coherence)
       .def_readwrite("max_participants", &RegionConfig::max_participants)
+      .def_readwrite("software_partitions", &RegionConfig::software_partitions)
       .def_readwrite("metadata_json", &RegionConfig::metadata_json);
 
   py::class_<RegionOptions>(m, "RegionOptions")
@@ -201,6 +202,7 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_readwrite("create_if_missing", &RegionOptions::create_if_missing)
       .def_readwrite("config", &RegionOptions::config)
       .def_readwrite("register_participant", &RegionOptions::register_participant)
+      .def_readwrite("software_partition", &RegionOptions::software_partition)
       .def_readwrite("heartbeat_interval_ns", &RegionOptions::heartbeat_interval_ns)
       .def_readwrite("liveness_timeout_ns", &RegionOptions::liveness_timeout_ns)
       .def_readwrite("format_wait_ns", &RegionOptions::format_wait_ns)

@@ -64,16 +64,40 @@ def as_keys(keys):
     return [as_key(k) for k in keys]
 
 
+_COHERENCE = {"hardware": CoherenceMode.HARDWARE, "software": CoherenceMode.SOFTWARE}
+
+
+def coherence_mode(value):
+    """A CoherenceMode from a CoherenceMode or its name ("hardware", "software");
+    ValueError for anything else."""
+    if isinstance(value, CoherenceMode):
+        return value
+    try:
+        return _COHERENCE[str(value).lower()]
+    except KeyError:
+        raise ValueError(f"coherence={value!r}: one of hardware, software") from None
+
+
 def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_seed_fingerprint=0,
                    create_if_missing=True, register_participant=True, max_participants=64,
                    prefault="at_attach", metadata_json="", heartbeat_interval_ns=None,
-                   liveness_timeout_ns=None, **timing):
+                   liveness_timeout_ns=None, coherence="hardware", software_partitions=0,
+                   software_partition=-1, **timing):
     """RegionOptions from keywords (fields and defaults as in include/cxlkv/options.h).
 
     heartbeat_interval_ns (default 100 ms, at most 60 s) and liveness_timeout_ns
     (default 5 s, at least 4 heartbeats) may go down to about 100 ms of liveness for
     tests that pause processes. ``timing`` may set format_wait_ns, format_stall_ns
     and sysfs_root.
+
+    coherence ("hardware" or "software", or a CoherenceMode) must match the
+    region's: the other mode is refused with InvalidArgumentError ("coherence
+    mismatch: the region has ..., this process expects ..."). In software mode
+    (hosts without hardware coherence, docs/coherence.md) software_partitions
+    (1..16) is needed to format, software_partition (0..software_partitions-1,
+    one process per partition at a time) to write; software_partition=-1 with
+    register_participant=False reads only. Pins (Region.pin_prefix) raise
+    UnsupportedError in software mode.
     """
     o = RegionOptions()
     if heartbeat_interval_ns is not None:
@@ -91,6 +115,9 @@ def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_see
     c.hash_seed_fingerprint = hash_seed_fingerprint
     c.max_participants = max_participants
     c.metadata_json = metadata_json
+    c.coherence = coherence_mode(coherence)
+    c.software_partitions = software_partitions
+    o.software_partition = software_partition
     o.config = c
     for name, value in timing.items():
         if not hasattr(o, name):

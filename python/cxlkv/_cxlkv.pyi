@@ -51,6 +51,9 @@ class RegionConfig:
     hash_seed_fingerprint: int
     coherence: CoherenceMode
     max_participants: int
+    # coherence=SOFTWARE: write partitions (hosts that may write), 1..16;
+    # required to format, 0 accepts the region's on attach; 0 in hardware mode.
+    software_partitions: int
     metadata_json: str
 
 class RegionOptions:
@@ -59,6 +62,9 @@ class RegionOptions:
     create_if_missing: bool
     config: RegionConfig
     register_participant: bool
+    # coherence=SOFTWARE: the write partition this attacher holds
+    # (0..software_partitions-1, handed out by an external lease), or -1 (reads only).
+    software_partition: int
     heartbeat_interval_ns: int
     liveness_timeout_ns: int
     format_wait_ns: int
