@@ -11,7 +11,9 @@
 # KV events through vLLM's ZMQ publisher in the legacy and the self-describing
 # format (the writer announces each chunk once, a replica that only loads
 # announces nothing, removals by another replica reported), and other weights
-# under a live replica's model name refused.
+# under a live replica's model name refused; and (test/vllm/test_coherence.py,
+# about 40 s of the stage) two engines as two hosts sharing a
+# coherence=software region, the second loading what the first stored.
 # Also checks the packaging: cxlkv is built with
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).

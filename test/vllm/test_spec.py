@@ -360,3 +360,87 @@ def test_other_weights_under_one_name_refused_while_a_replica_is_attached(region
     new = CxlkvOffloadingSpec(_config(other)).get_manager()
     assert new.lookup(key, ReqContext(req_id="r")).name == "MISS"
     new.shutdown()
+
+
+def test_coherence_settings_resolve_from_hosts_or_the_cdi_environment():
+    from cxlkv.vllm.settings import Settings
+
+    def s(extra, env=None):
+        return Settings.from_extra_config(dict({"region_path": "/dev/shm/x"}, **extra), env or {})
+
+    hw = s({})
+    assert (hw.coherence, hw.software_partitions, hw.software_partition) == ("hardware", 0, -1)
+    hosts = {"coherence": "software", "software_hosts": "host-a, host-b,host-c"}
+    b = s(hosts, {"NODE_NAME": "host-b"})
+    assert (b.coherence, b.software_partitions, b.software_partition, b.host) == (
+        "software", 3, 1, "host-b")
+    assert s(dict(hosts, host="host-c"), {"NODE_NAME": "host-b"}).software_partition == 2
+    # What the DRA driver's CDI spec sets, with no extra-config key at all.
+    cdi = s({}, {"CXL_COHERENCE": "software", "CXL_SOFTWARE_PARTITIONS": "2",
+                 "CXL_SOFTWARE_PARTITION": "1"})
+    assert (cdi.coherence, cdi.software_partitions, cdi.software_partition) == ("software", 2, 1)
+    refused = [
+        ({"coherence": "sofware"}, {}, "one of hardware, software"),
+        ({"coherence": "software"}, {"NODE_NAME": "host-z"}, "needs the write partition"),
+        (hosts, {"NODE_NAME": "host-z"}, "'host-z'"),
+        ({"coherence": "software", "software_partitions": 2, "software_partition": 2}, {},
+         "software_partition=2 does not exist"),
+        ({"coherence": "software", "software_partitions": 17, "software_partition": 0}, {},
+         "1..16"),
+        (dict(hosts, software_partition=0), {"NODE_NAME": "host-b"}, "is partition 1"),
+        ({"software_partition": 1}, {}, "need coherence=software"),
+    ]
+    for extra, env, want in refused:
+        with pytest.raises(ValueError, match=want):
+            s(extra, env)
+
+
+def test_software_mode_worker_first_then_another_host_loads_without_pins(region_path):
+    """coherence=software: the worker of partition 0 starts first on a blank
+    region (formats it, then attaches read-only), the manager takes partition
+    0 and stores; an engine of partition 1 finds the chunk with no pin and
+    loads it byte-equal."""
+    import torch
+    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
+                                         CanonicalKVCacheTensor, GPULoadStoreSpec,
+                                         LookupResult, ReqContext, make_offload_key)
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    def engine(host, kv):
+        extra = _extra(region_path, coherence="software", software_hosts=["host-a", "host-b"],
+                       host=host)
+        spec = CxlkvOffloadingSpec(_config(extra, bytes_per_block=2 * 2048))
+        caches = CanonicalKVCaches([CanonicalKVCacheTensor(t, 2048) for t in kv],
+                                   [[CanonicalKVCacheRef(0, 2048), CanonicalKVCacheRef(1, 2048)]])
+        w = spec.get_worker(caches)  # before the manager, as vLLM may start them
+        return spec.get_manager(), w
+
+    kv_a = [torch.randint(-128, 127, (16, 2048), dtype=torch.int8) for _ in range(2)]
+    m, w = engine("host-a", kv_a)
+    i = m.region.info()
+    assert (i.layout_version, i.config.software_partitions, i.participant) == (3, 2, 0)
+    assert w.region.info().participant == -1, "workers attach read-only"
+    key = make_offload_key(os.urandom(32), 0)
+    ctx = ReqContext(req_id="r1")
+    out = m.prepare_store([key], ctx)
+    assert w.submit_store(1, GPULoadStoreSpec([3], group_sizes=[1], block_indices=[0]),
+                          out.store_spec)
+    w.wait({1})
+    assert [r.success for r in w.get_finished()] == [True]
+    m.complete_store([key], ctx)
+
+    kv_b = [torch.zeros((16, 2048), dtype=torch.int8) for _ in range(2)]
+    m2, w2 = engine("host-b", kv_b)
+    assert m2.region.info().participant == 1
+    ctx2 = ReqContext(req_id="r2")
+    assert m2.lookup(key, ctx2) == LookupResult.HIT
+    load = m2.prepare_load([key], ctx2)
+    assert w2.submit_load(2, load, GPULoadStoreSpec([9], group_sizes=[1], block_indices=[0]))
+    w2.wait({2})
+    assert [r.success for r in w2.get_finished()] == [True]
+    assert all(torch.equal(b[9], a[3]) for a, b in zip(kv_a, kv_b))
+    m2.complete_load([key], ctx2)
+    assert m2.pinned() == 0
+    for x in (w2, m2, w, m):
+        x.shutdown()

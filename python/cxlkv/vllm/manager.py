@@ -81,6 +81,24 @@ class _Pin:
         self.loading = False
 
 
+class _Unpinned:
+    """What a lookup holds in coherence=software, where there are no pins (a
+    pin is a store into another host's line, docs/coherence.md): the hit as
+    seen, kept nowhere in the region. A chunk evicted before its load fails
+    the worker's load (LoadPart: a miss) and vLLM recomputes those blocks."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, hit):
+        self._n = 1 if hit else 0
+
+    def __len__(self):
+        return self._n
+
+    def release(self):
+        self._n = 0
+
+
 class CxlkvManager(OffloadingManager):
     """Built by CxlkvOffloadingSpec.get_manager."""
 
@@ -112,10 +130,16 @@ class CxlkvManager(OffloadingManager):
         # What the last reset_cache left to on_reset_flushed (0.33, reset_cache).
         self._flushing_leases = []            # cxlkv WriteLease of discarded store jobs
         self._flushing_pins = []              # PinSet of discarded load jobs
+        self._software = region.info().config.coherence == _cxlkv.CoherenceMode.SOFTWARE
 
     # ---- helpers ----
     def _ns(self, key):
         return self.namespaces[group_of(key)]
+
+    def _pin(self, key):
+        if self._software:
+            return _Unpinned(self.region.lookup(self._ns(key), block_key(key)))
+        return self.region.pin_prefix(self._ns(key), [block_key(key)])
 
     def _count(self, name, n=1, label=None):
         self._counts[(name, label)] += n
@@ -152,7 +176,7 @@ class CxlkvManager(OffloadingManager):
             if not p.loading:
                 p.deadline = time.monotonic() + self.ttl
             return LookupResult.HIT
-        pins = self.region.pin_prefix(self._ns(key), [block_key(key)])
+        pins = self._pin(key)
         if len(pins) == 0:
             if not held:
                 self._pins.pop(req_context.req_id, None)
@@ -175,7 +199,7 @@ class CxlkvManager(OffloadingManager):
         for key in keys:
             p = held.get(key)
             if p is None:  # not looked up by this request (should not happen): pin now
-                pins = self.region.pin_prefix(self._ns(key), [block_key(key)])
+                pins = self._pin(key)
                 p = held[key] = _Pin(pins, None)
                 if len(pins) == 0:
                     # Gone already; the worker's load reports it and it is recomputed.

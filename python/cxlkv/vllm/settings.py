@@ -4,6 +4,7 @@ region (the spec is constructed in every vLLM process)."""
 
 import dataclasses
 import os
+import socket
 
 # Keys that vLLM itself reads from kv_connector_extra_config (0.26-0.33).
 VLLM_KEYS = frozenset({
@@ -20,6 +21,16 @@ CXLKV_KEYS = frozenset({
     "pin_ttl_s",        # how long a lookup HIT stays pinned without prepare_load (default 30)
     "prefault",         # none | at_attach | background (default background)
     "max_participants",  # region participants (default 64)
+    # Memory shared by hosts without hardware coherence (docs/coherence.md):
+    "coherence",        # hardware | software; default $CXL_COHERENCE, else hardware
+    "software_partitions",  # write partitions (hosts that may write), 1..16;
+                        # default $CXL_SOFTWARE_PARTITIONS, else len(software_hosts)
+    "software_partition",  # the partition this host holds; default
+                        # $CXL_SOFTWARE_PARTITION, else host's index in software_hosts
+    "software_hosts",   # the hosts sharing the region, in partition order (list or
+                        # comma-separated names)
+    "host",             # this host's name in software_hosts; default $NODE_NAME, else
+                        # the hostname
 })
 DEFAULT_PATH = "/dev/shm/cxlkv/vllm"
 DEFAULT_SIZE = 1 << 30
@@ -35,6 +46,54 @@ def _int(name, value):
     return v
 
 
+def _coherence(extra, env):
+    """(mode, partitions, partition, host) from the extra config and the CDI
+    environment; partition -1 in hardware mode. ValueError when software mode
+    cannot tell which write partition this host holds."""
+    mode = str(extra.get("coherence") or env.get("CXL_COHERENCE") or "hardware").lower()
+    if mode not in ("hardware", "software"):
+        raise ValueError(f"cxlkv: coherence={mode!r}: one of hardware, software")
+    keys = [k for k in ("software_partitions", "software_partition", "software_hosts")
+            if k in extra]
+    if mode == "hardware":
+        if keys:
+            raise ValueError(f"cxlkv: {', '.join(keys)} need coherence=software "
+                             "(docs/coherence.md); this region is coherence=hardware")
+        return mode, 0, -1, ""
+    hosts = extra.get("software_hosts") or []
+    if isinstance(hosts, str):
+        hosts = [h.strip() for h in hosts.split(",") if h.strip()]
+    hosts = [str(h) for h in hosts]
+    host = str(extra.get("host") or env.get("NODE_NAME") or socket.gethostname())
+    if "software_partitions" in extra:
+        parts = _int("software_partitions", extra["software_partitions"])
+    elif env.get("CXL_SOFTWARE_PARTITIONS"):
+        parts = _int("CXL_SOFTWARE_PARTITIONS", env["CXL_SOFTWARE_PARTITIONS"])
+    else:
+        parts = len(hosts)
+    if "software_partition" in extra:
+        part = _int("software_partition", extra["software_partition"])
+    elif env.get("CXL_SOFTWARE_PARTITION"):
+        part = _int("CXL_SOFTWARE_PARTITION", env["CXL_SOFTWARE_PARTITION"])
+    elif host in hosts:
+        part = hosts.index(host)
+    else:
+        raise ValueError(
+            "cxlkv: coherence=software needs the write partition this host holds: set "
+            "software_partition, or $CXL_SOFTWARE_PARTITION (the DRA driver injects it), or "
+            f"list this host ({host!r}: host, $NODE_NAME or the hostname) in software_hosts"
+            + (f" (now {hosts})" if hosts else ""))
+    if host in hosts and hosts.index(host) != part:
+        raise ValueError(f"cxlkv: software_partition={part}, but this host {host!r} is partition "
+                         f"{hosts.index(host)} in software_hosts {hosts}")
+    if parts and not 1 <= parts <= 16:
+        raise ValueError(f"cxlkv: software_partitions={parts}: 1..16")
+    if parts and part >= parts:
+        raise ValueError(f"cxlkv: software_partition={part} does not exist: the region has "
+                         f"{parts} write partitions (0..{parts - 1})")
+    return mode, parts, part, host
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     region_path: str
@@ -44,6 +103,10 @@ class Settings:
     pin_ttl_s: float
     prefault: str
     max_participants: int
+    coherence: str = "hardware"   # hardware | software
+    software_partitions: int = 0  # software: write partitions (0 = accept the region's)
+    software_partition: int = -1  # software: the partition this host holds
+    host: str = ""                # software: this host's name (for messages)
 
     @classmethod
     def from_extra_config(cls, extra, environ=None):
@@ -75,7 +138,9 @@ class Settings:
             raise ValueError(f"cxlkv: pin_ttl_s={extra['pin_ttl_s']!r} is not a number") from None
         if ttl <= 0:
             raise ValueError("cxlkv: pin_ttl_s must be positive")
+        mode, parts, part, host = _coherence(extra, env)
         return cls(region_path=str(path), region_size=size, region_offset=offset,
                    model_fingerprint=extra.get("model_fingerprint"), pin_ttl_s=ttl,
                    prefault=prefault,
-                   max_participants=_int("max_participants", extra.get("max_participants", 64)))
+                   max_participants=_int("max_participants", extra.get("max_participants", 64)),
+                   coherence=mode, software_partitions=parts, software_partition=part, host=host)

@@ -12,7 +12,7 @@ import time
 from vllm.v1.kv_offload.base import OffloadingSpec
 
 from .. import NamespaceDesc, open_region
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotFoundError
 from . import _log, compat, keys, metrics
 from .settings import Settings
 
@@ -76,9 +76,14 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                   prefault=s.prefault if manager else "none",
                   max_participants=s.max_participants, hash_algorithm=self.hash_algorithm,
                   hash_seed_fingerprint=self.hash_seed_fingerprint)
+        if s.coherence == "software":
+            kw.update(coherence="software", software_partitions=s.software_partitions)
         t0 = time.perf_counter()
         try:
-            region = open_region(s.region_path, **kw)
+            if s.coherence == "software":
+                region = self._open_software(s.region_path, kw, manager=manager)
+            else:
+                region = open_region(s.region_path, **kw)
         except InvalidArgumentError as e:
             raise InvalidArgumentError(
                 f"cxlkv: this engine cannot use region {s.region_path}: {e} (this engine: slot "
@@ -87,10 +92,34 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                 f"{self.hash_seed_fingerprint:#x})") from e
         # Attach (format or join, prefault on the manager side) stays off
         # the first request; the TTFT harness reads this line per engine.
-        logger.info("cxlkv: %s attached region %s in %.1f ms (prefault %s)",
+        logger.info("cxlkv: %s attached region %s in %.1f ms (prefault %s, %s)",
                     "manager" if manager else "worker", s.region_path,
-                    (time.perf_counter() - t0) * 1e3, kw["prefault"])
+                    (time.perf_counter() - t0) * 1e3, kw["prefault"],
+                    f"coherence=software, host {s.host} partition {s.software_partition} of "
+                    f"{region.info().config.software_partitions}" if s.coherence == "software"
+                    else "coherence=hardware")
         return region
+
+    def _open_software(self, path, kw, *, manager):
+        """coherence=software (docs/coherence.md): one process per host writes
+        (holds the host's write partition): the manager, which reserves and
+        commits every store (cxlkv/delegate.h); the workers fill parts of the
+        manager's reservations and load, as observers. Only partition 0's
+        holder formats, and vLLM may start the workers first, so on a blank
+        region rank 0's worker of partition 0 formats it (attaching as
+        partition 0 and leaving again) before the manager attaches."""
+        s = self.settings
+        if manager:
+            return open_region(path, software_partition=s.software_partition, **kw)
+        observer = dict(kw, register_participant=False)
+        try:
+            return open_region(path, create_if_missing=False, **observer)
+        except NotFoundError:
+            if s.software_partition != 0 or int(self.config.parallel.rank) != 0:
+                return open_region(path, **observer)  # waits for partition 0's format
+        formatter = open_region(path, software_partition=0, **kw)
+        del formatter  # gives partition 0 back before the manager takes it
+        return open_region(path, **observer)
 
     def _namespaces(self, region, fingerprint):
         fmt = keys.page_format()
@@ -107,7 +136,10 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         fp = keys.model_fingerprint(self.config.model.name, self.settings.model_fingerprint)
         served = os.path.basename(str(self.config.model.name).rstrip("/"))
         try:
-            claim = keys.claim_model_name(region, served, fp)
+            # The claim is held by a pin, which coherence=software does not
+            # have (docs/vllm.md, "Non-coherent regions"): not checked there.
+            claim = (None if self.settings.coherence == "software" else
+                     keys.claim_model_name(region, served, fp))
         except InvalidArgumentError as e:
             raise InvalidArgumentError(
                 f"cxlkv: this engine cannot use region {self.settings.region_path}: {e}") from e
