@@ -91,7 +91,7 @@ TEST(CliCoherenceTest, FormatInspectStatsVerifyWipeOfASoftwareRegion) {
   r = Cxlkv("format --coherence software --partitions 2 --json" + geo);
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);
-  EXPECT_EQ(j["layout_version"], 3);
+  EXPECT_EQ(j["layout_version"], 4);
   EXPECT_EQ(j["coherence"], "software");
   EXPECT_EQ(j["software_partitions"], 2);
   EXPECT_EQ(j["participant"], -1) << "format gave partition 0 back";
@@ -115,7 +115,7 @@ TEST(CliCoherenceTest, FormatInspectStatsVerifyWipeOfASoftwareRegion) {
   ASSERT_EQ(r.rc, 0) << r.out;
   j = Json(r);
   EXPECT_EQ(j["region"]["coherence"], "software");
-  EXPECT_EQ(j["region"]["layout_version"], 3);
+  EXPECT_EQ(j["region"]["layout_version"], 4);
   EXPECT_EQ(j["slots"]["ready"], 1);
   r = Cxlkv("inspect --region " + region);
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -138,7 +138,9 @@ TEST(CliCoherenceTest, FormatInspectStatsVerifyWipeOfASoftwareRegion) {
       << "the refused wipe dropped nothing";
   r = Cxlkv("wipe --region " + region + " --json", "CXL_SOFTWARE_PARTITION=1");
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_EQ(Json(r)["dropped"], 1);
+  // Layout 4: the wipe's attach as partition 1's new holder already frees
+  // the old incarnation's blocks (its attach sweep), so it drops at most 1.
+  EXPECT_LE(Json(r)["dropped"].get<int>(), 1);
   EXPECT_EQ(Json(Cxlkv("inspect --region " + region + " --json"))["slots"]["ready"], 0);
   ::unlink(region.c_str());
 }
