@@ -469,13 +469,18 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   // first reader to check it drops it (pins do not protect corrupt blocks).
   // So with pauses every pinned miss of a live worker must be explained by
   // such a drop; without pauses there are none.
-  if (!pauses) {
+  //
+  // A loaded machine pauses processes too: a worker the scheduler starves
+  // past the liveness timeout is judged dead and fenced (it reopens), and
+  // its late stores are a zombie's. Without our pauses and without such a
+  // fence nothing ever writes into a slot it does not own, so there is no
+  // CRC failure and no pinned miss; with a fence the run is held to the
+  // pauses rule below instead. (Seen at load 13 on 2 cores: 15 reopens, one
+  // pinned miss of a live worker explained by a CRC drop, on the CLOCK and
+  // the LRU eviction alike.)
+  const bool paused = pauses || sh->reopens.load() > 0;
+  if (!paused) {
     EXPECT_EQ(sh->pinned_misses.load(), 0u);
-  }
-  // Without pauses nothing ever writes into a slot it does not own, so no
-  // CRC can fail. A resumed zombie's late bytes or fields fail the bound
-  // CRC instead of being served: misses.
-  if (!pauses) {
     EXPECT_EQ(sh->crc.load(), 0u);
   }
   EXPECT_GT(sh->hits.load(), 1000u);
@@ -487,13 +492,13 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   auto r = MustOpen(sr.path(), opts);
   WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
   EXPECT_EQ(r->Participants().size(), 1u);
-  if (pauses) {
+  if (paused) {
     EXPECT_LE(sh->pinned_misses.load(), r->RegionCounters()[Counter::kCrcFailures])
         << "a pinned block of a live worker vanished without a CRC drop";
   }
   Region::ScrubReport rep;
   ASSERT_TRUE(r->Verify(true, &rep).ok());
-  if (!pauses) {
+  if (!paused) {
     EXPECT_EQ(rep.crc_failures, 0u);
   }
   // After the scrub dropped what zombies left, every key is storable and
