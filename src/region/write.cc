@@ -79,6 +79,7 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
   // hints from untrusted bytes: a damaged one only changes which block goes.
   struct Candidate {
     uint32_t age;
+    uint32_t pos;  // scan position from the rotating start: breaks ties
     uint64_t slot;
     uint64_t word;
   };
@@ -97,10 +98,13 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
     if (WordState(w) != kReady) continue;
     // Cheap pre-check: skip pinned slots without the EVICTING transient.
     if (SlotPinned(slot)) continue;
-    cand[n++] = {now - m.last_use.load(std::memory_order_relaxed), slot, w};
+    cand[n] = {now - m.last_use.load(std::memory_order_relaxed), n, slot, w};
+    ++n;
   }
-  std::stable_sort(cand, cand + n,
-                   [](const Candidate& a, const Candidate& b) { return a.age > b.age; });
+  // std::sort, not stable_sort: no temporary buffer on the store path.
+  std::sort(cand, cand + n, [](const Candidate& a, const Candidate& b) {
+    return a.age != b.age ? a.age > b.age : a.pos < b.pos;
+  });
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t slot = cand[i].slot;
     if (!TakeReadySlot(slot, cand[i].word)) continue;
