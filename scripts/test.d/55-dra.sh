@@ -63,6 +63,19 @@ BIN=$ROOT/build/bin
 passed=0; failed=0; skipped=0
 ok() { echo "dra: ok: $*"; passed=$((passed + 1)); }
 bad() { echo "dra: FAILED: $*"; failed=$((failed + 1)); }
+# Per-case seconds: `section NAME` ends the running case (its time printed as
+# "dra: time: N s: NAME") and starts the next; finish prints them all, so a
+# run's log says where the stage's time went.
+CASE_TIMES=(); CASE_NAME=""; CASE_T0=$SECONDS
+section() {  # section [name]: ends the running case; starts <name> (none: just ends)
+  if [ -n "$CASE_NAME" ]; then
+    CASE_TIMES+=("$(printf '%5d s  %s' $((SECONDS - CASE_T0)) "$CASE_NAME")")
+    echo "dra: time: $((SECONDS - CASE_T0)) s: $CASE_NAME"
+  fi
+  CASE_NAME=${1:-}; CASE_T0=$SECONDS
+  [ -n "$CASE_NAME" ] && echo "== dra: $CASE_NAME"
+  return 0
+}
 unset CXLKV_E2E_DIR
 E=""
 PIDS=()
@@ -76,6 +89,11 @@ finish() {
     fi
     rm -rf "$E" /dev/shm/"$(basename "$E")"
   fi
+  section
+  if [ ${#CASE_TIMES[@]} -gt 0 ]; then
+    echo "dra: seconds per case:"
+    for t in "${CASE_TIMES[@]}"; do echo "  $t"; done
+  fi
   echo "dra: $passed passed, $failed failed, $skipped skipped"
 }
 trap finish EXIT
@@ -84,7 +102,7 @@ if [ "$(id -u)" != 0 ] || ! unshare --mount true 2>/dev/null; then
   echo "dra: the fake kubelet needs root for private mount namespaces; skipping"
   skipped=1; exit 0
 fi
-echo "== dra: build (build/: driver, fabricd, hostd, cxlkv CLI; the fake kubelet)"
+section "build (build/: driver, fabricd, hostd, cxlkv CLI; the fake kubelet)"
 cxlkv_build_main cxlkv-dra-kubeletplugin cxlkv-dra-controller cxlkv-fabricd cxlkv-hostd cxlkv_cli ||
   { failed=1; exit 1; }
 FK=$(test/e2e/fakekubelet/build.sh) || { failed=1; exit 1; }
@@ -95,7 +113,7 @@ BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1 fake-node-2)
 source "$ROOT/test/e2e/lib/dra-env.sh"
 
-echo "== dra: control plane up (3 fake nodes)"
+section "control plane up (3 fake nodes)"
 CXLKV_E2E_DIR=$(mktemp -d /tmp/cxlkv-e2e.XXXXXX); export CXLKV_E2E_DIR
 CXLKV_E2E_NODES=3 bash "$CLUSTER" up || { failed=1; exit 1; }
 eval "$(bash "$CLUSTER" env)"
@@ -205,7 +223,7 @@ running() { [ "$(phase "$1")" = Running ]; }
 succeeded() { [ "$(phase "$1")" = Succeeded ]; }
 ckpt_entries() { python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["data"]["claims"]))' "$E/$1/dra-plugin/checkpoint.json"; }
 
-echo "== dra: scenario 1 (a 2 GiB claim shared by pods on two nodes)"
+section "scenario 1 (a 2 GiB claim shared by pods on two nodes)"
 CTL=$E/replay.ctl
 t0=$(date +%s.%N)
 claim_yaml kv 2Gi | kubectl apply -f - >/dev/null
@@ -272,7 +290,7 @@ grep -q 'prepare claim=kv namespace=default uid=.* result=success' "$E/logs/plug
   ok "plugin logs name claim and namespace (claim=kv namespace=default uid=... result=success)" ||
   bad "no structured prepare line in the plugin log"
 
-echo "== dra: node reboot (new boot id, CDI dir wiped) while a pod holds a claim"
+section "node reboot (new boot id, CDI dir wiped) while a pod holds a claim"
 claim_yaml kv2 1Gi | kubectl apply -f - >/dev/null
 pod_yaml sleeper kv2 fake-node-2 sh -c 'test -s "$CXL_DAX_DEVICE" && echo attached && exec sleep 600' | kubectl apply -f - >/dev/null
 SLOG=$E/fake-node-2/logs/default_sleeper_main.log
@@ -327,7 +345,7 @@ ckpt_states() {  # ckpt_states <node>: the checkpoint entries' states, space sep
 # Exited (a zombie until reaped counts as exited: kill -0 would still succeed).
 dead() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 
-echo "== dra: plugin SIGKILLed mid-prepare (failpoint dra.prepare.after_started), then restarted"
+section "plugin SIGKILLed mid-prepare (failpoint dra.prepare.after_started), then restarted"
 kill "$PID_plugin_fake_node_0"; wait "$PID_plugin_fake_node_0" 2>/dev/null
 export CXLKV_FAILPOINT=dra.prepare.after_started
 plugin_start fake-node-0 -crash
@@ -351,7 +369,7 @@ wait_until 60 gone pod crashy || bad "crashy not torn down"
 kubectl delete resourceclaim kv3 --wait=false >/dev/null
 wait_until 60 gone resourceclaim kv3 || bad "kv3 stuck"
 
-echo "== dra: rolling update: two plugin processes with per-pod sockets on fake-node-1"
+section "rolling update: two plugin processes with per-pod sockets on fake-node-1"
 kill "$PID_plugin_fake_node_1"; wait "$PID_plugin_fake_node_1" 2>/dev/null
 plugin_start fake-node-1 -a --pod-uid 11111111-aaaa-4aaa-8aaa-000000000001
 wait_until 20 grep -q "kubelet registered driver" "$E/logs/plugin-fake-node-1-a.log" ||
@@ -389,7 +407,7 @@ wait_until 60 gone pod roll-2
 kubectl delete resourceclaim roll2 --wait=false >/dev/null
 wait_until 60 gone resourceclaim roll2 || bad "roll2 stuck"
 
-echo "== dra: prepare refuses a region still prepared on this node for another claim"
+section "prepare refuses a region still prepared on this node for another claim"
 claim_yaml own 1Gi | kubectl apply -f - >/dev/null
 pod_yaml holder own fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE" && exec sleep 600' | kubectl apply -f - >/dev/null
 wait_until 90 running holder || bad "holder: $(phase holder)"
@@ -436,7 +454,7 @@ kubectl delete resourceclaim own thief --wait=false >/dev/null
 wait_until 60 gone resourceclaim own && wait_until 60 gone resourceclaim thief || bad "own/thief stuck"
 
 LOOPS=10; [ "$CXLKV_FULL" = 1 ] && LOOPS=50
-echo "== dra: $LOOPS claims with pods created and deleted"
+section "$LOOPS claims with pods created and deleted"
 t0=$SECONDS
 for i in $(seq 1 "$LOOPS"); do
   n=$((i % 3))
@@ -465,14 +483,14 @@ by0=$(grep -c "composed region" "$E/logs/controller-0.log"); by1=$(grep -c "comp
   bad "racing controllers: $total composes for $((LOOPS + 7)) claims, $dups claims composed twice"
 [ "$leaked" = 0 ] && [ "$stuck" = 0 ] && [ "$stale" = 0 ] && ok "loop: zero leaks, zero stuck finalizers, zero stale checkpoint entries" ||
   bad "loop left $leaked regions, $stuck finalizers, $stale checkpoint entries"
-source "$ROOT/test/e2e/dra-node-cases.sh"
-source "$ROOT/test/e2e/dra-controller-cases.sh"
-source "$ROOT/test/e2e/dra-quota-cases.sh"
-source "$ROOT/test/e2e/dra-takeover-cases.sh"
-source "$ROOT/test/e2e/dra-release-cases.sh"
-source "$ROOT/test/e2e/dra-local-cases.sh"
+section "test/e2e/dra-node-cases.sh"; source "$ROOT/test/e2e/dra-node-cases.sh"
+section "test/e2e/dra-controller-cases.sh"; source "$ROOT/test/e2e/dra-controller-cases.sh"
+section "test/e2e/dra-quota-cases.sh"; source "$ROOT/test/e2e/dra-quota-cases.sh"
+section "test/e2e/dra-takeover-cases.sh"; source "$ROOT/test/e2e/dra-takeover-cases.sh"
+section "test/e2e/dra-release-cases.sh"; source "$ROOT/test/e2e/dra-release-cases.sh"
+section "test/e2e/dra-local-cases.sh"; source "$ROOT/test/e2e/dra-local-cases.sh"
 
-echo "== dra: binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"
+section "binding conditions: Kubernetes' no-kubelet scenarios, ported (own control plane)"
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 PIDS=(); bash "$CLUSTER" down >/dev/null 2>&1; unset CXLKV_E2E_DIR
@@ -481,7 +499,7 @@ read -r bp bf bs < <(sed -n 's/^dra-binding: \([0-9]*\) passed, \([0-9]*\) faile
   "$E/logs/binding-conditions.out" | tail -1)
 passed=$((passed + ${bp:-0})); failed=$((failed + ${bf:-1})); skipped=$((skipped + ${bs:-0}))
 
-echo "== dra: consumable capacity and binding conditions off: annotation mode, the paper's flow (own control plane)"
+section "consumable capacity and binding conditions off: annotation mode, the paper's flow (own control plane)"
 FK=$FK bash test/e2e/dra-gates-off.sh 2>&1 | tee "$E/logs/gates-off.out"
 read -r gp gf gs < <(sed -n 's/^dra-gates-off: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' \
   "$E/logs/gates-off.out" | tail -1)
