@@ -122,10 +122,17 @@ claim_yaml race-b 4Gi | kubectl apply -f - >/dev/null
 pod_yaml race-a race-a fake-node-0 sh -c 'exec sleep 600' | kubectl apply -f - >/dev/null
 pod_yaml race-b race-b fake-node-1 sh -c 'exec sleep 600' | kubectl apply -f - >/dev/null
 either_running() { running race-a || running race-b; }
+# The scheduler has tried a pod and found no device for it (PodScheduled
+# False, reason Unschedulable): the moment to check it was not admitted.
+unschedulable() {
+  [ "$(kubectl get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].reason}')" = Unschedulable ]
+}
 if wait_until 60 either_running; then
-  sleep 6
+  loser=race-b; running race-b && loser=race-a
+  # The loser's refusal by the scheduler, not a fixed wait: once it is
+  # Unschedulable the winner's allocation holds the capacity.
+  wait_until 30 unschedulable "$loser" || bad "race: $loser never marked Unschedulable"
   la=$(phase race-a); lb=$(phase race-b)
-  loser=race-b; [ "$la" = Pending ] && loser=race-a
   why=$(kubectl get pod "$loser" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
   if { [ "$la" = Running ] && [ "$lb" = Pending ]; } || { [ "$la" = Pending ] && [ "$lb" = Running ]; }; then
     ok "last-capacity race: one claim admitted, $loser pending: $why"
@@ -201,7 +208,8 @@ wait_until 20 fabric_false && has_event pc FabricUnreachable &&
   bad "cxlkv_dra_fabric_reachable $(ctl_metric cxlkv_dra_fabric_reachable)"
 claim_yaml fd 1Gi | kubectl apply -f - >/dev/null
 pod_yaml fd fd fake-node-0 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
-sleep 5
+# Until the scheduler has tried fd and found the tainted device unusable.
+wait_until 30 unschedulable fd || bad "fd never marked Unschedulable while the device is tainted"
 [ "$(phase fd)" = Pending ] && [ "$(cj fd '"allocation" in c.get("status",{})')" = False ] &&
   ok "tainted: a new claim is not allocated ($(kubectl get pod fd -o jsonpath='{.status.conditions[0].message}' | cut -c1-100))" ||
   bad "new pod while the fabric is down: $(phase fd)"

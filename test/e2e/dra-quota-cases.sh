@@ -112,9 +112,27 @@ refused_events() {  # claims of team-a with a NamespaceBudgetExceeded Event
   echo "$n"
 }
 two_refused() { [ "$(refused_events)" -ge 2 ]; }
+# The refused claims keep being retried (the failure condition hands each
+# back to the scheduler, which allocates it again): instead of a fixed wait,
+# wait until every claim not running was refused once more after this call,
+# so a retry that slipped through the budget would have shown.
+refusals() {  # refusals <claim>: its budget refusals seen on the watch
+  grep -c "^$1 cxlkv.dev/compose-failed True NamespaceBudgetExceeded" "$E/team-a-conds.txt" 2>/dev/null
+}
+declare -A R0
+mark_refusals() { local i; for i in 1 2 3; do R0[qa-$i]=$(refusals "qa-$i"); done; }
+retried() {  # every team-a claim left and not running refused again since mark_refusals
+  local i
+  for i in 1 2 3; do
+    nrunning team-a "qa-$i" && continue
+    [ -n "$(nuid team-a "qa-$i")" ] || continue  # deleted
+    [ "$(refusals "qa-$i")" -gt "${R0[qa-$i]}" ] || return 1
+  done
+}
 WINNER=""
 if wait_until 90 some_running && wait_until 30 two_refused; then
-  sleep 4  # the refused claims are retried meanwhile: none may slip through
+  mark_refusals
+  wait_until 30 retried || bad "budget: the refused claims were not retried within 30 s"
   for i in 1 2 3; do nrunning team-a "qa-$i" && WINNER=qa-$i; done
   nr=$(qa_running); nreg=$(team_a_regions)
   [ "$nr" = 1 ] && [ "$nreg" = 1 ] &&
@@ -173,7 +191,8 @@ if [ -n "$WINNER" ]; then
   wait_until 60 sh -c "! kubectl -n team-a get pod $WINNER >/dev/null 2>&1"
   kubectl -n team-a delete resourceclaim "$WINNER" --wait=false >/dev/null
   if wait_until 90 some_running; then
-    sleep 4
+    mark_refusals
+    wait_until 30 retried || bad "budget: the claim still waiting was not retried within 30 s"
     nr=$(qa_running); nreg=$(team_a_regions)
     [ "$nr" = 1 ] && [ "$nreg" = 1 ] &&
       ok "after $WINNER was freed, exactly one waiting claim was admitted and runs" ||
