@@ -34,13 +34,15 @@
 #include <thread>
 #include <vector>
 
+#include "built_binary.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Binary(const char* env, const char* built) {
+std::string Binary(const char* env, const char* name) {
   const char* e = std::getenv(env);
-  return e && *e ? e : built;
+  return e && *e ? e : cxlkv::testutil::BuiltBinary(name);
 }
 
 // The CPU the daemons and the spinner share: the last one this test may use.
@@ -213,7 +215,7 @@ class DaemonStopTest : public ::testing::Test {
 
 TEST_F(DaemonStopTest, FabricdStopsOnSigtermRightAfterListening) {
   Hammer("cxlkv-fabricd",
-         {Binary("CXLKV_STOP_TEST_FABRICD", CXLKV_FABRICD_BIN), "--config", root_ + "/fabricd.yaml",
+         {Binary("CXLKV_STOP_TEST_FABRICD", "cxlkv-fabricd"), "--config", root_ + "/fabricd.yaml",
           "--listen", "127.0.0.1:0"},
          Reps());
 }
@@ -222,7 +224,7 @@ TEST_F(DaemonStopTest, HostdStopsOnSigtermRightAfterListening) {
   // No fabric manager behind it: its first resync fails, logged, and it
   // serves anyway (a host agent outlives its manager's restarts).
   Hammer("cxlkv-hostd",
-         {Binary("CXLKV_STOP_TEST_HOSTD", CXLKV_HOSTD_BIN), "--host-id", "node-a", "--listen",
+         {Binary("CXLKV_STOP_TEST_HOSTD", "cxlkv-hostd"), "--host-id", "node-a", "--listen",
           "127.0.0.1:0", "--fabric", "http://127.0.0.1:1", "--cdi-dir", root_ + "/cdi",
           "--state-dir", root_ + "/hostd", "--dev-dir", root_ + "/dev", "--container-dir", "",
           "--resync-interval", "0", "--allowed-backing-dir", root_ + "/backing"},

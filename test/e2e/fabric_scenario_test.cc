@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "built_binary.h"
 #include "cxlkv/base/size.h"
 #include "cxlkv/fabric/client.h"
 #include "cxlkv/region.h"
@@ -127,7 +128,7 @@ class FabricScenarioTest : public ::testing::Test {
   }
   void StartHost(const std::string& h) {
     std::string d = root_ + "/" + h;
-    std::vector<std::string> argv = {CXLKV_HOSTD_BIN,
+    std::vector<std::string> argv = {cxlkv::testutil::BuiltBinary("cxlkv-hostd"),
                                      "--host-id",
                                      h,
                                      "--listen",
@@ -165,8 +166,8 @@ class FabricScenarioTest : public ::testing::Test {
         << extra;
   }
   void StartFabric() {
-    fabricd_ = Start({CXLKV_FABRICD_BIN, "--config", root_ + "/fabricd.yaml", "--listen",
-                      "127.0.0.1:" + std::to_string(fport_)},
+    fabricd_ = Start({cxlkv::testutil::BuiltBinary("cxlkv-fabricd"), "--config",
+                      root_ + "/fabricd.yaml", "--listen", "127.0.0.1:" + std::to_string(fport_)},
                      root_ + "/fabricd." + std::to_string(++fabric_starts_) + ".log");
   }
   json Call(const std::string& method, const std::string& path, const json& body = nullptr,
@@ -566,7 +567,8 @@ TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
   if (pid == 0) {
     int fd = open((root_ + "/bad.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 2);
-    execl(CXLKV_FABRICD_BIN, CXLKV_FABRICD_BIN, "--config", (root_ + "/fabricd.yaml").c_str(),
+    const std::string fabricd = cxlkv::testutil::BuiltBinary("cxlkv-fabricd");
+    execl(fabricd.c_str(), fabricd.c_str(), "--config", (root_ + "/fabricd.yaml").c_str(),
           "--listen", ("127.0.0.1:" + std::to_string(fport_)).c_str(), nullptr);
     _exit(127);
   }

@@ -15,31 +15,19 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_test_util.h"
 #include "cxlkv/region.h"
 
 namespace {
 
+namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout, or stderr when stdout is empty
-};
+using clitest::Result;  // out: stdout, or stderr when stdout is empty
 
 Result Cxlkv(const std::string& args, const std::string& env = "") {
-  const std::string err_path = "/tmp/cxlkv-cli-coh-test-" + std::to_string(::getpid()) + ".err";
-  const std::string cmd = env + " " CXLKV_BIN " " + args + " 2>" + err_path;
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err(err_path);
-  std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  ::unlink(err_path.c_str());
-  if (r.out.empty()) r.out = e;
+  Result r = clitest::Sh(env + " " + clitest::Bin() + " " + args, "cli-coh-test");
+  if (r.out.empty()) r.out = r.err;
   return r;
 }
 
@@ -178,7 +166,7 @@ TEST(CliCoherenceTest, AHardwareRegionRefusesSoftwareModeAndPartitions) {
 TEST(CliCoherenceTest, ReplayInSoftwareModeSharesAcrossPartitionsWithNoWrongBytes) {
   const std::string region = Region("replay");
   Result r = Cxlkv("replay --coherence software --replicas 2 --region " + region +
-                   " --region-size 64MiB --trace " CXLKV_TRACE
+                   " --region-size 64MiB --trace " + clitest::Trace() +
                    " --kv-bytes-per-token 2 --limit 1500 --quiet --json --replace");
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);

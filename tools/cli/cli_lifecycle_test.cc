@@ -22,38 +22,24 @@
 #include <string>
 #include <thread>
 
+#include "cli_test_util.h"
 #include "cxlkv/region.h"
 
 namespace {
 
+namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
-struct Result {
-  int rc = -1;
-  std::string out, err;
-};
+using clitest::Result;
 
-Result Sh(const std::string& cmd) {
-  const std::string err_path = "/tmp/cxlkv-cli-lc-" + std::to_string(::getpid()) + ".err";
-  Result r;
-  FILE* p = ::popen((cmd + " 2>" + err_path).c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err(err_path);
-  r.err.assign((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  ::unlink(err_path.c_str());
-  return r;
-}
+Result Sh(const std::string& cmd) { return clitest::Sh(cmd, "cli-lc"); }
 
-Result Cxlkv(const std::string& args) { return Sh(std::string(CXLKV_BIN) + " " + args); }
+Result Cxlkv(const std::string& args) { return Sh(clitest::Bin() + " " + args); }
 // The same with a deadline: past `seconds` the command is killed and exits
 // 124, which the caller's exit-status assertion reports. A deadline, not an
 // elapsed-time measurement: the property is "answers at all in time".
 Result CxlkvWithin(int seconds, const std::string& args) {
-  return Sh("timeout " + std::to_string(seconds) + " " + std::string(CXLKV_BIN) + " " + args);
+  return Sh("timeout " + std::to_string(seconds) + " " + clitest::Bin() + " " + args);
 }
 
 json Json(const Result& r) {
@@ -87,7 +73,7 @@ class Dir {
   std::string path_;
 };
 
-const std::string kTrace = " --trace " CXLKV_TRACE " ";
+const std::string kTrace = " --trace " + clitest::Trace() + " ";
 const std::string kSmall = kTrace + " --kv-bytes-per-token 2 --quiet --json ";
 
 // Stand-in for a participant on another host: a child process attached with
@@ -142,11 +128,12 @@ TEST(CliLifecycleTest, FullFilesystemIsAnErrorAndAFailedCreateLeavesNoFile) {
     GTEST_SKIP() << "needs root and unshare -m for a private size-limited tmpfs";
   const std::string mnt = "/tmp/cxlkv-cli-tmpfs-" + std::to_string(::getpid());
   // In a private mount namespace: an 8 MiB tmpfs, a 64 MiB sparse file.
-  Result r = Sh("unshare -m sh -c 'mkdir -p " + mnt + " && mount -t tmpfs -o size=8m tmpfs " + mnt +
-                " && truncate -s 64M " + mnt + "/sparse && " CXLKV_BIN " format --region " + mnt +
-                "/sparse --slot-size 4KiB; echo sparse=$?; " CXLKV_BIN " format --region " + mnt +
-                "/new --region-size 64MiB --slot-size 4KiB; " + "echo new=$?; ls " + mnt +
-                "; stat -c size=%s " + mnt + "/sparse'");
+  Result r =
+      Sh("unshare -m sh -c 'mkdir -p " + mnt + " && mount -t tmpfs -o size=8m tmpfs " + mnt +
+         " && truncate -s 64M " + mnt + "/sparse && " + clitest::Bin() + " format --region " + mnt +
+         "/sparse --slot-size 4KiB; echo sparse=$?; " + clitest::Bin() + " format --region " + mnt +
+         "/new --region-size 64MiB --slot-size 4KiB; " + "echo new=$?; ls " + mnt +
+         "; stat -c size=%s " + mnt + "/sparse'");
   ::rmdir(mnt.c_str());
   EXPECT_NE(r.out.find("sparse=1"), std::string::npos) << r.out << r.err;  // 135: SIGBUS
   EXPECT_NE(r.out.find("new=1"), std::string::npos) << r.out << r.err;
@@ -222,7 +209,7 @@ TEST(CliLifecycleTest, ControlFileOfAnotherPlanOrKindIsRefusedAndNeverShrunk) {
   EXPECT_EQ(ReadAll(d / "notes"), "not a control file\n");
   // The two workers of --limit 300 make and share the control file; a
   // worker of --limit 100 (a smaller file) is refused and the size stays.
-  Result r = Sh(std::string(CXLKV_BIN) + " " + args(ctl, 300, 0) + " > /dev/null & " CXLKV_BIN +
+  Result r = Sh(clitest::Bin() + " " + args(ctl, 300, 0) + " > /dev/null & " + clitest::Bin() +
                 " " + args(ctl, 300, 1) + " > /dev/null & wait %1 && wait %2 && echo both-ok");
   ASSERT_NE(r.out.find("both-ok"), std::string::npos) << r.err;
   struct stat before {

@@ -13,31 +13,19 @@
 #include <sstream>
 #include <string>
 
+#include "cli_test_util.h"
 #include "cxlkv/region.h"
 
 namespace {
 
+namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
-struct Result {
-  int rc = -1;
-  std::string out;
-};
+using clitest::Result;
 
 Result Cxlkv(const std::string& args, const std::string& env = "") {
-  const std::string err_path = "/tmp/cxlkv-cli-test-" + std::to_string(::getpid()) + ".err";
-  const std::string cmd = env + " " CXLKV_BIN " " + args + " 2>" + err_path;
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream err(err_path);
-  std::string e((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  ::unlink(err_path.c_str());
-  if (r.out.empty()) r.out = e;  // errors are what we check then
+  Result r = clitest::Sh(env + " " + clitest::Bin() + " " + args, "cli-test");
+  if (r.out.empty()) r.out = r.err;  // errors are what we check then
   return r;
 }
 
@@ -54,7 +42,7 @@ std::string Region(const std::string& tag) {
   return "/dev/shm/cxlkv-test/cli-" + tag + "-" + std::to_string(::getpid());
 }
 
-const std::string kTrace = " --trace " CXLKV_TRACE " ";
+const std::string kTrace = " --trace " + clitest::Trace() + " ";
 // 1 KiB blocks keep these runs small; 64 MiB holds every block of the first
 // 1,500 requests (about 27,000 distinct) with room to spare.
 const std::string kSmall = kTrace + " --kv-bytes-per-token 2 --limit 1500 --quiet --json ";
@@ -125,8 +113,8 @@ TEST(ReplayTest, SeparatelyStartedWorkersTogetherReachTheBound) {
   const std::string common = "replay --region " + region +
                              " --region-size 64MiB --replica-count 2 --control " + ctl + kSmall;
   // Two independent processes (as Kubernetes would start them).
-  FILE* a = ::popen((CXLKV_BIN " " + common + " --replica-index 0").c_str(), "r");
-  FILE* b = ::popen((CXLKV_BIN " " + common + " --replica-index 1").c_str(), "r");
+  FILE* a = ::popen((clitest::Bin() + " " + common + " --replica-index 0").c_str(), "r");
+  FILE* b = ::popen((clitest::Bin() + " " + common + " --replica-index 1").c_str(), "r");
   std::string oa, ob;
   char buf[4096];
   size_t n;
