@@ -11,11 +11,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "built_binary.h"
+
 namespace cxlkv::dra {
 namespace {
 
 std::string Fixture(const std::string& name) {
-  std::ifstream f(std::string(CXLKV_DRA_TESTDATA) + "/controller/testdata/" + name);
+  std::ifstream f(testutil::SourceFile("dra/controller/testdata/" + name));
   EXPECT_TRUE(f.good()) << "missing fixture " << name;
   std::stringstream ss;
   ss << f.rdbuf();

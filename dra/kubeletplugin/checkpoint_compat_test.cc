@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "built_binary.h"
 #include "kubeletplugin/checkpoint.h"
 #include "kubeletplugin/checkpoint_fixture.h"
 
@@ -19,7 +20,7 @@ namespace cxlkv::dra {
 namespace {
 
 std::string FixturePath(const std::string& name) {
-  return std::string(CXLKV_DRA_TESTDATA) + "/kubeletplugin/testdata/" + name;
+  return testutil::SourceFile("dra/kubeletplugin/testdata/" + name);
 }
 
 std::string Slurp(const std::string& path) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "built_binary.h"
+
 namespace cxlkv::fabric {
 namespace {
 
@@ -55,7 +57,7 @@ TEST(ConfigTest, BadInputGivesClearErrors) {
 
 TEST(ConfigTest, ExampleDeploymentIsOneEightGiBBladeCabledToTwoHosts) {
   FabricConfig c;
-  Status s = LoadFabricConfig(CXLKV_SOURCE_DIR "/deployments/examples/fabricd.yaml", &c);
+  Status s = LoadFabricConfig(testutil::SourceFile("deployments/examples/fabricd.yaml"), &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(c.appliances.size(), 1u);
   ASSERT_EQ(c.appliances[0].blades.size(), 1u);

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "built_binary.h"
 #include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/fabricd/config.h"
 #include "cxlkv/fabricd/server.h"
@@ -31,7 +32,7 @@
 namespace cxlkv::fabric {
 namespace {
 
-const std::string kGoldenDir = CXLKV_SOURCE_DIR "/fabric/testdata/golden";
+const std::string kGoldenDir = testutil::SourceFile("fabric/testdata/golden");
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
