@@ -9,12 +9,22 @@
 #   scripts/test.sh --full           # also the soak-length runs (CXLKV_FULL=1 to the stages)
 #   scripts/test.sh --quick          # the unit stage only (--stage unit)
 #   scripts/test.sh --list           # the stages, in the order they run
+#   scripts/test.sh --serial         # no background lane: every stage in turn
 #
 # A stage is any scripts/test.d/NN-NAME.sh (scripts/lib/stage.sh has the
 # contract and helpers): a new file there is picked up without editing this
 # script. Each prints a closing line "NAME: N passed, N failed, N skipped" and
 # exits non-zero on failure; a stage that prints none counts as one test. This
 # script keeps going past a failing stage, then prints one closing line.
+#
+# The background lane: a stage whose header has the line
+# "# test.sh: background lane" (dra, chartpods, helm: control planes whose
+# tests mostly wait on controllers, not on the cores) is not run in turn:
+# at the first of them the lane starts, running them one after another in
+# the background while the other stages go on (model, ttft); their output is
+# printed whole at the end, each under its own "== stage" line, and counted
+# as always. Builds of one build directory are serialized
+# (scripts/lib/stage.sh). --serial runs every stage in turn instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -35,7 +45,7 @@ read -r cc_hits0 cc_miss0 < <(ccache_counts)
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 stage_name() { local b; b=$(basename "$1" .sh); echo "${b#[0-9]*-}"; }
 
-SETUP=1; LIST=0; want=()
+SETUP=1; LIST=0; SERIAL=0; want=()
 while [ $# -gt 0 ]; do
   case $1 in
     --stage) [ $# -ge 2 ] || { echo "--stage needs a name"; exit 2; }
@@ -45,6 +55,7 @@ while [ $# -gt 0 ]; do
     --full) CXLKV_FULL=1 ;;
     --quick) want+=(unit) ;;
     --list) LIST=1 ;;
+    --serial) SERIAL=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1"; usage; exit 2 ;;
   esac
@@ -80,19 +91,11 @@ if [ $SETUP = 1 ]; then
   setup_s=$((SECONDS - t0))
 fi
 
-passed=0; failed=0; skipped=0; failures=(); rows=()
-for stage in "${stages[@]}"; do
-  name=$(stage_name "$stage")
-  echo "== stage $name ($stage)"
-  out=$(mktemp)
-  t0=$SECONDS
-  bash "$stage" 2>&1 | tee "$out"
-  rc=${PIPESTATUS[0]}
-  secs=$((SECONDS - t0))
+passed=0; failed=0; skipped=0; failures=(); declare -A rows
+record() {  # record <name> <output file> <rc> <seconds>: counts the stage, keeps its table row
+  local name=$1 out=$2 rc=$3 secs=$4 line p=0 f=0 s=0 result=ok
   # The stage's closing line; older stages may leave out their name.
   line=$(grep -E '^([A-Za-z0-9._-]+:)? ?[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
-  rm -f "$out"
-  p=0; f=0; s=0
   if [ -n "$line" ]; then
     p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')
     f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
@@ -101,15 +104,65 @@ for stage in "${stages[@]}"; do
   elif [ "$rc" -eq 0 ]; then p=1
   else f=1; fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-  result=ok; [ "$f" -gt 0 ] && { result=FAILED; failures+=("$name"); }
-  rows+=("$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")")
+  [ "$f" -gt 0 ] && { result=FAILED; failures+=("$name"); }
+  rows[$name]=$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")
+}
+in_lane() { [ "$SERIAL" = 0 ] && sed -n '2,80p' "$1" | grep -q '^# test.sh: background lane$'; }
+lane=()
+for stage in "${stages[@]}"; do in_lane "$stage" && lane+=("$stage"); done
+LANE_DIR=$(mktemp -d); LANE_PID=""
+start_lane() {  # the lane's stages, one after another, each into $LANE_DIR/<name>.*
+  (
+    child=""
+    trap '[ -n "$child" ] && kill "$child" 2>/dev/null; wait; exit 143' TERM INT
+    for st in "${lane[@]}"; do
+      n=$(stage_name "$st"); t0=$SECONDS
+      bash "$st" >"$LANE_DIR/$n.out" 2>&1 </dev/null &
+      child=$!; wait "$child"; echo $? >"$LANE_DIR/$n.rc"; child=""
+      echo $((SECONDS - t0)) >"$LANE_DIR/$n.secs"
+    done
+  ) &
+  LANE_PID=$!
+}
+# Stopped early (^C, a kill): the lane's stage stops too (its own trap
+# tears down what it started).
+trap '[ -n "$LANE_PID" ] && kill "$LANE_PID" 2>/dev/null; wait; rm -rf "$LANE_DIR"; exit 130' INT TERM
+for stage in "${stages[@]}"; do
+  name=$(stage_name "$stage")
+  if in_lane "$stage"; then
+    if [ -z "$LANE_PID" ]; then
+      echo "== background lane: $(for st in "${lane[@]}"; do stage_name "$st"; done | xargs) (output at the end)"
+      start_lane
+    fi
+    continue
+  fi
+  echo "== stage $name ($stage)"
+  out=$(mktemp)
+  t0=$SECONDS
+  bash "$stage" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  record "$name" "$out" "$rc" $((SECONDS - t0))
+  rm -f "$out"
 done
-
+if [ -n "$LANE_PID" ]; then
+  wait "$LANE_PID"
+  for stage in "${lane[@]}"; do
+    name=$(stage_name "$stage")
+    echo "== stage $name ($stage, background lane: $(cat "$LANE_DIR/$name.secs" 2>/dev/null || echo '?') s)"
+    cat "$LANE_DIR/$name.out" 2>/dev/null
+    record "$name" "$LANE_DIR/$name.out" "$(cat "$LANE_DIR/$name.rc" 2>/dev/null || echo 1)" \
+      "$(cat "$LANE_DIR/$name.secs" 2>/dev/null || echo 0)"
+  done
+fi
+rm -rf "$LANE_DIR"
 echo
 echo "== stage times"
 printf '%-12s %-7s %7s %7s %8s %8s\n' stage result passed failed skipped seconds
 [ $SETUP = 1 ] && printf '%-12s %-7s %7s %7s %8s %8s\n' setup ok - - - "$setup_s"
-for r in "${rows[@]}"; do echo "$r"; done
+for stage in "${stages[@]}"; do
+  name=$(stage_name "$stage")
+  if in_lane "$stage"; then echo "${rows[$name]} (lane)"; else echo "${rows[$name]}"; fi
+done
 printf '%-12s %-7s %7s %7s %8s %8s\n' total "" "$passed" "$failed" "$skipped" "$((SECONDS - t_all))"
 read -r cc_hits1 cc_miss1 < <(ccache_counts)
 cc_h=$((cc_hits1 - cc_hits0)); cc_m=$((cc_miss1 - cc_miss0))

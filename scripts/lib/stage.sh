@@ -45,18 +45,25 @@ cxlkv_launcher_args() {
 # Configures <dir> with the given extra cmake arguments (quietly; the log is
 # shown on failure) and builds the named targets, or everything when none are
 # named. Returns non-zero on failure.
+# One build at a time per directory: scripts/test.sh's background lane runs
+# stages beside others, and two ninja runs in one build directory would
+# clash (flock on <dir>/.cxlkv-build.lock; a second caller waits).
 cxlkv_build_dir() {  # cxlkv_build_dir <dir> "<cmake args>" [targets...]
   local dir=$1 args=$2; shift 2
-  local log; log=$(mktemp)
-  # shellcheck disable=SC2046,SC2086  # word splitting of the argument lists is intended
-  if ! cmake -S "$CXLKV_ROOT" -B "$CXLKV_ROOT/$dir" -G Ninja $args $(cxlkv_launcher_args) \
-      >"$log" 2>&1; then
-    cat "$log"; rm -f "$log"; echo "configure $dir failed"; return 1
-  fi
-  rm -f "$log"
-  local targets=()
-  [ $# -gt 0 ] && targets=(--target "$@")
-  cmake --build "$CXLKV_ROOT/$dir" -j "$JOBS" "${targets[@]}" || { echo "build $dir failed"; return 1; }
+  mkdir -p "$CXLKV_ROOT/$dir"
+  (
+    flock 9
+    log=$(mktemp)
+    # shellcheck disable=SC2046,SC2086  # word splitting of the argument lists is intended
+    if ! cmake -S "$CXLKV_ROOT" -B "$CXLKV_ROOT/$dir" -G Ninja $args $(cxlkv_launcher_args) \
+        >"$log" 2>&1; then
+      cat "$log"; rm -f "$log"; echo "configure $dir failed"; exit 1
+    fi
+    rm -f "$log"
+    targets=()
+    [ $# -gt 0 ] && targets=(--target "$@")
+    cmake --build "$CXLKV_ROOT/$dir" -j "$JOBS" "${targets[@]}" || { echo "build $dir failed"; exit 1; }
+  ) 9>"$CXLKV_ROOT/$dir/.cxlkv-build.lock"
 }
 
 # build/: every room, the configuration the default run and the docs use,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test.sh: background lane
 # Stage: the DRA driver end to end, against a real kube-apiserver,
 # kube-scheduler and kube-controller-manager (test/e2e/cluster.sh, 3 fake
 # nodes), with the kubelet's own plugin manager and DRA manager per node
@@ -525,6 +526,6 @@ for b in binding-conditions:dra-binding gates-off:dra-gates-off; do
   cat "$f"
   read -r bp bf bs < <(sed -n "s/^$name: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped\$/\1 \2 \3/p" "$f" | tail -1)
   passed=$((passed + ${bp:-0})); failed=$((failed + ${bf:-1})); skipped=$((skipped + ${bs:-0}))
-  CASE_TIMES+=("$(printf '%5s s  %s (in the background)' "$(cat "$f.secs" 2>/dev/null || echo '?')" "test/e2e/$name.sh")")
+  CASE_TIMES+=("$(printf '%5s s  %s (in the background)' "$(cat "$f.secs" 2>/dev/null || echo '?')" "test/e2e/dra-${b%%:*}.sh")")
 done
 [ "$failed" -eq 0 ]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test.sh: background lane
 # Stage: the Helm chart's own pods, run as processes (issue 13 items 2 and 8).
 # helm install of deployments/helm/cxlkv on the real control plane (2 fake
 # nodes); per node cxlkv-fakekubelet (kubelet's plugin and DRA managers)

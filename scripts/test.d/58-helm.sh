@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test.sh: background lane
 # Stage: the Helm chart deployments/helm/cxlkv through Helm itself (built from
 # its Go module, test/e2e/helm-build.sh) and a real control plane
 # (test/e2e/cluster.sh, 2 fake nodes, no kubelet):
