@@ -20,8 +20,10 @@
 # The background lane: a stage whose header has the line
 # "# test.sh: background lane" (dra, chartpods, helm: control planes whose
 # tests mostly wait on controllers, not on the cores) is not run in turn:
-# at the first of them the lane starts, running them one after another in
-# the background while the other stages go on (model, ttft); their output is
+# at the first of them, or earlier at a stage whose header has
+# "# test.sh: background lane starts here" (vllm), the lane starts, running
+# them one after another in the background while the other stages go on
+# (vllm, model, ttft); their output is
 # printed whole at the end, each under its own "== stage" line, and counted
 # as always. Builds of one build directory are serialized
 # (scripts/lib/stage.sh). --serial runs every stage in turn instead.
@@ -108,6 +110,7 @@ record() {  # record <name> <output file> <rc> <seconds>: counts the stage, keep
   rows[$name]=$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")
 }
 in_lane() { [ "$SERIAL" = 0 ] && sed -n '2,80p' "$1" | grep -q '^# test.sh: background lane$'; }
+lane_starts() { sed -n '2,80p' "$1" | grep -q '^# test.sh: background lane starts here$'; }
 lane=()
 for stage in "${stages[@]}"; do in_lane "$stage" && lane+=("$stage"); done
 LANE_DIR=$(mktemp -d); LANE_PID=""
@@ -129,12 +132,12 @@ start_lane() {  # the lane's stages, one after another, each into $LANE_DIR/<nam
 trap '[ -n "$LANE_PID" ] && kill "$LANE_PID" 2>/dev/null; wait; rm -rf "$LANE_DIR"; exit 130' INT TERM
 for stage in "${stages[@]}"; do
   name=$(stage_name "$stage")
-  if in_lane "$stage"; then
+  if in_lane "$stage" || { lane_starts "$stage" && [ ${#lane[@]} -gt 0 ]; }; then
     if [ -z "$LANE_PID" ]; then
       echo "== background lane: $(for st in "${lane[@]}"; do stage_name "$st"; done | xargs) (output at the end)"
       start_lane
     fi
-    continue
+    in_lane "$stage" && continue
   fi
   echo "== stage $name ($stage)"
   out=$(mktemp)
