@@ -31,13 +31,16 @@
 # consumer and a claim every host has released
 # (test/e2e/dra-release-cases.sh, about 45 s), and
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
-# 100 s. Last, on a control plane of its own with a short bindingTimeout,
-# Kubernetes' binding-condition scenarios ported to our controller
-# (test/e2e/dra-binding-conditions.sh); then, on another control plane with
-# DRAConsumableCapacity and DRADeviceBindingConditions off, annotation mode
-# and the paper's flow, then the switch back to consumable capacity, then on
-# a third with only DRAConsumableCapacity off annotation mode with our
-# binding conditions (test/e2e/dra-gates-off.sh, about 75 s + 40 s).
+# 100 s. In the background meanwhile (started before the main control
+# plane, one after the other, output shown and counted at the end): on a
+# control plane of its own with a short bindingTimeout, Kubernetes'
+# binding-condition scenarios ported to our controller
+# (test/e2e/dra-binding-conditions.sh, about 95 s); then, on another control
+# plane with DRAConsumableCapacity and DRADeviceBindingConditions off,
+# annotation mode and the paper's flow, then the switch back to consumable
+# capacity, then on a third with only DRAConsumableCapacity off annotation
+# mode with our binding conditions (test/e2e/dra-gates-off.sh, about 105 s).
+# The log ends with the seconds of every case ("dra: seconds per case").
 # Default vs --full (CXLKV_FULL=1): --full adds gates-off's last-capacity
 # race (the default keeps the start probe, annotation mode's fixed devices,
 # the paper's flow and leaving annotation mode, and compose-failed in
@@ -48,6 +51,9 @@
 # --full measured 893 s, 157 checks, 0 failed (main at 1828ea2, load average
 # about 15 with dra-bench and dra-tenants-bench running beside it, the stage's
 # own rebuild of 15 targets included).
+# Warm, since the background scripts and the waits that replaced fixed sleeps:
+# measured 356 s, 143 passed, 1 skipped, at a load average of 10-12 (555 s
+# with the same checks before, at 8-9; 2026-12-01 23:00). Earlier:
 # Warm (Kubernetes and the fake kubelet cached): about 600 s on 2 cores (measured 500 s, 121
 # checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
 # the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
