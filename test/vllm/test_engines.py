@@ -6,6 +6,18 @@ initialised random Qwen2 made here (make_model.py), token-id prompts, block
 size 32 (one block per chunk). What moved is observed through probe.py.
 Each test asserts per-request hit and recompute counts, not only tokens.
 Run by scripts/test.d/50-vllm.sh inside the venv of scripts/vllm-venv.sh.
+
+Engine processes: vLLM's default runs the engine core (scheduler, our
+manager) in a process of its own and, at TP=1 on the CPU, the worker in a
+third; each start imports torch and vLLM again (about 25 of an engine's 50 s
+on 2 loaded cores). Engines A and B, the central store and load, keep that
+split (SPLIT: the connector's metadata crosses both process boundaries as in
+production), and so do Bcorrupt (its failed-load count reaches the manager's
+totals across that split; in one process the totals lacked it, 2026-12-01)
+and the OpenAI server; the others run the engine core
+and the worker in the engine's own process (vLLM's
+VLLM_ENABLE_V1_MULTIPROCESSING=0, what vLLM's own tests use), except at
+TP=2, where the two workers are processes of their own either way.
 """
 import glob
 import json
@@ -22,6 +34,9 @@ import cxlkv
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT_LEN = 2048
 BLOCK = 32
+# vLLM's default process split (engine core and worker processes), for the
+# engines whose test is the production topology; see the module docstring.
+SPLIT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 
 def _launch(tmp, name, spec, env=None, core=0, session=False):
@@ -30,7 +45,8 @@ def _launch(tmp, name, spec, env=None, core=0, session=False):
     spec = dict(spec, out=os.path.join(tmp, f"{name}.json"))
     # Concurrent engines each get their own core.
     e = dict(os.environ, CXLKV_PROBE_DIR=probe, VLLM_CPU_OMP_THREADS_BIND=str(core),
-             PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+             PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]),
+             VLLM_ENABLE_V1_MULTIPROCESSING="0")  # SPLIT in env restores vLLM's default
     e.update(env or {})
     log = open(os.path.join(tmp, f"{name}.log"), "w")
     p = subprocess.Popen([sys.executable, os.path.join(HERE, "run_engine.py"), json.dumps(spec)],
@@ -114,13 +130,13 @@ def world(tmp_path_factory):
     # Engine A: computes and stores the prompt, then serves it again from its
     # own GPU (here: CPU) prefix cache. KV events on, legacy format.
     a, probe_a, _, _ = run_engine(tmp, "A", dict(base, rounds=[[0], [0]], reset=False,
-                                                 kv_events=f"ipc://{tmp}/events-A"))
+                                                 kv_events=f"ipc://{tmp}/events-A"), env=SPLIT)
     # Engines that only read what A stored (or are refused), two at a time.
     # B, a replica that only loads, publishes KV events (self-describing).
     one = dict(base, rounds=[[0]])
     batch = run_engines(tmp, [
         ("B", dict(one, kv_events=f"ipc://{tmp}/events-B", events_format="self_describing"),
-         {"CXLKV_PROBE_TRACKER": "1"}, True),
+         dict(SPLIT, CXLKV_PROBE_TRACKER="1"), True),
         ("Bzero", one, {"CXLKV_PROBE_ZERO_LOADS": "1"}, True),
         ("refused-hash_seed_fingerprint", one, {"PYTHONHASHSEED": "12345"}, False),
         ("refused-hash_algorithm", dict(one, hash_algo="sha256_cbor"), None, False),
@@ -647,7 +663,8 @@ def test_corrupt_slot_is_recomputed_not_used(world):
         byte = f.read(1)
         f.seek(off)
         f.write(bytes([byte[0] ^ 0x5A]))
-    c, probe_c, _, _ = run_engine(world["tmp"], "Bcorrupt", dict(world["base"], rounds=[[0]]))
+    c, probe_c, _, _ = run_engine(world["tmp"], "Bcorrupt", dict(world["base"], rounds=[[0]]),
+                                  env=SPLIT)
     (res,) = c["results"]
     loaded = probe_files(probe_c, "load")
     failed = [i for i, (m, _) in enumerate(loaded) if m["failed"]]
