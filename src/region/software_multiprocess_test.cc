@@ -77,6 +77,22 @@ std::unique_ptr<Region> FormatHost0(const std::string& path, uint32_t partitions
 
 uint64_t Reclaimed(Region* r) { return r->ProcessCounters()[Counter::kReclaimedSlots]; }
 
+// The next holder of `partition` after an earlier one was killed or stopped:
+// attaches (AttachHost) and checks that its attach sweep freed exactly
+// `reclaimed` slots of the earlier incarnation. nullptr if not (the child
+// then exits 10; the sweep's count goes to stderr).
+std::unique_ptr<Region> AttachHeir(const std::string& path, int32_t partition, uint64_t reclaimed,
+                                   NamespaceId* ns) {
+  auto r = AttachHost(path, partition, ns);
+  if (r && Reclaimed(r.get()) != reclaimed) {
+    std::fprintf(stderr, "heir of partition %d: the attach sweep freed %llu slots, not %llu\n",
+                 partition, static_cast<unsigned long long>(Reclaimed(r.get())),
+                 static_cast<unsigned long long>(reclaimed));
+    return nullptr;
+  }
+  return r;
+}
+
 struct Shared {
   std::atomic<int> stored{0};
   std::atomic<int> done{0};
@@ -84,116 +100,126 @@ struct Shared {
   std::atomic<uint64_t> wrong{0}, misses{0}, hits{0};
 };
 
-TEST(SoftwareMultiProcess, ThreeHostsFormatAttachAndReadEachOthersBlocks) {
-  CXLKV_NEED_VISIBILITY();
-  ScratchRegion tmp;
-  auto* sh = SharedAnon<Shared>();
+// Every test: a scratch region file and the hosts' shared tallies; in some,
+// host 0 is the test process itself (Format), which then reads what the
+// forked hosts leave behind.
+class SoftwareMultiProcess : public ::testing::Test {
+ protected:
+  void SetUp() override { CXLKV_NEED_VISIBILITY(); }
+
+  // Formats tmp_ with `partitions` partitions as partition 0's holder: h0_,
+  // with the namespace ns_ registered (ASSERT_NO_FATAL_FAILURE(Format(n))).
+  void Format(uint32_t partitions) {
+    h0_ = FormatHost0(tmp_.path(), partitions, &ns_);
+    ASSERT_NE(h0_, nullptr);
+  }
+
+  ScratchRegion tmp_;
+  Shared* sh_ = SharedAnon<Shared>();
+  NamespaceId ns_ = 0;
+  std::unique_ptr<Region> h0_;
+};
+
+TEST_F(SoftwareMultiProcess, ThreeHostsFormatAttachAndReadEachOthersBlocks) {
   constexpr int kHosts = 3, kBlocks = 150;
   std::vector<pid_t> kids;
   // Hosts 2 and 1 attach first and wait; host 0 formats last.
   for (int h = kHosts - 1; h >= 0; --h) {
     kids.push_back(Spawn([&, h] {
       std::unique_ptr<Region> r;
-      if (!Region::Open(tmp.path(), SoftwareOptions(16 << 20, 4096, kHosts, h), &r).ok()) return 10;
+      if (!Region::Open(tmp_.path(), SoftwareOptions(16 << 20, 4096, kHosts, h), &r).ok())
+        return 10;
       NamespaceId ns;
       if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
       for (int i = 0; i < kBlocks; ++i)
         if (StoreId(r.get(), ns, h * 100000 + i) != 0) return 12;
-      sh->stored.fetch_add(1);
-      if (!test::WaitFor([&] { return sh->stored.load() == kHosts; }, 20000)) return 13;
+      sh_->stored.fetch_add(1);
+      if (!test::WaitFor([&] { return sh_->stored.load() == kHosts; }, 20000)) return 13;
       if (r->Participants().size() != kHosts) return 14;  // all attached, none left yet
       for (int q = 0; q < kHosts; ++q) {
         for (int i = 0; i < kBlocks; ++i) {
           const int c = CheckLoad(r.get(), ns, q * 100000 + i);
-          if (c == 1) sh->misses.fetch_add(1);
-          if (c >= 2) sh->wrong.fetch_add(1);
+          if (c == 1) sh_->misses.fetch_add(1);
+          if (c >= 2) sh_->wrong.fetch_add(1);
         }
       }
-      sh->done.fetch_add(1);
+      sh_->done.fetch_add(1);
       // Stay attached until everyone has read: Participants() above must
       // see all three (a closing host's blocks would stay readable anyway).
-      return test::WaitFor([&] { return sh->done.load() == kHosts; }, 20000) ? 0 : 15;
+      return test::WaitFor([&] { return sh_->done.load() == kHosts; }, 20000) ? 0 : 15;
     }));
     if (h > 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   for (pid_t k : kids) EXPECT_EQ(Reap(k), 0);
-  EXPECT_EQ(sh->wrong.load(), 0u);
-  EXPECT_EQ(sh->misses.load(), 0u);
+  EXPECT_EQ(sh_->wrong.load(), 0u);
+  EXPECT_EQ(sh_->misses.load(), 0u);
 }
 
-TEST(SoftwareMultiProcess, EvictionUnderCrossHostReadsServesNoWrongBytes) {
-  CXLKV_NEED_VISIBILITY();
-  ScratchRegion tmp;
-  auto* sh = SharedAnon<Shared>();
+TEST_F(SoftwareMultiProcess, EvictionUnderCrossHostReadsServesNoWrongBytes) {
   {
     std::unique_ptr<Region> r;
-    ASSERT_TRUE(Region::Open(tmp.path(), SoftwareOptions(2 << 20, 4096, 3, 0), &r).ok());
+    ASSERT_TRUE(Region::Open(tmp_.path(), SoftwareOptions(2 << 20, 4096, 3, 0), &r).ok());
   }
   constexpr uint64_t kIds = 4000;  // several times partition 0's capacity
   const pid_t writer = Spawn([&] {
     NamespaceId ns;
-    auto r = AttachHost(tmp.path(), 0, &ns);
+    auto r = AttachHost(tmp_.path(), 0, &ns);
     if (!r) return 10;
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
     for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
       (void)StoreId(r.get(), ns, i % kIds);
-      if (i == 200) sh->stored.store(1);
+      if (i == 200) sh_->stored.store(1);
     }
-    sh->done.fetch_add(1);
+    sh_->done.fetch_add(1);
     return r->ProcessCounters()[Counter::kEvictions] > 0 ? 0 : 12;
   });
   std::vector<pid_t> readers;
   for (int h = 1; h <= 2; ++h) {
     readers.push_back(Spawn([&, h] {
       std::unique_ptr<Region> r;
-      if (!Region::Open(tmp.path(), SoftwareOptions(0, 0, 0, h), &r).ok()) return 10;
+      if (!Region::Open(tmp_.path(), SoftwareOptions(0, 0, 0, h), &r).ok()) return 10;
       NamespaceId ns;
-      if (!test::WaitFor([&] { return sh->stored.load() == 1; }, 10000)) return 11;
+      if (!test::WaitFor([&] { return sh_->stored.load() == 1; }, 10000)) return 11;
       if (!r->RegisterNamespace(kNs, &ns).ok()) return 12;
       uint64_t x = h;
-      while (sh->done.load() == 0) {
+      while (sh_->done.load() == 0) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         const int c = CheckLoad(r.get(), ns, (x >> 33) % kIds);
-        if (c == 0) sh->hits.fetch_add(1);
-        if (c >= 2) sh->wrong.fetch_add(1);
+        if (c == 0) sh_->hits.fetch_add(1);
+        if (c >= 2) sh_->wrong.fetch_add(1);
       }
       return 0;
     }));
   }
   EXPECT_EQ(Reap(writer), 0);
   for (pid_t k : readers) EXPECT_EQ(Reap(k), 0);
-  EXPECT_EQ(sh->wrong.load(), 0u);
-  EXPECT_GT(sh->hits.load(), 0u);
+  EXPECT_EQ(sh_->wrong.load(), 0u);
+  EXPECT_GT(sh_->hits.load(), 0u);
 }
 
-TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecovered) {
-  CXLKV_NEED_VISIBILITY();
-  ScratchRegion tmp;
-  auto* sh = SharedAnon<Shared>();
-  NamespaceId ns;
-  auto h0 = FormatHost0(tmp.path(), 3, &ns);
-  ASSERT_NE(h0, nullptr);
+TEST_F(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecovered) {
+  ASSERT_NO_FATAL_FAILURE(Format(3));
   const pid_t victim = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
+    auto r = AttachHost(tmp_.path(), 1, &n);
     if (!r) return 10;
     for (int i = 0; i < 50; ++i)
       if (StoreId(r.get(), n, 500000 + i) != 0) return 12;
     WriteLease l;
     if (!r->BeginWrite(n, BlockKey::FromId(777), 1000, &l).ok()) return 13;
     std::memset(l.data(), 0xAB, 1000);
-    sh->leased.store(1);
+    sh_->leased.store(1);
     for (;;) pause();  // killed here, mid-write
   });
-  ASSERT_TRUE(test::WaitFor([&] { return sh->leased.load() == 1; }, 10000));
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->leased.load() == 1; }, 10000));
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   EXPECT_EQ(Reap(victim), 128 + SIGKILL);
   // Its READY blocks are still served, to this host and to a third one.
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(CheckLoad(h0.get(), ns, 500000 + i), 0) << i;
-  EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(777)).IsNotFound());  // never READY
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(CheckLoad(h0_.get(), ns_, 500000 + i), 0) << i;
+  EXPECT_TRUE(h0_->Lookup(ns_, BlockKey::FromId(777)).IsNotFound());  // never READY
   const pid_t third = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 2, &n);
+    auto r = AttachHost(tmp_.path(), 2, &n);
     if (!r) return 10;
     for (int i = 0; i < 50; ++i)
       if (CheckLoad(r.get(), n, 500000 + i) != 0) return 12;
@@ -205,9 +231,8 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
   // late commit cannot be told from them), and can store the key.
   const pid_t heir = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
+    auto r = AttachHeir(tmp_.path(), 1, 51, &n);
     if (!r) return 10;
-    if (Reclaimed(r.get()) != 51) return 11;
     StoreOutcome o;
     std::vector<uint8_t> b(LenOf(777));
     FillPattern(777, b.data(), b.size());
@@ -215,28 +240,23 @@ TEST(SoftwareMultiProcess, KilledWriterBlocksStayReadableAndItsPartitionIsRecove
     return o == StoreOutcome::kStored ? 0 : 14;
   });
   EXPECT_EQ(Reap(heir), 0);
-  EXPECT_EQ(CheckLoad(h0.get(), ns, 777), 0);
+  EXPECT_EQ(CheckLoad(h0_.get(), ns_, 777), 0);
 }
 
-TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
-  CXLKV_NEED_VISIBILITY();
-  ScratchRegion tmp;
-  auto* sh = SharedAnon<Shared>();
-  NamespaceId ns;
-  auto h0 = FormatHost0(tmp.path(), 2, &ns);
-  ASSERT_NE(h0, nullptr);
+TEST_F(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
+  ASSERT_NO_FATAL_FAILURE(Format(2));
   // The old holder of partition 1 reserves a slot, half fills it, and is
   // stopped (SIGSTOP) there; the lease hands partition 1 to a new process,
   // which stores the same key; the old one resumes and tries to publish.
   const pid_t old_holder = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
+    auto r = AttachHost(tmp_.path(), 1, &n);
     if (!r) return 10;
     WriteLease l;
     if (!r->BeginWrite(n, BlockKey::FromId(888), LenOf(888), &l).ok()) return 12;
     std::memset(l.data(), 0xEE, LenOf(888) / 2);
-    sh->leased.store(1);
-    if (!test::WaitFor([&] { return sh->done.load() == 1; }, 20000)) return 13;
+    sh_->leased.store(1);
+    if (!test::WaitFor([&] { return sh_->done.load() == 1; }, 20000)) return 13;
     std::memset(static_cast<uint8_t*>(l.data()) + LenOf(888) / 2, 0xEE, LenOf(888) / 2);
     StoreOutcome o;
     if (!r->CommitWrite(&l, nullptr, &o).IsBusy() || o != StoreOutcome::kFenced) return 14;
@@ -244,30 +264,29 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
     if (!r->Store(n, BlockKey::FromId(889), junk.data(), junk.size(), &o).IsBusy()) return 15;
     return o == StoreOutcome::kFenced ? 0 : 16;
   });
-  ASSERT_TRUE(test::WaitFor([&] { return sh->leased.load() == 1; }, 10000));
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->leased.load() == 1; }, 10000));
   ASSERT_EQ(::kill(old_holder, SIGSTOP), 0);
   ASSERT_TRUE(test::WaitStopped(old_holder));
   const pid_t heir = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
+    auto r = AttachHeir(tmp_.path(), 1, 1, &n);
     if (!r) return 10;
-    if (Reclaimed(r.get()) != 1) return 11;
     if (StoreId(r.get(), n, 888) != 0) return 13;
-    sh->done.store(1);
+    sh_->done.store(1);
     // Stay the holder while the old one resumes and fails.
-    test::WaitFor([&] { return sh->stored.load() == 1; }, 20000);
+    test::WaitFor([&] { return sh_->stored.load() == 1; }, 20000);
     return 0;
   });
-  ASSERT_TRUE(test::WaitFor([&] { return sh->done.load() == 1; }, 10000));
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->done.load() == 1; }, 10000));
   ASSERT_EQ(::kill(old_holder, SIGCONT), 0);
   EXPECT_EQ(Reap(old_holder), 0);
   // The resumed writer's late memset may have landed in the slot the heir
   // reused for the key: then the CRC (bound to the heir's generation) fails
   // it. Either way no 0xEE byte is ever served.
-  const int c888 = CheckLoad(h0.get(), ns, 888);
+  const int c888 = CheckLoad(h0_.get(), ns_, 888);
   EXPECT_TRUE(c888 == 0 || c888 == 3) << c888;
-  EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(889)).IsNotFound());
-  sh->stored.store(1);
+  EXPECT_TRUE(h0_->Lookup(ns_, BlockKey::FromId(889)).IsNotFound());
+  sh_->stored.store(1);
   EXPECT_EQ(Reap(heir), 0);
 }
 
@@ -278,21 +297,16 @@ TEST(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) {
 // the slot then says READY with the zombie's key, CRC and payload, which
 // agree, so the CRC cannot tell. Its bytes must never be served, and the
 // slot must become FREE, then READY of the new holder, again.
-TEST(SoftwareMultiProcess, HolderPausedPastItsLeaseNeverHasItsBytesServed) {
-  CXLKV_NEED_VISIBILITY();
+TEST_F(SoftwareMultiProcess, HolderPausedPastItsLeaseNeverHasItsBytesServed) {
   CXLKV_SKIP_WITHOUT_FAILPOINTS();
-  ScratchRegion tmp;
-  auto* sh = SharedAnon<Shared>();
-  NamespaceId ns;
-  auto h0 = FormatHost0(tmp.path(), 2, &ns);
-  ASSERT_NE(h0, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Format(2));
   constexpr uint64_t kId = 900;
   const BlockKey key = BlockKey::FromId(kId);
   const pid_t zombie = Spawn([&] {
     ::setenv("CXLKV_FAILPOINT", "sw.commit.before_ready:stop", 1);
     internal::ReloadFailpoints();
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
+    auto r = AttachHost(tmp_.path(), 1, &n);
     if (!r) return 10;
     std::vector<uint8_t> junk(LenOf(kId), 0xEE);  // not the block's pattern
     StoreOutcome o;
@@ -302,37 +316,35 @@ TEST(SoftwareMultiProcess, HolderPausedPastItsLeaseNeverHasItsBytesServed) {
   ASSERT_TRUE(test::WaitStopped(zombie));
   const pid_t heir = Spawn([&] {
     NamespaceId n;
-    auto r = AttachHost(tmp.path(), 1, &n);
-    if (!r) return 10;
     // The attach sweep frees the zombie's WRITING slot ...
-    if (Reclaimed(r.get()) != 1) return 11;
+    auto r = AttachHeir(tmp_.path(), 1, 1, &n);
+    if (!r) return 10;
     // ... and the same key's first free way is that slot again: the heir
     // takes it, and the zombie publishes over its WRITING word.
     WriteLease l;
     if (!r->BeginWrite(n, key, LenOf(kId), &l).ok() || !l.open()) return 13;
-    sh->leased.store(1);
-    if (!test::WaitFor([&] { return sh->done.load() == 1; }, 20000)) return 14;
+    sh_->leased.store(1);
+    if (!test::WaitFor([&] { return sh_->done.load() == 1; }, 20000)) return 14;
     FillPattern(kId, l.data(), LenOf(kId));
     StoreOutcome o;
     if (r->CommitWrite(&l, nullptr, &o).ok()) return 15;  // the slot changed under it
     if (CheckLoad(r.get(), n, kId) != 1) return 16;       // ignores the zombie's READY
     // Its periodic sweep frees the zombie's slot; then the key stores.
-    if (!test::WaitFor([&] { return r->ProcessCounters()[Counter::kReclaimedSlots] >= 2; }, 20000))
-      return 17;
+    if (!test::WaitFor([&] { return Reclaimed(r.get()) >= 2; }, 20000)) return 17;
     if (StoreId(r.get(), n, kId) != 0) return 18;
-    sh->stored.store(1);
-    return test::WaitFor([&] { return sh->done.load() == 2; }, 20000) ? 0 : 19;
+    sh_->stored.store(1);
+    return test::WaitFor([&] { return sh_->done.load() == 2; }, 20000) ? 0 : 19;
   });
-  ASSERT_TRUE(test::WaitFor([&] { return sh->leased.load() == 1; }, 10000));
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->leased.load() == 1; }, 10000));
   ASSERT_EQ(::kill(zombie, SIGCONT), 0);
   EXPECT_EQ(Reap(zombie), 0);
   // Another host, with the zombie's READY word in memory: a miss, never its
   // 0xEE bytes (CheckLoad's 2).
-  EXPECT_EQ(CheckLoad(h0.get(), ns, kId), 1);
-  sh->done.store(1);
-  ASSERT_TRUE(test::WaitFor([&] { return sh->stored.load() == 1; }, 20000));
-  EXPECT_EQ(CheckLoad(h0.get(), ns, kId), 0);  // the heir's block
-  sh->done.store(2);
+  EXPECT_EQ(CheckLoad(h0_.get(), ns_, kId), 1);
+  sh_->done.store(1);
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->stored.load() == 1; }, 20000));
+  EXPECT_EQ(CheckLoad(h0_.get(), ns_, kId), 0);  // the heir's block
+  sh_->done.store(2);
   EXPECT_EQ(Reap(heir), 0);
 }
 
