@@ -622,6 +622,51 @@ TEST(NoncoherentEmulator, ZeroCopyFillOverThisHostsCachedLines) {
   ExpectNoWrongBytes(t);
 }
 
+// A drop reaches memory by its own flush (SwFreeOwn): host 0 stores a
+// block, host 1 reads it, host 0 drops it, and host 1 must miss it at once.
+// Host 0 beats every 10 s, so no periodic sweep runs meanwhile: the sweep
+// invalidates the partition's meta lines, which writes a dirty FREE word
+// back, and within 5 ms (the tests' usual beat) it hides a missing flush.
+// The drops of ThreeHostsStoreLoadDropWithStaleCaches race that sweep, and
+// under load the mutation test's run of that flush survived them.
+TEST(NoncoherentEmulator, ADropIsSeenFromAnotherHostBeforeAnySweep) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr uint64_t kId = 6060;
+  const pid_t h0 = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r, 10'000'000'000ull).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, kId, 1, &o) || o != StoreOutcome::kStored) return 12;
+    t->phase.store(1);
+    if (!test::WaitFor([&] { return t->phase.load() == 2; }, 20000)) return 13;
+    if (!r->Drop(ns, BlockKey::FromId(kId)).ok()) return 14;
+    t->phase.store(3);
+    // Attached (no close, whose flushes would land the line) until host 1
+    // has looked.
+    return test::WaitFor([&] { return t->phase.load() == 4; }, 20000) ? 0 : 15;
+  });
+  const pid_t h1 = Spawn([&] {
+    if (!test::WaitFor([&] { return t->phase.load() == 1; }, 20000)) return 9;
+    NamespaceId ns;
+    auto r = m.Attach(1, 1, &ns);
+    if (!r) return 10;
+    Count(t, Check(r.get(), ns, kId));  // before the drop: a hit
+    t->phase.store(2);
+    if (!test::WaitFor([&] { return t->phase.load() == 3; }, 20000)) return 11;
+    if (Check(r.get(), ns, kId) != Got::kMiss) t->stale++;  // the dropped block served
+    t->phase.store(4);
+    return 0;
+  });
+  EXPECT_EQ(Reap(h0), 0);
+  EXPECT_EQ(Reap(h1), 0);
+  EXPECT_EQ(t->hits.load(), 1u);
+  EXPECT_EQ(t->stale.load(), 0u);
+  ExpectNoWrongBytes(t);
+}
+
 // Host 1 caches the namespace table while an entry is FREE; host 0 then
 // registers a namespace in it and hands the id over (as a peer process
 // would, here through shared memory); host 1 stores under that id without
