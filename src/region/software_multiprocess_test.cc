@@ -290,6 +290,48 @@ TEST_F(SoftwareMultiProcess, PausedWriterIsFencedByTheNextHolderOfItsPartition) 
   EXPECT_EQ(Reap(heir), 0);
 }
 
+// Two live processes given one partition (what two pods of a non-coherent
+// claim on one node get: docs/dra.md): nothing refuses the second attach, it
+// takes the partition over as the lease's next holder would. The first's
+// blocks are freed by the second's attach sweep (other hosts miss them,
+// never read them wrong) and its next store is fenced; the second stores
+// and is read. The failure mode docs/coherence.md "Surfaces" states.
+TEST_F(SoftwareMultiProcess, ASecondLiveHolderOfAPartitionFencesTheFirst) {
+  ASSERT_NO_FATAL_FAILURE(Format(2));
+  const pid_t first = Spawn([&] {
+    NamespaceId n;
+    auto r = AttachHost(tmp_.path(), 1, &n);
+    if (!r) return 10;
+    for (int i = 0; i < 20; ++i)
+      if (StoreId(r.get(), n, 500000 + i) != 0) return 11;
+    sh_->stored.store(1);
+    if (!test::WaitFor([&] { return sh_->done.load() == 1; }, 20000)) return 12;
+    std::vector<uint8_t> b(LenOf(500100));
+    FillPattern(500100, b.data(), b.size());
+    StoreOutcome o;
+    if (!r->Store(n, BlockKey::FromId(500100), b.data(), b.size(), &o).IsBusy()) return 13;
+    return o == StoreOutcome::kFenced ? 0 : 14;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->stored.load() == 1; }, 10000));
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(CheckLoad(h0_.get(), ns_, 500000 + i), 0) << i;
+  const pid_t second = Spawn([&] {
+    NamespaceId n;
+    auto r = AttachHeir(tmp_.path(), 1, 20, &n);  // the first's 20 blocks freed
+    if (!r) return 10;
+    if (StoreId(r.get(), n, 600000) != 0) return 11;
+    sh_->done.store(1);
+    // Stay the holder until host 0 has read.
+    return test::WaitFor([&] { return sh_->leased.load() == 1; }, 20000) ? 0 : 12;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return sh_->done.load() == 1; }, 10000));
+  EXPECT_EQ(Reap(first), 0) << "the first holder's store after the takeover must be fenced";
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(CheckLoad(h0_.get(), ns_, 500000 + i), 1) << i;
+  EXPECT_TRUE(h0_->Lookup(ns_, BlockKey::FromId(500100)).IsNotFound());
+  EXPECT_EQ(CheckLoad(h0_.get(), ns_, 600000), 0);
+  sh_->leased.store(1);
+  EXPECT_EQ(Reap(second), 0);
+}
+
 // The hazard the software-mode model found in layout v3 (docs/model.md, case
 // sw-v3): a holder stopped (SIGSTOP) after its last ownership check, before
 // it publishes READY, resumes after the lease gave its partition to a new

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -182,6 +183,102 @@ TEST(CliCoherenceTest, ReplayInSoftwareModeSharesAcrossPartitionsWithNoWrongByte
   EXPECT_EQ(Json(r)["region"]["coherence"], "software");
   EXPECT_EQ(Json(r)["region"]["software_partitions"], 2);
   ::unlink(region.c_str());
+}
+
+// Two workers started separately, as two pods of a non-coherent claim on
+// two nodes are (docs/dra.md): each takes its write partition from its
+// host's environment ($CXL_SOFTWARE_PARTITION of $CXL_SOFTWARE_PARTITIONS),
+// not from its replica index, reports it, and reads the other's blocks.
+TEST(CliCoherenceTest, ReplayWorkersHoldTheirHostsPartitionFromTheEnvironment) {
+  const std::string region = Region("workers");
+  const std::string dir = region + ".d";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string common = " " CXLKV_BIN " replay --region " + region +
+                             " --region-size 64MiB --trace " CXLKV_TRACE
+                             " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2"
+                             " --control " +
+                             dir + "/ctl";
+  const std::string env = "CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 ";
+  // Replica 0 on the host given partition 1, replica 1 on partition 0's.
+  const std::string cmd = "(" + env + "CXL_SOFTWARE_PARTITION=1" + common + " --replica-index 0 >" +
+                          dir + "/0.json 2>&1 & " + env + "CXL_SOFTWARE_PARTITION=0" + common +
+                          " --replica-index 1 >" + dir + "/1.json 2>&1; wait $!)";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  uint64_t cross = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::ifstream in(dir + "/" + std::to_string(i) + ".json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (...) {
+      FAIL() << "worker " << i << ": " << text;
+    }
+    EXPECT_EQ(j["replica_index"], i);
+    EXPECT_EQ(j["coherence"], "software");
+    EXPECT_EQ(j["software_partition"], 1 - i) << "the host's partition, not the replica index";
+    EXPECT_EQ(j["wrong_data"], 0);
+    EXPECT_EQ(j["errors"], 0);
+    cross += j["cross_replica_hits"].get<uint64_t>();
+  }
+  EXPECT_GT(cross, 0u) << "no worker read the other's partition";
+  Result r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["region"]["software_partitions"], 2);
+  ASSERT_EQ(std::system(("rm -rf " + dir + " " + region).c_str()), 0);
+}
+
+// Two workers given one partition (two pods of a non-coherent claim on one
+// node get one CDI spec, so one CXL_SOFTWARE_PARTITION: docs/dra.md): the
+// later attach takes the partition over, as the lease's next holder would,
+// and the earlier worker's next store is fenced. It stops with an error
+// that says so instead of failing every store quietly; no worker serves a
+// wrong byte.
+TEST(CliCoherenceTest, TwoReplayWorkersGivenOnePartitionFailClearly) {
+  const std::string region = Region("onepart");
+  const std::string dir = region + ".d";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string worker =
+      "CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 CXL_SOFTWARE_PARTITION=0 " CXLKV_BIN
+      " replay --region " +
+      region +
+      " --region-size 64MiB --trace " CXLKV_TRACE
+      " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2 --control " +
+      dir + "/ctl --replica-index ";
+  auto run = [&](const std::string& i) {
+    return worker + i + " >" + dir + "/" + i + ".out 2>" + dir + "/" + i + ".err; echo $? >" + dir +
+           "/" + i + ".rc";
+  };
+  auto slurp = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Worker 0 first, alone: it formats, stores its first requests and waits
+  // for worker 1's (the trace's shared prefixes).
+  ASSERT_EQ(std::system(("(" + run("0") + ") &").c_str()), 0);
+  bool attached = false;
+  for (int i = 0; i < 400 && !attached; ++i) {
+    Result r = Cxlkv("inspect --region " + region + " --json");
+    if (r.rc == 0) {
+      json j = json::parse(r.out, nullptr, false);
+      attached = j.is_object() && j["participants"].is_array() && !j["participants"].empty();
+    }
+    if (!attached) ::usleep(50'000);
+  }
+  ASSERT_TRUE(attached) << "worker 0 never attached: " << slurp("0.err");
+  ASSERT_EQ(std::system(run("1").c_str()), 0);
+  for (int i = 0; i < 600 && slurp("0.rc").empty(); ++i) ::usleep(50'000);
+  EXPECT_NE(slurp("0.rc"), "0\n") << "worker 0 went on after its partition was taken";
+  EXPECT_NE(slurp("0.err").find("was given to a newer process"), std::string::npos)
+      << slurp("0.err");
+  EXPECT_NE(slurp("0.err").find("two writers given one write partition"), std::string::npos);
+  for (const char* out : {"0.out", "1.out"}) {
+    json j = json::parse(slurp(out), nullptr, false);
+    if (j.is_object()) {
+      EXPECT_EQ(j["wrong_data"], 0) << out;
+    }
+  }
+  ASSERT_EQ(std::system(("rm -rf " + dir + " " + region).c_str()), 0);
 }
 
 }  // namespace

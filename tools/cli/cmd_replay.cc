@@ -135,6 +135,22 @@ std::string RegionPathFor(const Flags& f, uint32_t replica) {
   return f.region.region;
 }
 
+// A worker started on its own (--replica-index) on a host that was given a
+// write partition ($CXL_SOFTWARE_PARTITION, with $CXL_SOFTWARE_PARTITIONS
+// the partition count: the DRA driver's CDI environment, docs/dra.md)
+// holds that partition; its replica index then only picks its share of the
+// trace. Two workers given one partition are one writer too many
+// (docs/coherence.md "Surfaces").
+bool EnvPartitionGiven(const Flags& f) { return f.replica_index >= 0 && f.region.partition >= 0; }
+
+// The write partition replica `replica` holds in coherence=software: its
+// host's (EnvPartitionGiven), else partition `replica` of the replica count
+// (one partition per replica); each private region has its one partition 0.
+int32_t SoftwarePartition(const Flags& f, uint32_t replica) {
+  if (f.baseline == "private") return 0;
+  return EnvPartitionGiven(f) ? f.region.partition : static_cast<int32_t>(replica);
+}
+
 Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica, uint32_t count,
                          bool create, std::unique_ptr<Region>* out) {
   RegionOptions o;
@@ -146,16 +162,19 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
       -1, ' ', false, json::error_handler_t::replace);
   o.create_if_missing = create;
   // A replay always starts from a fresh region, so its mode is the one asked
-  // for, never an old region's. coherence=software: replica i holds write
-  // partition i of `count` (each private region has its one partition 0).
+  // for, never an old region's. coherence=software: SoftwarePartition.
   if (f.region.coherence != "software") {
     o.config.coherence = CoherenceMode::kHardware;
     o.config.software_partitions = 0;
     o.software_partition = -1;
   } else {
-    const bool priv = f.baseline == "private";
-    o.config.software_partitions = priv ? 1 : count;
-    o.software_partition = priv ? 0 : static_cast<int32_t>(replica);
+    o.config.software_partitions = count;
+    if (f.baseline == "private") {
+      o.config.software_partitions = 1;
+    } else if (EnvPartitionGiven(f) && f.region.partitions != 0) {
+      o.config.software_partitions = f.region.partitions;
+    }
+    o.software_partition = SoftwarePartition(f, replica);
   }
   o.prefault = Prefault::kAtAttach;  // first-touch faults stay out of the replay
   o.heartbeat_interval_ns = 50'000'000;
@@ -213,7 +232,11 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     if (const int64_t d = plan.dep[j]; d >= 0) {
       // Wait for the request that first stored our leading prefix.
       for (int spin = 0; !done[d].load(std::memory_order_acquire); ++spin) {
-        if (ctl->aborted.load()) return kExitFailed;
+        if (ctl->aborted.load()) {
+          std::fprintf(stderr, "cxlkv replay: replica %u: another replica failed; stopping\n",
+                       index);
+          return kExitFailed;
+        }
         if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
@@ -298,6 +321,23 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
             std::this_thread::sleep_for(std::chrono::microseconds(100));
           }
           continue;
+        }
+        if (soft && !s.ok() && out == StoreOutcome::kFenced) {
+          // coherence=software: the write partition was given to a newer
+          // process (only an attach to it fences here), which has freed
+          // this worker's blocks; every later store would be refused too.
+          // Two workers given one partition end here (two pods of a
+          // non-coherent claim on one node: docs/dra.md). In hardware mode
+          // a fence is a pause past the liveness timeout (a starved
+          // worker): its failed stores are counted and the run goes on.
+          std::fprintf(stderr,
+                       "cxlkv replay: replica %u: %s (two writers given one write partition? "
+                       "docs/coherence.md)\n",
+                       index, s.ToString().c_str());
+          res.store_failures++;
+          res.errors++;
+          ctl->aborted = 1;
+          return kExitFailed;
         }
         if (!s.ok()) {
           res.store_failures++;
@@ -620,6 +660,12 @@ int Replay(Flags& f) {
       {"wall_s", wall},
       {"replicas", n},
       {"replica_index", worker_mode ? json(f.replica_index) : json(nullptr)},
+      {"coherence", f.region.coherence == "software" ? "software" : "hardware"},
+      // A worker's write partition (coherence=software), else null.
+      {"software_partition",
+       worker_mode && f.region.coherence == "software"
+           ? json(SoftwarePartition(f, static_cast<uint32_t>(f.replica_index)))
+           : json(nullptr)},
       {"baseline", f.baseline},
       {"routing", f.routing},
       {"block_bytes", block_bytes},
@@ -659,7 +705,9 @@ int Replay(Flags& f) {
 void AddReplayCommand(CLI::App& app, int* rc) {
   auto* f = new Flags();
   auto* cmd = app.add_subcommand("replay", "replay a prefix-reuse trace across replica processes");
-  f->region.Add(cmd, false, /*identity=*/false);  // replica i holds partition i
+  // No --partition: replica i holds partition i, or a worker its host's
+  // $CXL_SOFTWARE_PARTITION (SoftwarePartition).
+  f->region.Add(cmd, false, /*identity=*/false);
   cmd->add_option("--trace", f->trace, "Mooncake-format JSONL trace");
   cmd->add_option("--replicas", f->replicas, "replica processes (default 2)");
   cmd->add_option("--routing", f->routing, "round-robin | random | prefix");
