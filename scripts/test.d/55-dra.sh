@@ -39,7 +39,11 @@
 # plane with DRAConsumableCapacity and DRADeviceBindingConditions off,
 # annotation mode and the paper's flow, then the switch back to consumable
 # capacity, then on a third with only DRAConsumableCapacity off annotation
-# mode with our binding conditions (test/e2e/dra-gates-off.sh, about 105 s).
+# mode with our binding conditions (test/e2e/dra-gates-off.sh, about 105 s);
+# then a non-coherent blade on a fourth (test/e2e/dra-noncoherent.sh: hostd
+# --coherence software, replay pods on two nodes each on its own write
+# partition from the CDI env, a hardware-coherence claim left unallocated;
+# 7 checks, about 40 s: measured 36 s alone at load average about 9).
 # The log ends with the seconds of every case ("dra: seconds per case").
 # Default vs --full (CXLKV_FULL=1): --full adds gates-off's last-capacity
 # race (the default keeps the start probe, annotation mode's fixed devices,
@@ -123,8 +127,9 @@ BACKING=/dev/shm/$(basename "$E")
 NODES=(fake-node-0 fake-node-1 fake-node-2)
 source "$ROOT/test/e2e/lib/dra-env.sh"
 
-# Kubernetes' binding-condition scenarios (a short bindingTimeout) and the
-# gates-off run each need a control plane of their own: they run in the
+# Kubernetes' binding-condition scenarios (a short bindingTimeout), the
+# gates-off run and the non-coherent blade (hostd and controller in
+# coherence=software) each need a control plane of their own: they run in the
 # background, one after the other, beside the cases below (their waits are
 # mostly on the control plane, not on the 2 cores), instead of after them
 # (about 220 s of the stage's wall time on 2 cores). Output goes to
@@ -139,6 +144,9 @@ BG_PID=""
   t=$SECONDS
   FK=$FK bash test/e2e/dra-gates-off.sh >"$E/logs/gates-off.out" 2>&1 &
   child=$!; wait "$child"; echo $((SECONDS - t)) >"$E/logs/gates-off.out.secs"
+  t=$SECONDS
+  FK=$FK bash test/e2e/dra-noncoherent.sh >"$E/logs/noncoherent.out" 2>&1 &
+  child=$!; wait "$child"; echo $((SECONDS - t)) >"$E/logs/noncoherent.out.secs"
 ) &
 BG_PID=$!
 
@@ -519,14 +527,14 @@ section "test/e2e/dra-takeover-cases.sh"; source "$ROOT/test/e2e/dra-takeover-ca
 section "test/e2e/dra-release-cases.sh"; source "$ROOT/test/e2e/dra-release-cases.sh"
 section "test/e2e/dra-local-cases.sh"; source "$ROOT/test/e2e/dra-local-cases.sh"
 
-# The two standalone scripts ran in the background meanwhile (BG_*, above);
+# The standalone scripts ran in the background meanwhile (BG_*, above);
 # their output is shown here, in order, and counted.
 section "the main control plane down; the background scripts' results"
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 PIDS=(); bash "$CLUSTER" down >/dev/null 2>&1; unset CXLKV_E2E_DIR
 wait "$BG_PID"; BG_PID=""
-for b in binding-conditions:dra-binding gates-off:dra-gates-off; do
+for b in binding-conditions:dra-binding gates-off:dra-gates-off noncoherent:dra-noncoherent; do
   f=$E/logs/${b%%:*}.out; name=${b#*:}
   echo "== dra: $name (in the background: $(cat "$f.secs" 2>/dev/null || echo '?') s, own control plane)"
   cat "$f"

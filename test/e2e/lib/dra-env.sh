@@ -1,6 +1,6 @@
 # Helpers shared by the DRA e2e scripts (scripts/test.d/55-dra.sh, test/e2e/dra-demo.sh,
 # dra-bench.sh, dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
-# dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
+# dra-noncoherent.sh, dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
 # dir, with E/logs) and the array PIDS (what the caller's trap stops), or to call
 # dra_standalone, which sets both. Uses ROOT (the checkout); BIN and CLUSTER default from it.
 BIN=${BIN:-$ROOT/build/bin}
@@ -111,7 +111,8 @@ dra_fabric_up() {
 # dra_node_up <node> <kubelet retry> [plugin flags...]: on one fake node, cxlkv-hostd
 # (resync every ${HOSTD_RESYNC:-5} s), cxlkv-dra-kubeletplugin (the flags added) and the
 # fake kubelet (FK: kubelet's plugin and DRA managers; prepare retried every <retry>), their
-# state under $E/<node>, the host's boot id in $E/<node>/boot_id. Uses F, HPORT, BACKING.
+# state under $E/<node>, the host's boot id in $E/<node>/boot_id. Uses F, HPORT, BACKING;
+# the array HOSTD_ARGS, if set, adds flags to hostd (e.g. --coherence software ...).
 dra_node_up() {
   local n=$1 retry=$2 d=$E/$1
   shift 2
@@ -119,7 +120,7 @@ dra_node_up() {
   cat /proc/sys/kernel/random/boot_id >"$d/boot_id"
   start "hostd-$n" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
     --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
-    --allowed-backing-dir "$BACKING" --resync-interval "${HOSTD_RESYNC:-5}"
+    --allowed-backing-dir "$BACKING" --resync-interval "${HOSTD_RESYNC:-5}" ${HOSTD_ARGS[@]+"${HOSTD_ARGS[@]}"}
   start "plugin-$n" "$BIN/cxlkv-dra-kubeletplugin" --node-name "$n" --kubeconfig "$KUBECONFIG" \
     --kubelet-root-dir "$d/kubelet" --state-dir "$d/dra-plugin" --cdi-dir "$d/cdi" \
     --hostd-url "http://127.0.0.1:${HPORT[$n]}" --boot-id-file "$d/boot_id" "$@"
