@@ -3,7 +3,8 @@
 # Stage: the Helm chart deployments/helm/cxlkv through Helm itself (built from
 # its Go module, test/e2e/helm-build.sh) and a real control plane
 # (test/e2e/cluster.sh, 2 fake nodes, no kubelet):
-#   - helm lint; helm template with values.schema.json; bad values refused
+#   - helm lint; helm template with values.schema.json (and
+#     deviceClass.perCoherence's two classes); bad values refused
 #     with a clear message (the "default" namespace, a bad port, an unknown
 #     key, a missing fabric manager URL, leader election the binary lacks);
 #   - every environment variable the rendered pods set is one the binaries'
@@ -189,6 +190,18 @@ if out=$("$HELM" template "$REL" "$CHART" --namespace "$NS" "${URL[@]}" --set co
     grep -qF '{name: CXLKV_SOFTWARE_HOSTS, value: "node-a,node-b"}' <<< "$out"; then
   ok "coherence.mode=software reaches the controller and hostd"
 else echo "$out" | tail -5; bad "coherence.mode=software is not passed to the controller and hostd"; fi
+# A DeviceClass per coherence mode (test/e2e/dra-noncoherent.sh runs the same
+# CEL on a real apiserver and scheduler).
+if out=$("$HELM" template "$REL" "$CHART" --namespace "$NS" "${URL[@]}" --set deviceClass.perCoherence=true \
+      --show-only templates/deviceclass.yaml 2>&1) && python3 -c '
+import sys, yaml
+docs = {d["metadata"]["name"]: d["spec"]["selectors"][0]["cel"]["expression"] for d in yaml.safe_load_all(sys.stdin) if d}
+want = {"cxl-shared-memory": "device.driver == \"cxlkv.dev\""}
+for m in ("hardware", "software"):
+    want["cxl-shared-memory-" + m] = f"device.driver == \"cxlkv.dev\" && device.attributes[\"cxlkv.dev\"].coherence == \"{m}\""
+assert docs == want, docs
+' <<< "$out"; then ok "deviceClass.perCoherence=true: cxl-shared-memory-hardware and -software select on the coherence attribute"
+else echo "$out" | tail -8; bad "deviceClass.perCoherence=true did not render the two classes"; fi
 if "$HELM" template "$REL" "$CHART" --namespace default --set allowDefaultNamespace=true \
     "${URL[@]}" >/dev/null 2>&1; then ok "default namespace allowed with allowDefaultNamespace=true"
 else bad "allowDefaultNamespace=true still refused"; fi
