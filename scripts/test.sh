@@ -110,8 +110,13 @@ record() {  # record <name> <output file> <rc> <seconds>: counts the stage, keep
   [ "$f" -gt 0 ] && { result=FAILED; failures+=("$name"); }
   rows[$name]=$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")
 }
-in_lane() { [ "$SERIAL" = 0 ] && sed -n '2,80p' "$1" | grep -q '^# test.sh: background lane$'; }
-lane_starts() { sed -n '2,80p' "$1" | grep -q '^# test.sh: background lane starts here$'; }
+# A marker line in the first 80 lines of a stage file (awk, no pipe: under
+# pipefail, grep -q exiting early made sed's SIGPIPE read as "no marker").
+has_marker() {  # has_marker <file> <line>
+  awk -v m="$2" 'NR > 80 {exit} $0 == m {f = 1; exit} END {exit !f}' "$1"
+}
+in_lane() { [ "$SERIAL" = 0 ] && has_marker "$1" '# test.sh: background lane'; }
+lane_starts() { has_marker "$1" '# test.sh: background lane starts here'; }
 lane=()
 for stage in "${stages[@]}"; do in_lane "$stage" && lane+=("$stage"); done
 LANE_DIR=$(mktemp -d); LANE_PID=""
