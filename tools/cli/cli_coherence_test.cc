@@ -193,8 +193,8 @@ TEST(CliCoherenceTest, ReplayWorkersHoldTheirHostsPartitionFromTheEnvironment) {
   const std::string region = Region("workers");
   const std::string dir = region + ".d";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  const std::string common = " " CXLKV_BIN " replay --region " + region +
-                             " --region-size 64MiB --trace " CXLKV_TRACE
+  const std::string common = " " + clitest::Bin() + " replay --region " + region +
+                             " --region-size 64MiB --trace " + clitest::Trace() +
                              " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2"
                              " --control " +
                              dir + "/ctl";
@@ -239,12 +239,11 @@ TEST(CliCoherenceTest, TwoReplayWorkersGivenOnePartitionFailClearly) {
   const std::string dir = region + ".d";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   const std::string worker =
-      "CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 CXL_SOFTWARE_PARTITION=0 " CXLKV_BIN
-      " replay --region " +
-      region +
-      " --region-size 64MiB --trace " CXLKV_TRACE
-      " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2 --control " +
-      dir + "/ctl --replica-index ";
+      "CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 CXL_SOFTWARE_PARTITION=0 " +
+      clitest::Bin() + " replay --region " + region + " --region-size 64MiB --trace " +
+      clitest::Trace() +
+      " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2 --control " + dir +
+      "/ctl --replica-index ";
   auto run = [&](const std::string& i) {
     return worker + i + " >" + dir + "/" + i + ".out 2>" + dir + "/" + i + ".err; echo $? >" + dir +
            "/" + i + ".rc";
