@@ -188,7 +188,8 @@ inline STORE(k) {
   :: fs != NONE -> outcome = O_DUP
   :: else ->
      FP;
-     /* SW2: a FREE way first, else CLOCK over READY ones (any order). */
+     /* SW2: a FREE way first, else the least recently used READY one
+        (@fn RegionImpl::SwLeastRecentlyUsed; any order here). */
      s = 0;
      do
      :: s < NSLOT ->
@@ -201,8 +202,9 @@ inline STORE(k) {
      od;
      if
      :: fs == NONE ->
-        /* CLOCK's hand may start anywhere; the reference bits are not
-           modelled, so any READY way may be the one evicted. */
+        /* The recency ticks (process memory of the holder, never region
+           lines: @fn RegionImpl::SwTouch) are not modelled, so any READY
+           way may be the one evicted: every order LRU can produce. */
         select (t : 0 .. NSLOT - 1);
         c = 0;
         do

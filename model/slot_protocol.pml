@@ -221,10 +221,10 @@ inline TAKE_READY(s, g, o, ok) {
   fi
 }
 
-/* @fn RegionImpl::ClaimSlot: a free way first (in way order), else CLOCK
- * over the ways. The reference bit is not modelled: in the first sweep any
- * READY way may be passed over, so every order CLOCK can produce is
- * covered. */
+/* @fn RegionImpl::ClaimSlot: a free way first (in way order), else the
+ * least recently used READY way. The recency (last_use) is not modelled:
+ * any READY way may be passed over, so every order the policy can produce
+ * is covered. */
 inline CLAIM(k) {
   claimed = false;
   s = 0;

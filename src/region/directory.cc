@@ -300,8 +300,10 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
   Count(Counter::kLookups);
   if (soft_) {
     SwMeta m;
-    return SwFind(ns, key, true, -1, &m) >= 0 ? Status::OK()
-                                              : Status::NotFound("block not in region");
+    const int64_t slot = SwFind(ns, key, true, -1, &m);
+    if (slot < 0) return Status::NotFound("block not in region");
+    SwTouch(static_cast<uint64_t>(slot));
+    return Status::OK();
   }
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
@@ -314,7 +316,9 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
   if (soft_) {
     size_t hits = 0;
     SwMeta m;
-    while (hits < n && SwFind(ns, keys[hits], true, -1, &m) >= 0) ++hits;
+    for (int64_t slot; hits < n && (slot = SwFind(ns, keys[hits], true, -1, &m)) >= 0; ++hits) {
+      SwTouch(static_cast<uint64_t>(slot));
+    }
     Count(Counter::kLookups, hits < n ? hits + 1 : n);
     return hits;
   }

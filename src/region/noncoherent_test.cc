@@ -361,8 +361,8 @@ TEST(NoncoherentEmulator, ThreeHostsStoreLoadDropWithStaleCaches) {
   EXPECT_EQ(t->hits.load(), uint64_t(kHosts * kIds * kHosts + kHosts * (kIds / 2) * kHosts));
 }
 
-// Host 0 keeps storing more blocks than its partition holds (evicting by
-// CLOCK) while hosts 1 and 2 read recent ones: no wrong bytes, and no CRC
+// Host 0 keeps storing more blocks than its partition holds (evicting the
+// least recently used) while hosts 1 and 2 read recent ones: no wrong bytes, and no CRC
 // failure either (the seqlock must turn every torn read into a miss).
 TEST(NoncoherentEmulator, EvictionUnderCrossHostReads) {
   Machine m;
@@ -398,8 +398,9 @@ TEST(NoncoherentEmulator, EvictionUnderCrossHostReads) {
       while (t->done.load() == 0) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         const uint64_t n = newest->load();
-        // Recent blocks, and old ones that CLOCK is about to evict (the
-        // partition holds about 600): a torn read shows on those.
+        // Recent blocks, and old ones about to be evicted (the least
+        // recently stored: the partition holds about 600; cross-host reads
+        // do not count as uses): a torn read shows on those.
         const uint64_t id = n - std::min<uint64_t>(n, (x >> 33) % 700);
         Count(t, (x >> 20) & 1 ? CheckLease(r.get(), ns, id, 7) : Check(r.get(), ns, id));
       }

@@ -239,6 +239,14 @@ class RegionImpl final : public Region {
     return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
            slot / geo_.ways / part_sets_ == self_index();
   }
+  // Records a use of `slot` for SW2's least-recently-used choice, if it is
+  // one of our own partition's (another host's slot: nothing, we may not
+  // write its lines). Thread-safe; no region access.
+  void SwTouch(uint64_t slot) const;
+  // SW2 under sw_claim_mu_: the least recently used READY way among the
+  // `nsets` sets of `set` (ties from a rotating start), or -1 if none is
+  // READY; its word in *word. REQUIRES: sw_claim_mu_ held.
+  int64_t SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64_t* word);
   void SwSets(uint32_t partition, NamespaceId ns, const BlockKey& key, uint64_t set[2],
               uint32_t* tag) const;
   SwMeta SwReadMeta(uint64_t slot, bool fresh) const;
@@ -269,8 +277,8 @@ class RegionImpl final : public Region {
   std::vector<ParticipantInfo> SwParticipants() const;
 
   // write.cc / read.cc
-  // Claims a slot among place's ways: a FREE one, else (CLOCK) an unpinned
-  // READY one. False if none; then, if a READY copy of (ns, key) without its
+  // Claims a slot among place's ways: a FREE one, else the least recently
+  // used unpinned READY one. False if none; then, if a READY copy of (ns, key) without its
   // tag was seen first, *ready_copy is its slot (*word its word), else -1.
   bool ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* slot,
                  uint64_t* word, bool* evicted, int64_t* ready_copy);
@@ -350,9 +358,10 @@ class RegionImpl final : public Region {
   std::mutex sw_claim_mu_;      // serialises this process's slot claims
   uint64_t sw_sweep_next_ = 0;  // guarded by sw_claim_mu_: the periodic sweep's cursor
   Counters sw_counter_base_{};  // our record's counters before we attached
-  // Process-local CLOCK bits of our own partition's slots (no other host
-  // may write our lines, so hits by others are not seen).
-  std::unique_ptr<std::atomic<uint8_t>[]> sw_ref_;
+  // SW2's recency: SwTick() of the last store or hit of each slot of our
+  // own partition, in process memory (docs/coherence.md, "Eviction": no
+  // other host may write our lines, so only our own uses count).
+  std::unique_ptr<std::atomic<uint32_t>[]> sw_last_use_;
   mutable std::mutex sw_ns_mu_;
   mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
 

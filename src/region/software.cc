@@ -11,6 +11,7 @@
 //
 // Threads of one process share one partition: they are coherent with each
 // other, and serialise slot claims on sw_claim_mu_.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,18 @@ constexpr uint32_t SwIncTag(uint64_t record_word) {
 // (a metadata line read across two versions cannot pass).
 constexpr uint64_t SwCrcGeneration(uint64_t slot_word) {
   return WordGen(slot_word) | (uint64_t(WordOwner(slot_word)) << 48);
+}
+
+// SW2's clock: milliseconds modulo 2^32 of the coarse monotonic clock (a
+// vDSO read, no syscall, a few ns). Monotonic, not the wall clock hardware
+// mode's RecencyTick() needs: these ticks never leave this process, so no
+// other host has to agree with them, and an NTP step cannot reorder them.
+// Ages are differences modulo 2^32: right for any age below 49 days.
+uint32_t SwTick() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
+                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u);
 }
 
 uint64_t NewNonce() {
@@ -100,7 +113,7 @@ Status RegionImpl::SwInitOrThrow() {
   }
   soft_ = true;
   sw_ns_ok_.assign(kNamespaceEntries, false);
-  sw_ref_ = std::make_unique<std::atomic<uint8_t>[]>(part_sets_ * geo_.ways);
+  sw_last_use_ = std::make_unique<std::atomic<uint32_t>[]>(part_sets_ * geo_.ways);
   obs_.resize(geo_.max_participants);
   if (opts_.register_participant) {
     CXLKV_RETURN_IF_ERROR(SwRegister());
@@ -430,6 +443,51 @@ int64_t RegionImpl::SwFind(NamespaceId ns, const BlockKey& key, bool readable_on
   return -1;
 }
 
+void RegionImpl::SwTouch(uint64_t slot) const {
+  if (!SwOwnSlot(slot)) return;
+  // Process memory, but threads of ours hitting one hot block would still
+  // bounce its cache line: store only when the tick moved on (as Touch()).
+  std::atomic<uint32_t>& t = sw_last_use_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways];
+  const uint32_t now = SwTick();
+  if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
+    t.store(now, std::memory_order_relaxed);
+  }
+}
+
+int64_t RegionImpl::SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64_t* word) {
+  // Least recently used, not CLOCK: almost every chunk of a KV cache is read
+  // once or never, so reference bits are nearly all clear and CLOCK evicts
+  // at random, and a prefix is served only up to its first missing chunk
+  // (the measured effect: docs/benchmarks.md, "Eviction"; write.cc's pass
+  // 2 says the same of hardware mode). Sampled LRU over the key's up to
+  // 2 x kMaxWays candidates. No CAS is needed: only this process stores to
+  // these lines, and its claims serialise on sw_claim_mu_. A READY block
+  // left by an earlier incarnation (a zombie's late line, until the sweep
+  // frees it) carries whatever tick the slot last had here.
+  const uint64_t base_slot = uint64_t(self_index()) * part_sets_ * geo_.ways;
+  const uint32_t total = static_cast<uint32_t>(nsets) * geo_.ways;
+  // Ties (one tick) go to a rotating start, so equal ages do not always
+  // sacrifice the same way.
+  const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
+  const uint32_t now = SwTick();
+  int64_t best = -1;
+  uint32_t best_age = 0;
+  for (uint32_t i = 0; i < total; ++i) {
+    const uint32_t k = (start + i) % total;
+    const uint64_t s = set[k / geo_.ways] * geo_.ways + k % geo_.ways;
+    // Our own partition's line: authoritative in our cache (no invalidate).
+    const uint64_t w = vis_->Load64(&meta_[s].state);
+    if (WordState(w) != kReady) continue;
+    const uint32_t age = now - sw_last_use_[s - base_slot].load(std::memory_order_relaxed);
+    if (best < 0 || age > best_age) {
+      best = static_cast<int64_t>(s);
+      best_age = age;
+      *word = w;
+    }
+  }
+  return best;
+}
+
 bool RegionImpl::SwNamespaceReady(NamespaceId ns) const {
   if (ns >= kNamespaceEntries) return false;
   {
@@ -575,10 +633,9 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
     Count(ready ? Counter::kStoreDuplicate : Counter::kStoreLostRace);
     return ready ? Status::OK() : Status::Busy("another thread is storing this block");
   }
-  // SW2: a FREE way of the two sets, else CLOCK over READY ones (second
-  // chance on our process-local reference bits).
+  // SW2: a FREE way of the two sets, else the least recently used READY
+  // way (SwLeastRecentlyUsed).
   const int nsets = set[0] == set[1] ? 1 : 2;
-  const uint64_t base_slot = uint64_t(self_index()) * part_sets_ * geo_.ways;
   int64_t chosen = -1;
   uint64_t chosen_word = 0;
   bool evicted = false;
@@ -594,22 +651,8 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
     }
   }
   if (chosen < 0) {
-    const uint32_t total = static_cast<uint32_t>(nsets) * geo_.ways;
-    const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
-    for (uint32_t pass = 0; pass < 2 * total && chosen < 0; ++pass) {
-      const uint32_t k = (start + pass) % total;
-      const uint64_t s = set[k / geo_.ways] * geo_.ways + k % geo_.ways;
-      const uint64_t w = vis_->Load64(&meta_[s].state);
-      if (WordState(w) != kReady) continue;
-      std::atomic<uint8_t>& ref = sw_ref_[s - base_slot];
-      if (ref.load(std::memory_order_relaxed) != 0) {
-        ref.store(0, std::memory_order_relaxed);
-        continue;
-      }
-      chosen = static_cast<int64_t>(s);
-      chosen_word = w;
-      evicted = true;
-    }
+    chosen = SwLeastRecentlyUsed(set, nsets, &chosen_word);
+    evicted = chosen >= 0;
   }
   if (chosen < 0) {
     *outcome = StoreOutcome::kFull;
@@ -636,7 +679,9 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   vis_->Flush(&sm, sizeof sm);
   vis_->Flush(&t, sizeof t);
   vis_->StoreFence();
-  sw_ref_[slot - base_slot].store(0, std::memory_order_relaxed);
+  // A store is a use: the block is as young as it gets until read.
+  sw_last_use_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(
+      SwTick(), std::memory_order_relaxed);
   l.unlock();
   if (evicted) Count(Counter::kEvictions);
   if (raw_fill) {
@@ -783,7 +828,7 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
     std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", m.crc, got);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
   }
-  if (own) sw_ref_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(1);
+  SwTouch(slot);
   const uint32_t writer = SwPartitionOf(slot);
   const bool cross = self_ < 0 || writer != self_index();
   Count(Counter::kHits);
@@ -859,6 +904,7 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
     }
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
   }
+  SwTouch(slot);
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, len);
   if (self_ < 0 || SwPartitionOf(slot) != self_index()) Count(Counter::kCrossHits);

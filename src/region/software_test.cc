@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -263,6 +264,49 @@ TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
     EXPECT_EQ(std::memcmp(got.data(), Block(1'000'000 + i, 3000).data(), 3000), 0);
   }
   (void)full;
+}
+
+// SW2 evicts the least recently used of a key's candidate ways in its own
+// partition: blocks stored a moment ago outlive older ones under store
+// pressure, and the holder's own reads count as uses. CLOCK over its
+// process-local reference bits (the code until this test) evicted at random
+// among the unread blocks, so recently stored ones went as often as old ones.
+TEST(Software, EvictionTakesTheLeastRecentlyUsedBlocksOfItsPartition) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(1 << 20, 4096, 1, 0));
+  NamespaceId ns = 0;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  const uint64_t n = h0->info().num_slots;  // one partition: all of them
+  ASSERT_GE(n, 64u);
+  const auto b = Block(5, 4096);
+  const auto store_batch = [&](uint64_t first, uint64_t count) {
+    for (uint64_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(h0->Store(ns, BlockKey::FromId(first + i), b.data(), b.size()).ok());
+    }
+    // Past the coarse clock's tick (4 ms at HZ=250), so batches differ in age.
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  };
+  const auto present = [&](uint64_t first, uint64_t count) {
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < count; ++i) k += h0->Lookup(ns, BlockKey::FromId(first + i)).ok();
+    return k;
+  };
+  store_batch(0, n);  // A: fills the partition
+  // Load (not just look up) A's oldest eighth, those the fill left.
+  uint64_t read = 0;
+  std::vector<uint8_t> got(4096);
+  for (uint64_t i = 0; i < n / 8; ++i) {
+    read += h0->Load(ns, BlockKey::FromId(i), got.data(), got.size()).ok();
+  }
+  ASSERT_GE(read, n / 16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  store_batch(1'000'000, n / 4);  // B: evicts A's unread blocks
+  store_batch(2'000'000, n / 4);  // C: A's unread blocks again, not B's or the read ones
+  EXPECT_GE(present(1'000'000, n / 4), n / 4 - n / 4 / 32) << "of " << n / 4;
+  EXPECT_GE(present(2'000'000, n / 4), n / 4 - n / 4 / 32) << "of " << n / 4;
+  EXPECT_GE(present(0, n / 8), read - read / 16) << "of " << read;
+  EXPECT_GT(h0->ProcessCounters()[Counter::kEvictions], n / 4);
 }
 
 TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
