@@ -13,7 +13,8 @@
  *    runs after the host's process crashed or while it is paused);
  *  - INVAL drops the line (writing a dirty copy back first, as CLFLUSHOPT
  *    does); a clean line is refreshed only then (-DCLEAN_DROPS also lets a
- *    cache drop a clean line at any moment);
+ *    cache drop a clean line at any moment: the caches of the hosts in the
+ *    bit mask DROP_HOSTS, default all three);
  *  - there are no atomic read-modify-writes: every step of the protocol is a
  *    load or a store of one host's cache.
  * A FLUSH or INVAL here is the visibility layer's call followed by its fence
@@ -103,7 +104,11 @@ inline INVAL(h, l, site) {
  * moment (also while h's process is paused or after it crashed). */
 #define CACHE_WB(n) :: d_step { n < NL && cst[h * NL + n] == D_ -> WRITEBACK(h, n) }
 #ifdef CLEAN_DROPS
-#define CACHE_DROP(n) :: d_step { n < NL && cst[h * NL + n] == C_ -> cst[h * NL + n] = I_ }
+#ifndef DROP_HOSTS
+#define DROP_HOSTS 7
+#endif
+#define CACHE_DROP(n) \
+  :: d_step { ((DROP_HOSTS >> h) & 1) && n < NL && cst[h * NL + n] == C_ -> cst[h * NL + n] = I_ }
 #else
 #define CACHE_DROP(n)
 #endif

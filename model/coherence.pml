@@ -6,13 +6,15 @@
  * mode".
  *
  * One write partition (partition 0) and three hosts, one process each:
- *  - P0 (host 0): the partition's first owner (incarnation 1). OPS
- *    operations, each a Store into its partition or a Load of one of NK keys.
+ *  - P0 (host 0): the partition's first owner (incarnation 1). OPS0
+ *    (default OPS) operations, each a Store into its partition or a Load
+ *    of one of NK keys.
  *    It may crash at any step (CRASHES=1), or be paused at any step: the
  *    lease on partition 0 moves on while it runs (PAUSES=1) and it resumes as
  *    a zombie that continues its old steps. Its host's cache keeps writing
  *    its dirty lines back either way.
- *  - P1 (host 1): a reader on another host: OPS Loads, then the end probe.
+ *  - P1 (host 1): a reader on another host: OPS1 (default OPS) Loads, then
+ *    the end probe.
  *  - R (host 2): the process that the lease gives partition 0 next
  *    (incarnation 2) once P0 crashed or was paused; before that it may load
  *    (RLOADS) as a reader. At the end it settles and probes the partition.
@@ -28,6 +30,9 @@
  *                registry record's line (ParticipantRecord as in layout v3).
  *  DROP=n        site n's flush or invalidate removed (the mutants).
  *  CHECK_READS_ONLY  only the read properties.
+ *  CLEAN_DROPS   caches also drop clean lines at any moment (cache.pml;
+ *                DROP_HOSTS=mask: only the caches of those hosts, bit h
+ *                for host h; default 7, all three).
  *
  * Every step names the failpoint (`@fp`) or function (`@fn`) of src/region/
  * it stands for; scripts/check-model-names.sh checks that each exists.
@@ -41,6 +46,12 @@
 #endif
 #ifndef OPS
 #define OPS 1
+#endif
+#ifndef OPS0
+#define OPS0 OPS
+#endif
+#ifndef OPS1
+#define OPS1 OPS
 #endif
 #ifndef RLOADS
 #define RLOADS 1
@@ -450,7 +461,7 @@ proctype Writer() {
   myinc = 1;
   mayfail = (CRASHES > 0);
   do
-  :: op < OPS ->
+  :: op < OPS0 ->
      op++;
      select (k : 1 .. NK);
      if
@@ -490,7 +501,7 @@ proctype Reader() {
   OPLOCALS;
   byte op, me = P1;
   do
-  :: op < OPS ->
+  :: op < OPS1 ->
      op++;
      select (k : 1 .. NK);
      LOAD(k);
