@@ -225,6 +225,19 @@ Status FabricClient::Assign(const std::string& aid, const std::string& bid, cons
   return internal::RegionFromJson(j, region).WithContext(verb);
 }
 
+Status FabricClient::Unassign(const std::string& aid, const std::string& bid,
+                              const std::string& mid, const std::string& port,
+                              uint64_t assign_epoch, MemoryRegion* region) {
+  std::string body;
+  const std::string verb = "unassign memory " + mid + " port " + port + " (assignment epoch " +
+                           std::to_string(assign_epoch) + ")";
+  json req = {{"Port", port}, {"Operation", "unassign"}, {"assignEpoch", assign_epoch}};
+  CXLKV_RETURN_IF_ERROR(Json(verb, "PATCH", MemPath(aid, bid) + "/" + mid, req.dump(), &body));
+  json j;
+  CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
+  return internal::RegionFromJson(j, region).WithContext(verb);
+}
+
 Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryRegion>* regions) {
   regions->clear();
   std::string body;
@@ -255,8 +268,9 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryR
 
 Status FabricClient::ReportMaterialization(const std::string& host_id, const std::string& memory_id,
                                            Materialization state, const std::string& error,
-                                           const std::string& device) {
+                                           const std::string& device, uint64_t assign_epoch) {
   json req = {{"materialization", ToString(state)}};
+  if (assign_epoch > 0) req["assignEpoch"] = assign_epoch;
   if (!error.empty()) req["error"] = error;
   if (!device.empty()) req["device"] = device;
   std::string body;

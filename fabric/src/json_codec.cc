@@ -1,6 +1,8 @@
 // Copyright cxlkv authors.
 #include "json_codec.h"
 
+#include <algorithm>
+
 #include "cxlkv/base/json.h"
 
 namespace cxlkv::fabric::internal {
@@ -10,6 +12,17 @@ using nlohmann::json;
 using base::OptInt;
 using base::OptString;
 using base::OptStrings;
+
+Status OptEpoch(const json& j, const char* key, uint64_t* out) {
+  *out = 0;
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    return Status::InvalidArgument(std::string(key) + ": must be a non-negative integer");
+  }
+  *out = v.get<uint64_t>();
+  return Status::OK();
+}
 
 json RegionToJson(const MemoryRegion& r) {
   json j = {{"id", r.id}, {"type", "MemoryTypeRegion"}, {"sizeMiB", r.size_mib}};
@@ -35,9 +48,11 @@ json RegionToJson(const MemoryRegion& r) {
     if (!m.host_port.empty()) mj["hostPort"] = m.host_port;
     if (!m.error.empty()) mj["error"] = m.error;
     if (!m.device.empty()) mj["device"] = m.device;
+    if (m.assign_epoch > 0) mj["assignEpoch"] = m.assign_epoch;
     maps.push_back(std::move(mj));
   }
   j["mappings"] = std::move(maps);
+  if (r.assign_epoch > 0) j["assignEpoch"] = r.assign_epoch;
   return j;
 }
 
@@ -61,6 +76,7 @@ Status RegionFromJson(const json& j, MemoryRegion* r) {
   v = 0;
   CXLKV_RETURN_IF_ERROR(OptInt(j, "QoS", &v));
   out.qos = static_cast<int>(v);
+  CXLKV_RETURN_IF_ERROR(OptEpoch(j, "assignEpoch", &out.assign_epoch));
   if (j.contains("mappings") && j["mappings"].is_array()) {
     for (const auto& mj : j["mappings"]) {
       if (!mj.is_object()) return Status::InvalidArgument("mappings: items must be objects");
@@ -76,6 +92,7 @@ Status RegionFromJson(const json& j, MemoryRegion* r) {
       }
       CXLKV_RETURN_IF_ERROR(OptString(mj, "error", &m.error));
       CXLKV_RETURN_IF_ERROR(OptString(mj, "device", &m.device));
+      CXLKV_RETURN_IF_ERROR(OptEpoch(mj, "assignEpoch", &m.assign_epoch));
       out.mappings.push_back(std::move(m));
     }
   } else {
@@ -108,6 +125,9 @@ Status RegionFromStateJson(const json& j, MemoryRegion* r) {
     if (!b.is_number_integer()) return Status::Corruption("region " + r->id + ": bad block");
     r->blocks.push_back(b.get<int>());
   }
+  // The next assign must take an epoch no mapping has had (a state file
+  // written before epochs has none: 0 everywhere).
+  for (const Mapping& m : r->mappings) r->assign_epoch = std::max(r->assign_epoch, m.assign_epoch);
   return Status::OK();
 }
 

@@ -22,6 +22,10 @@ nlohmann::json ComposeRequestToJson(const ComposeRequest& req);
 // Validates as the OpenAPI schema does (required fields, QoS enum, types).
 Status ComposeRequestFromJson(const nlohmann::json& j, ComposeRequest* req);
 
+// The share extension's assignment epoch `key` of object j into *out (0 when
+// absent). InvalidArgument: present but not a non-negative integer.
+Status OptEpoch(const nlohmann::json& j, const char* key, uint64_t* out);
+
 // Full state form of a region (adds blocks and qos), for persistence.
 nlohmann::json RegionToStateJson(const MemoryRegion& r);
 Status RegionFromStateJson(const nlohmann::json& j, MemoryRegion* r);

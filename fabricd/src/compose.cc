@@ -91,7 +91,8 @@ void FabricManager::Materialize(const MemoryRegion& r, Mapping* m) {
                          {"applianceId", r.appliance_id},
                          {"bladeId", r.blade_id},
                          {"appliancePort", m->appliance_port},
-                         {"hostPort", m->host_port}};
+                         {"hostPort", m->host_port},
+                         {"assignEpoch", m->assign_epoch}};
   HttpOptions opt;
   opt.timeout_ms = config_.agent_timeout_ms;
   HttpResponse resp;
@@ -307,6 +308,7 @@ Status FabricManager::ComposeLocked(ApplianceState* app, BladeState* blade, cons
       if (!pc->host.empty() && h.config_id == pc->host) m.host_id = h.id;
     }
     m.host_port = pc->host.empty() ? "" : pc->host_port;
+    m.assign_epoch = ++r.assign_epoch;
     r.mappings.push_back(m);
   }
   // Journal the mappings too: a crash during materialization must let
@@ -356,7 +358,8 @@ Status FabricManager::FindRegion(const std::string& aid, const std::string& bid,
 }
 
 Status FabricManager::Assign(const std::string& aid, const std::string& bid, const std::string& mid,
-                             const std::string& port, bool assign, MemoryRegion* out) {
+                             const std::string& port, bool assign, uint64_t unassign_epoch,
+                             MemoryRegion* out) {
   base::MutexLock l(&mu_);
   MemoryRegion* cur = nullptr;
   CXLKV_RETURN_IF_ERROR(FindRegion(aid, bid, mid, &cur));
@@ -369,7 +372,7 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
                          [&](const Mapping& m) { return m.appliance_port == port; });
   if (assign) {
     if (it != r.mappings.end()) {
-      *out = r;  // already assigned: idempotent
+      *out = r;  // already assigned: idempotent, and the epoch stays
       return Status::OK();
     }
     if (!pc->link_up || Contains(faults_.fail_assign_ports, port)) {
@@ -382,24 +385,62 @@ Status FabricManager::Assign(const std::string& aid, const std::string& bid, con
       if (!pc->host.empty() && h.config_id == pc->host) m.host_id = h.id;
     }
     m.host_port = pc->host.empty() ? "" : pc->host_port;
+    // A new epoch for every new assignment, before the host is told: its
+    // agent records it with the device, and an unassign still on its way
+    // for an earlier assignment of this port then names a smaller one.
+    m.assign_epoch = ++r.assign_epoch;
     if (m.host_id.empty())
       m.materialization = Materialization::kNoAgent;
     else
       Materialize(r, &m);
     r.mappings.push_back(m);
+    spdlog::info("assigned region {} to port {} (host {}) at assignment epoch {}", mid, port,
+                 m.host_id.empty() ? "none" : m.host_id, m.assign_epoch);
   } else {
     if (it == r.mappings.end()) {
       return Status::NotFound("memory region " + mid + " is not assigned to port " + port);
     }
+    if (unassign_epoch == 0) {
+      // A client without the extension (CFM's own PATCH): applied as CFM
+      // applies it; such a client cannot say which assignment it meant.
+      ++epoch_stats_.unassigns_without_epoch;
+      spdlog::info("unassign region {} port {} names no assignment epoch: applied to epoch {}", mid,
+                   port, it->assign_epoch);
+    } else if (unassign_epoch < it->assign_epoch) {
+      // The port was assigned again after the assignment this request
+      // undoes (its caller gave up and the controller re-added the host):
+      // applying it would unmap a host a new consumer uses.
+      ++epoch_stats_.stale_unassigns_refused;
+      spdlog::warn(
+          "refused a stale unassign of region {} port {} (host {}): it names assignment epoch "
+          "{}, the port was assigned again at epoch {}",
+          mid, port, it->host_id, unassign_epoch, it->assign_epoch);
+      return Status::Busy("unassign region " + mid + " port " + port + ": assignment epoch " +
+                          std::to_string(unassign_epoch) +
+                          " is stale: the port was assigned again at epoch " +
+                          std::to_string(it->assign_epoch));
+    } else if (unassign_epoch > it->assign_epoch) {
+      return Status::InvalidArgument("unassign region " + mid + " port " + port +
+                                     ": assignment epoch " + std::to_string(unassign_epoch) +
+                                     " was never issued for it (current " +
+                                     std::to_string(it->assign_epoch) + ")");
+    }
     Mapping gone = *it;
     r.mappings.erase(it);
     Unmaterialize(r, gone);
+    spdlog::info("unassigned region {} from port {} (host {}, assignment epoch {})", mid, port,
+                 gone.host_id.empty() ? "none" : gone.host_id, gone.assign_epoch);
   }
   FabricState next = state_;
   next.regions[mid] = r;
   CXLKV_RETURN_IF_ERROR(Install(std::move(next)));
   *out = r;
   return Status::OK();
+}
+
+FabricManager::EpochStats FabricManager::GetEpochStats() {
+  base::MutexLock l(&mu_);
+  return epoch_stats_;
 }
 
 Status FabricManager::Free(const std::string& aid, const std::string& bid, const std::string& mid,
@@ -507,7 +548,8 @@ namespace cxlkv::fabric::internal {
 
 Status FabricManager::ReportMaterialization(const std::string& hid, const std::string& mid,
                                             Materialization state, const std::string& error,
-                                            const std::string& device, MemoryRegion* out) {
+                                            const std::string& device, uint64_t assign_epoch,
+                                            MemoryRegion* out) {
   if (state != Materialization::kMaterialized && state != Materialization::kFailed) {
     return Status::InvalidArgument("materialization must be Materialized or Failed");
   }
@@ -521,6 +563,18 @@ Status FabricManager::ReportMaterialization(const std::string& hid, const std::s
   for (auto& m : r.mappings) {
     if (m.host_id != hid) continue;
     found = true;
+    if (assign_epoch != 0 && assign_epoch != m.assign_epoch) {
+      // About an earlier (or never issued) assignment of this host: the
+      // current one's outcome is the agent's answer to its own materialize.
+      ++epoch_stats_.stale_reports_refused;
+      spdlog::warn(
+          "refused a stale materialization report of region {} on host {}: epoch {}, "
+          "the mapping's is {}",
+          mid, hid, assign_epoch, m.assign_epoch);
+      return Status::Busy("report materialization of " + mid + " on " + hid +
+                          ": assignment epoch " + std::to_string(assign_epoch) +
+                          " is not the mapping's (" + std::to_string(m.assign_epoch) + ")");
+    }
     m.materialization = state;
     m.error = state == Materialization::kFailed ? error : "";
     m.device = state == Materialization::kMaterialized ? device : "";

@@ -46,8 +46,16 @@ class FabricManager {
   Status ComposeByResource(const std::string& aid, const std::string& bid,
                            const std::vector<std::string>& resource_ids, const std::string& port,
                            ComposeResult* result);
+  // Assigns (or unassigns) one port (CFM PATCH .../memory/{id}). A new
+  // mapping takes the region's next assignment epoch; an already assigned
+  // port is OK and keeps its epoch. Unassign with unassign_epoch >= 1 undoes
+  // only the assignment made at that epoch: Busy when the port was assigned
+  // again since (refused: logged and counted in stats), InvalidArgument for
+  // an epoch the port never had; 0 (a client without the extension, as
+  // CFM) unassigns whatever is there, counted as such. NotFound: no region,
+  // or unassign of a port not assigned.
   Status Assign(const std::string& aid, const std::string& bid, const std::string& mid,
-                const std::string& port, bool assign, MemoryRegion* out);
+                const std::string& port, bool assign, uint64_t unassign_epoch, MemoryRegion* out);
   Status Free(const std::string& aid, const std::string& bid, const std::string& mid,
               MemoryRegion* out);
   Status HostCompose(const std::string& hid, const ComposeRequest& req, ComposeResult* result);
@@ -60,10 +68,21 @@ class FabricManager {
 
   // A host agent reports what it did with a region mapped to it (after a
   // resync repaired a failed materialization, say). NotFound: the region is
-  // not mapped to that host; InvalidArgument: unknown state.
+  // not mapped to that host; InvalidArgument: unknown state; Busy: the
+  // report names an assignment epoch the host's mapping no longer has (a
+  // stale report; refused and counted). assign_epoch 0: none named.
   Status ReportMaterialization(const std::string& hid, const std::string& mid,
                                Materialization state, const std::string& error,
-                               const std::string& device, MemoryRegion* out);
+                               const std::string& device, uint64_t assign_epoch, MemoryRegion* out);
+
+  // Counters of the assignment-epoch protocol since start (GET
+  // /cxlkv/v1/stats).
+  struct EpochStats {
+    uint64_t stale_unassigns_refused = 0;  // unassign naming an older epoch
+    uint64_t unassigns_without_epoch = 0;  // CFM-style unassign, applied
+    uint64_t stale_reports_refused = 0;    // materialization report of an older epoch
+  };
+  EpochStats GetEpochStats();
 
   // Management: add (by customId, "" = first unmanaged), remove, rename.
   Status AddAppliance(const std::string& custom_id, std::string* id);
@@ -108,6 +127,7 @@ class FabricManager {
   base::Mutex mu_;
   FabricState state_ CXLKV_GUARDED_BY(mu_);
   Faults faults_ CXLKV_GUARDED_BY(mu_);
+  EpochStats epoch_stats_ CXLKV_GUARDED_BY(mu_);
 };
 
 // Validates a user-chosen id (rename, customId): 1..64 of [A-Za-z0-9._-].

@@ -380,9 +380,16 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (op != "assign" && op != "unassign") {
       return ReplyError(req, res, 400, "Operation must be assign or unassign");
     }
+    // Extension: the assignment an unassign undoes (docs/fabric.md).
+    uint64_t epoch = 0;
+    Status es = OptEpoch(body, "assignEpoch", &epoch);
+    if (!es.ok()) return ReplyStatus(req, res, es);
+    if (body.contains("assignEpoch") && (op != "unassign" || epoch == 0)) {
+      return ReplyError(req, res, 400, "assignEpoch (>= 1) goes with Operation unassign only");
+    }
     MemoryRegion r;
     Status s = manager_->Assign(req.matches[1], req.matches[2], req.matches[3],
-                                body["Port"].get<std::string>(), op == "assign", &r);
+                                body["Port"].get<std::string>(), op == "assign", epoch, &r);
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, RegionToJson(r));
   });

@@ -1,7 +1,8 @@
 // Copyright cxlkv authors.
 //
 // /cfm/v1/hosts/... and the cxlkv extension (/cxlkv/v1: power cycle, fault
-// injection, per-host region listing for cxlkv-hostd resync).
+// injection, per-host region listing for cxlkv-hostd resync, the
+// assignment-epoch counters).
 #include "json_codec.h"
 #include "server_internal.h"
 
@@ -241,10 +242,13 @@ void HttpFabricServer::InstallExtensionRoutes() {
        // refuses every state but the two reports.
        Materialization state = Materialization::kPending;
        ParseMaterialization(body["materialization"].get<std::string>(), &state);
+       uint64_t epoch = 0;
+       Status es = OptEpoch(body, "assignEpoch", &epoch);
+       if (!es.ok()) return ReplyStatus(req, res, es);
        MemoryRegion r;
-       Status s =
-           manager_->ReportMaterialization(req.matches[1], req.matches[2], state,
-                                           body.value("error", ""), body.value("device", ""), &r);
+       Status s = manager_->ReportMaterialization(req.matches[1], req.matches[2], state,
+                                                  body.value("error", ""), body.value("device", ""),
+                                                  epoch, &r);
        if (!s.ok()) return ReplyStatus(req, res, s);
        ReplyJson(res, 200, RegionToJson(r));
      });
@@ -273,6 +277,14 @@ void HttpFabricServer::InstallExtensionRoutes() {
     if (!bad.empty()) return ReplyError(req, res, 400, bad);
     manager_->SetFaults(f);
     ReplyJson(res, 200, FaultsToJson(f));
+  });
+  // The assignment-epoch protocol's counters since start (docs/fabric.md).
+  On("GET", "/cxlkv/v1/stats", [this](const Request&, Response& res) {
+    FabricManager::EpochStats st = manager_->GetEpochStats();
+    ReplyJson(res, 200,
+              {{"staleUnassignsRefused", st.stale_unassigns_refused},
+               {"unassignsWithoutEpoch", st.unassigns_without_epoch},
+               {"staleReportsRefused", st.stale_reports_refused}});
   });
 }
 

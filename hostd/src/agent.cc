@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -28,7 +29,8 @@ json DeviceToJson(const Device& d) {
           {"offsetBytes", d.offset_bytes},
           {"major", d.major},
           {"minor", d.minor},
-          {"padDevices", d.pad_devices}};
+          {"padDevices", d.pad_devices},
+          {"assignEpoch", d.assign_epoch}};
 }
 
 Status DeviceFromJson(const json& j, Device* d) {
@@ -41,6 +43,7 @@ Status DeviceFromJson(const json& j, Device* d) {
     d->major = j.value("major", -1);
     d->minor = j.value("minor", -1);
     d->pad_devices = j.value("padDevices", std::vector<std::string>{});
+    d->assign_epoch = j.value("assignEpoch", uint64_t{0});  // additive: absent before epochs
   } catch (const json::exception& e) {
     return Status::Corruption(std::string("device entry: ") + e.what());
   }
@@ -124,6 +127,17 @@ Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
       // Rewrite the spec: it may have been lost with a tmpfs /var/run.
       std::string spec_path;
       CXLKV_RETURN_IF_ERROR(WriteCdiSpec(it->second, opt_.cdi, &spec_path));
+      if (req.assign_epoch > it->second.assign_epoch) {
+        // Assigned here again (a release's removal was refused or skipped):
+        // the device now belongs to the newer assignment.
+        const uint64_t before = it->second.assign_epoch;
+        it->second.assign_epoch = req.assign_epoch;
+        Status s = Save();
+        if (!s.ok()) {
+          it->second.assign_epoch = before;
+          return s;
+        }
+      }
       *dev = it->second;
       return Status::OK();
     }
@@ -132,6 +146,7 @@ Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
   }
   Device d;
   CXLKV_RETURN_IF_ERROR(materializer_->Materialize(req, &d));
+  d.assign_epoch = req.assign_epoch;
   std::string spec_path;
   Status s = WriteCdiSpec(d, opt_.cdi, &spec_path);
   if (s.ok()) {
@@ -145,8 +160,8 @@ Status HostAgent::MaterializeLocked(const RegionRequest& req, Device* dev) {
     if (!rs.ok()) spdlog::error("undo materialize {}: {}", d.allocation_id, rs.ToString());
     return s;
   }
-  spdlog::info("materialized region {} at {} ({} bytes), CDI {}", d.allocation_id, d.path,
-               d.size_bytes, spec_path);
+  spdlog::info("materialized region {} at {} ({} bytes, assignment epoch {}), CDI {}",
+               d.allocation_id, d.path, d.size_bytes, d.assign_epoch, spec_path);
   *dev = d;
   return Status::OK();
 }
@@ -191,7 +206,8 @@ std::vector<Device> HostAgent::List() {
   return out;
 }
 
-Status HostAgent::Release(const std::string& allocation_id, ReleaseResult* result) {
+Status HostAgent::Release(const std::string& allocation_id, uint64_t assign_epoch,
+                          ReleaseResult* result) {
   *result = ReleaseResult();
   CXLKV_RETURN_IF_ERROR(ValidateAllocationId(allocation_id));
   const std::string verb = "release region " + allocation_id;
@@ -203,15 +219,31 @@ Status HostAgent::Release(const std::string& allocation_id, ReleaseResult* resul
   // The manager's view of this host: which port maps the region here.
   std::vector<fabric::MemoryRegion> regions;
   CXLKV_RETURN_IF_ERROR(client->HostRegions(opt_.host_id, &regions).WithContext(verb));
+  // What may be removed here: the device of the assignment undone or an
+  // older one, never one a newer assignment made.
+  uint64_t undo = assign_epoch;
   for (const auto& r : regions) {
     if (r.id != allocation_id) continue;
     for (const auto& m : r.mappings) {
       if (m.host_id != opt_.host_id) continue;
+      // An older caller names no epoch: the one listed now, so that this
+      // request, if it is delayed past a re-assign, is refused all the same.
+      // A manager without epochs lists 0 and gets a CFM unassign.
+      const uint64_t epoch = assign_epoch != 0 ? assign_epoch : m.assign_epoch;
+      if (assign_epoch == 0) undo = std::max(undo, m.assign_epoch);
+      result->assign_epoch = epoch;
       fabric::MemoryRegion after;
       // Unlocked: the manager calls this agent back to remove the device.
-      Status s = client->Assign(r.appliance_id, r.blade_id, r.id, m.appliance_port,
-                                /*assign=*/false, &after);
+      Status s = epoch != 0 ? client->Unassign(r.appliance_id, r.blade_id, r.id, m.appliance_port,
+                                               epoch, &after)
+                            : client->Assign(r.appliance_id, r.blade_id, r.id, m.appliance_port,
+                                             /*assign=*/false, &after);
       if (s.IsNotFound()) continue;  // freed or unassigned meanwhile
+      if (s.IsBusy()) {
+        spdlog::info("release region {} on host {}: superseded (a newer assignment): {}",
+                     allocation_id, opt_.host_id, s.message());
+        return Status::Busy(verb + ": superseded: " + s.message());
+      }
       CXLKV_RETURN_IF_ERROR(s.WithContext(verb));
       result->unassigned = true;
     }
@@ -219,6 +251,18 @@ Status HostAgent::Release(const std::string& allocation_id, ReleaseResult* resul
   base::MutexLock l(&mu_);
   // A resync that listed the manager before the unassign must not bring it back.
   changed_[allocation_id] = ++seq_;
+  if (auto it = devices_.find(allocation_id);
+      it != devices_.end() && (assign_epoch != 0 || undo != 0) && it->second.assign_epoch > undo) {
+    // Materialized again for a newer assignment while this release was on
+    // its way (the manager re-assigned after the unassign undone here).
+    spdlog::info(
+        "release region {} on host {}: the device belongs to assignment epoch {} (newer "
+        "than {}): kept",
+        allocation_id, opt_.host_id, it->second.assign_epoch, undo);
+    return Status::Busy(verb + ": superseded: the device here was materialized for assignment " +
+                        "epoch " + std::to_string(it->second.assign_epoch) + ", newer than " +
+                        std::to_string(undo));
+  }
   Status s = RemoveLocked(allocation_id);
   if (s.ok()) {
     result->removed = true;
@@ -227,8 +271,10 @@ Status HostAgent::Release(const std::string& allocation_id, ReleaseResult* resul
   } else if (result->unassigned) {
     result->removed = true;  // the manager's callback removed it already
   }
-  spdlog::info("released region {} on host {} (port unassigned: {}, device removed: {})",
-               allocation_id, opt_.host_id, result->unassigned, result->removed);
+  spdlog::info(
+      "released region {} on host {} (port unassigned: {}, device removed: {}, assignment epoch "
+      "{})",
+      allocation_id, opt_.host_id, result->unassigned, result->removed, result->assign_epoch);
   return Status::OK();
 }
 
@@ -249,6 +295,7 @@ Status HostAgent::Resync(ResyncResult* result) {
     std::string id;
     fabric::Materialization state;
     std::string error, device;
+    uint64_t assign_epoch;  // the listed mapping's: a report for that assignment only
   };
   std::vector<Report> reports;
   {
@@ -261,14 +308,26 @@ Status HostAgent::Resync(ResyncResult* result) {
     std::set<std::string> wanted;
     for (const auto& r : regions) {
       wanted.insert(r.id);
+      uint64_t epoch = 0;  // this host's mapping's assignment epoch
+      for (const auto& m : r.mappings) {
+        if (m.host_id == opt_.host_id) epoch = std::max(epoch, m.assign_epoch);
+      }
       if (auto it = devices_.find(r.id); it != devices_.end()) {
         // Present here but not known to the manager (its call timed out,
         // or a resync repaired it earlier and the report was lost).
         for (const auto& m : r.mappings) {
           if (m.host_id == opt_.host_id &&
               m.materialization != fabric::Materialization::kMaterialized) {
-            reports.push_back({r.id, fabric::Materialization::kMaterialized, "", it->second.path});
+            reports.push_back(
+                {r.id, fabric::Materialization::kMaterialized, "", it->second.path, epoch});
           }
+        }
+        if (epoch > it->second.assign_epoch && !changed_since(r.id)) {
+          // The manager assigned this host again and its materialize call
+          // was lost: the device serves the newer assignment.
+          it->second.assign_epoch = epoch;
+          Status s = Save();
+          if (!s.ok()) spdlog::warn("resync: region {}: {}", r.id, s.ToString());
         }
         continue;
       }
@@ -277,16 +336,17 @@ Status HostAgent::Resync(ResyncResult* result) {
       req.allocation_id = r.id;
       req.size_bytes = static_cast<uint64_t>(r.size_mib) << 20;
       req.backing_path = r.backing_path;
+      req.assign_epoch = epoch;
       Device d;
       Status s = MaterializeLocked(req, &d);
       if (s.ok()) {
         ++result->materialized;
-        reports.push_back({r.id, fabric::Materialization::kMaterialized, "", d.path});
+        reports.push_back({r.id, fabric::Materialization::kMaterialized, "", d.path, epoch});
       } else {
         ++result->failed;
         spdlog::warn("resync: materialize region {}: {}", r.id, s.ToString());
         reports.push_back({r.id, fabric::Materialization::kFailed,
-                           "materialize on host " + opt_.host_id + ": " + s.message(), ""});
+                           "materialize on host " + opt_.host_id + ": " + s.message(), "", epoch});
       }
     }
     std::vector<std::string> stale;
@@ -308,8 +368,11 @@ Status HostAgent::Resync(ResyncResult* result) {
   }
   // Reported unlocked: the manager may be calling this agent right now.
   for (const auto& r : reports) {
-    Status s = client->ReportMaterialization(opt_.host_id, r.id, r.state, r.error, r.device);
+    Status s = client->ReportMaterialization(opt_.host_id, r.id, r.state, r.error, r.device,
+                                             r.assign_epoch);
     // A region freed meanwhile is not an error; the next resync removes it.
+    // Busy: the host was unassigned and assigned again since the listing
+    // (the manager refused the stale report; the newer materialize answered).
     if (!s.ok() && !s.IsNotFound()) spdlog::warn("resync: {}", s.ToString());
   }
   return Status::OK();

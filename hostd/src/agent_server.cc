@@ -35,7 +35,8 @@ json DeviceJson(const Device& d) {
           {"device", d.path},
           {"sizeBytes", d.size_bytes},
           {"offsetBytes", d.offset_bytes},
-          {"cdiDevice", CdiDeviceName(d.allocation_id)}};
+          {"cdiDevice", CdiDeviceName(d.allocation_id)},
+          {"assignEpoch", d.assign_epoch}};
 }
 
 class HttpAgentServer : public AgentServer {
@@ -53,6 +54,7 @@ class HttpAgentServer : public AgentServer {
                   r.size_bytes = body.at("sizeBytes").get<uint64_t>();
                   r.offset_bytes = body.value("offsetBytes", uint64_t{0});
                   r.backing_path = body.value("backingPath", "");
+                  r.assign_epoch = body.value("assignEpoch", uint64_t{0});
                 } catch (const json::exception& e) {
                   return ReplyStatus(
                       res, Status::InvalidArgument(std::string("region request: ") + e.what()));
@@ -69,18 +71,29 @@ class HttpAgentServer : public AgentServer {
                  if (!s.ok()) return ReplyStatus(res, s);
                  Reply(res, 200, DeviceJson(d));
                });
-    // The DRA kubelet plugin's last unprepare of a region on this host.
-    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)", [this](const httplib::Request& req,
-                                                              httplib::Response& res) {
-      ReleaseResult r;
-      Status s = agent_->Release(req.matches[1], &r);
-      // 501: nothing to release through (no fabric manager), not a bad request.
-      if (s.IsUnsupported()) return Reply(res, 501, {{"error", s.message()}});
-      if (!s.ok()) return ReplyStatus(res, s);
-      Reply(
-          res, 200,
-          {{"allocationId", req.matches[1]}, {"unassigned", r.unassigned}, {"removed", r.removed}});
-    });
+    // The DRA kubelet plugin's last unprepare of a region on this host. Body
+    // (optional): {"assignEpoch": N}, the assignment it undoes; 409 when
+    // the host was assigned again since (superseded: nothing removed).
+    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 json body;
+                 Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+                 if (s.ok() && !body.is_object())
+                   s = Status::InvalidArgument("release: body must be an object");
+                 uint64_t epoch = 0;
+                 if (s.ok()) s = fabric::internal::OptEpoch(body, "assignEpoch", &epoch);
+                 if (!s.ok()) return ReplyStatus(res, s);
+                 ReleaseResult r;
+                 s = agent_->Release(req.matches[1], epoch, &r);
+                 // 501: nothing to release through (no fabric manager), not a bad request.
+                 if (s.IsUnsupported()) return Reply(res, 501, {{"error", s.message()}});
+                 if (!s.ok()) return ReplyStatus(res, s);
+                 Reply(res, 200,
+                       {{"allocationId", req.matches[1]},
+                        {"unassigned", r.unassigned},
+                        {"removed", r.removed},
+                        {"assignEpoch", r.assign_epoch}});
+               });
     http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) {
                    Status s = agent_->Remove(req.matches[1]);

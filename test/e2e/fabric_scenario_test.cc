@@ -387,6 +387,139 @@ TEST_F(FabricScenarioTest, ReleaseUnassignsOneHostAndAddHostMapsItBack) {
   ExpectAgreement({}, {});
 }
 
+// The release race (docs/fabric.md, "Assignment epochs"): node-b's release
+// of its assignment (epoch e1) is held on its way to the manager (the
+// emulator delays that one PATCH) while a retry of the same release goes
+// through and the controller's add-host maps node-b again (epoch e2 > e1).
+// When the held unassign resumes it names e1 and is refused (409, counted):
+// node-b stays mapped, its device and CDI spec stay, and it reads the bytes.
+TEST_F(FabricScenarioTest, ReleaseHeldPastAReassignIsRefusedAndTheHostStaysMapped) {
+  fabric::MemoryRegion r = Compose(2, 40);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  uint64_t e1 = 0;
+  for (const auto& m : r.mappings) {
+    EXPECT_GT(m.assign_epoch, 0u) << m.host_id << ": every mapping has an epoch";
+    if (m.host_id == "node-b") e1 = m.assign_epoch;
+  }
+  EXPECT_GT(e1, 0u);  // not fatal: against a manager without epochs the race below still runs
+  const std::string region_path = "/cfm/v1/appliances/cma-0/blades/blade-0/memory/" + r.id;
+  long code = 0;
+  Call("PUT", "/cxlkv/v1/faults",
+       {{"rules", {{{"method", "PATCH"}, {"path", region_path}, {"delayMs", 3000}, {"count", 1}}}}},
+       &code);
+  ASSERT_EQ(code, 200);
+  const json release = {{"assignEpoch", e1}};
+  long held_code = 0;
+  json held_out;
+  std::thread held([&] {
+    held_out = Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", release, &held_code,
+                    HostUrl("node-b"));
+  });
+  // The held request has reached the manager once the rule's count is used.
+  bool holding = false;
+  for (int i = 0; i < 200 && !holding; ++i) {
+    json f = Call("GET", "/cxlkv/v1/faults");
+    holding = f.is_object() && f["rules"].size() == 1 && f["rules"][0].value("count", 1) == 0;
+    if (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(holding) << "the held unassign never reached the manager";
+  // The retry (the plugin's, after its 3 s timeout) goes through.
+  json out =
+      Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", release, &code, HostUrl("node-b"));
+  ASSERT_EQ(code, 200) << out.dump();
+  EXPECT_TRUE(out.value("unassigned", false)) << out.dump();
+  ExpectAgreement({r.id}, {});
+  // The controller's add-host for the next consumer on node-b.
+  fabric::MemoryRegion now;
+  ASSERT_TRUE(client_->AddHost("cma-0", "blade-0", r.id, "node-b", &now).ok());
+  uint64_t e2 = 0;
+  for (const auto& m : now.mappings) {
+    if (m.host_id == "node-b") e2 = m.assign_epoch;
+  }
+  EXPECT_GT(e2, e1) << "a new assignment takes a newer epoch";
+  EXPECT_EQ(now.assign_epoch, e2);
+  ExpectAgreement({r.id}, {r.id});
+  held.join();
+  EXPECT_EQ(held_code, 409) << "the held unassign of epoch " << e1
+                            << " is refused: " << held_out.dump();
+  EXPECT_NE(held_out.dump().find("superseded"), std::string::npos) << held_out.dump();
+  ASSERT_TRUE(client_->Get("cma-0", "blade-0", r.id, &now).ok());
+  std::set<std::string> hosts;
+  for (const auto& m : now.mappings) hosts.insert(m.host_id);
+  EXPECT_EQ(hosts, (std::set<std::string>{"node-a", "node-b"})) << "node-b stays mapped";
+  ExpectAgreement({r.id}, {r.id});
+  json st = Call("GET", "/cxlkv/v1/stats");
+  EXPECT_EQ(st.value("staleUnassignsRefused", 0), 1) << st.dump();
+  // The agent's device serves the new assignment; a later release of e2 goes.
+  json dev = Call("GET", "/cxlkv/v1/regions", nullptr, nullptr, HostUrl("node-b"));
+  ASSERT_EQ(dev["regions"].size(), 1u) << dev.dump();
+  EXPECT_EQ(dev["regions"][0].value("assignEpoch", uint64_t{0}), e2) << dev.dump();
+  out = Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", {{"assignEpoch", e2}}, &code,
+             HostUrl("node-b"));
+  EXPECT_EQ(code, 200) << out.dump();
+  ExpectAgreement({r.id}, {});
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+  ExpectAgreement({}, {});
+}
+
+// Clients without the extension: a CFM PATCH names no epoch and is applied
+// as CFM applies it (counted); an epoch the port never had is a 400; a stale
+// materialization report is a 409; a release without an epoch (an older
+// plugin) names the epoch the manager lists, so it still cannot undo a
+// later assignment.
+TEST_F(FabricScenarioTest, UnassignWithoutAnEpochIsAppliedAndBadEpochsAreRefused) {
+  fabric::MemoryRegion r = Compose(2, 40);
+  ASSERT_EQ(r.mappings.size(), 2u);
+  const std::string path = "/cfm/v1/appliances/cma-0/blades/blade-0/memory/" + r.id;
+  long code = 0;
+  json out =
+      Call("PATCH", path, {{"Port", "P2"}, {"Operation", "unassign"}, {"assignEpoch", 99}}, &code);
+  EXPECT_EQ(code, 400) << out.dump();
+  EXPECT_NE(out.dump().find("never issued"), std::string::npos) << out.dump();
+  for (const json& bad : {json("1"), json(-1), json(0), json(1.5)}) {
+    Call("PATCH", path, {{"Port", "P2"}, {"Operation", "unassign"}, {"assignEpoch", bad}}, &code);
+    EXPECT_EQ(code, 400) << "assignEpoch " << bad.dump();
+  }
+  Call("PATCH", path, {{"Port", "P2"}, {"Operation", "assign"}, {"assignEpoch", 1}}, &code);
+  EXPECT_EQ(code, 400) << "assignEpoch goes with unassign only";
+  ExpectAgreement({r.id}, {r.id});
+  // A stale report (an epoch node-b's mapping does not have).
+  out = Call("PUT", "/cxlkv/v1/hosts/node-b/regions/" + r.id + "/materialization",
+             {{"materialization", "Failed"}, {"error", "old"}, {"assignEpoch", 99}}, &code);
+  EXPECT_EQ(code, 409) << out.dump();
+  out = Call("PATCH", path, {{"Port", "P2"}, {"Operation", "unassign"}}, &code);
+  ASSERT_EQ(code, 200) << out.dump();
+  ExpectAgreement({r.id}, {});
+  json st = Call("GET", "/cxlkv/v1/stats");
+  EXPECT_EQ(st.value("unassignsWithoutEpoch", 0), 1) << st.dump();
+  EXPECT_EQ(st.value("staleReportsRefused", 0), 1) << st.dump();
+  EXPECT_EQ(st.value("staleUnassignsRefused", 0), 0) << st.dump();
+  // An older plugin's release (no epoch) of node-a, held past a re-assign.
+  Call("PUT", "/cxlkv/v1/faults",
+       {{"rules", {{{"method", "PATCH"}, {"path", path}, {"delayMs", 2000}, {"count", 1}}}}},
+       &code);
+  long held_code = 0;
+  std::thread held([&] {
+    Call("POST", "/cxlkv/v1/regions/" + r.id + "/release", nullptr, &held_code, HostUrl("node-a"));
+  });
+  bool holding = false;
+  for (int i = 0; i < 200 && !holding; ++i) {
+    json f = Call("GET", "/cxlkv/v1/faults");
+    holding = f.is_object() && f["rules"].size() == 1 && f["rules"][0].value("count", 1) == 0;
+    if (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(holding);
+  Call("PATCH", path, {{"Port", "P1"}, {"Operation", "unassign"}}, &code);  // a CFM client
+  ASSERT_EQ(code, 200);
+  fabric::MemoryRegion now;
+  ASSERT_TRUE(client_->AddHost("cma-0", "blade-0", r.id, "node-a", &now).ok());
+  held.join();
+  EXPECT_EQ(held_code, 409) << "the listed epoch fences an older plugin's release too";
+  ExpectAgreement({r.id}, {});
+  ASSERT_TRUE(client_->Free("cma-0", "blade-0", r.id).ok());
+  ExpectAgreement({}, {});
+}
+
 TEST_F(FabricScenarioTest, FailedPortAssignmentAnswers206AndKeepsTheRegion) {
   long code = 0;
   Call("PUT", "/cxlkv/v1/faults", {{"failAssignPorts", {"P2"}}}, &code);

@@ -49,10 +49,23 @@ class FabricClient : public Composer {
                  const std::string& memory_id, const std::string& host_id,
                  MemoryRegion* region) override;
 
-  // PATCH .../memory/{id}: assign (or unassign) one more port.
+  // PATCH .../memory/{id}: assign (or unassign) one more port. An assign
+  // gives the new mapping the region's next assignment epoch (an already
+  // assigned port is OK and keeps its epoch); an unassign from here names
+  // no epoch and is applied whatever the port's epoch (CFM semantics).
   Status Assign(const std::string& appliance_id, const std::string& blade_id,
                 const std::string& memory_id, const std::string& port, bool assign,
                 MemoryRegion* region);
+
+  // Extension: PATCH .../memory/{id} with `Operation: unassign` and
+  // `assignEpoch`: undoes the assignment of `port` made at `assign_epoch`
+  // (>= 1) and nothing newer. Busy (409): the port was assigned again since
+  // (a newer epoch; the manager keeps it and counts the refusal); NotFound:
+  // no such region, or the port is not assigned; InvalidArgument: an epoch
+  // the port never had.
+  Status Unassign(const std::string& appliance_id, const std::string& blade_id,
+                  const std::string& memory_id, const std::string& port, uint64_t assign_epoch,
+                  MemoryRegion* region);
 
   // Extension (cxlkv-fabricd only): every composed region mapped to a host.
   // NotFound: unknown host; Unsupported: the server lacks the extension.
@@ -60,10 +73,12 @@ class FabricClient : public Composer {
 
   // Extension: a host agent reports its materialization of a region
   // (kMaterialized with the device path, or kFailed with the error; any other
-  // state is InvalidArgument from the server).
+  // state is InvalidArgument from the server). assign_epoch: the assignment
+  // the report is about (0: none named, taken as the current one); Busy
+  // (409): the host's mapping has another epoch now (the report is stale).
   Status ReportMaterialization(const std::string& host_id, const std::string& memory_id,
                                Materialization state, const std::string& error,
-                               const std::string& device);
+                               const std::string& device, uint64_t assign_epoch = 0);
 
   // Extension: simulated power cycle of a blade ("" ids: every blade).
   Status PowerCycle(const std::string& appliance_id, const std::string& blade_id, int* forgotten);

@@ -50,6 +50,12 @@ struct Mapping {
   Materialization materialization = Materialization::kPending;
   std::string error;   // why materialization failed; "" otherwise
   std::string device;  // host-local device path the agent reported
+  // Extension: the assignment epoch of this mapping. Every assign of a port
+  // (compose or PATCH) takes the region's next epoch, so a port assigned,
+  // unassigned and assigned again has a larger epoch the second time; an
+  // unassign that names an older epoch is refused (docs/fabric.md, "Assignment
+  // epochs"). 0: not reported (a real cfm-service).
+  uint64_t assign_epoch = 0;
 };
 
 // A composed memory region (CFM `memoryRegion` plus the share extension).
@@ -66,6 +72,10 @@ struct MemoryRegion {
   std::vector<int> blocks;        // resource block indexes on the blade
   std::string backing_path;       // emulation: file holding the region's bytes
   std::vector<Mapping> mappings;  // assigned ports, in assignment order
+  // Extension: the last assignment epoch this region issued (its mappings'
+  // epochs are at most this; it never goes down, also when a port is
+  // unassigned). 0: not reported.
+  uint64_t assign_epoch = 0;
 };
 
 // A request to compose a region (CFM `composeMemoryRequest` + extension).

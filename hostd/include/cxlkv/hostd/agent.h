@@ -36,6 +36,9 @@ struct AgentOptions {
 struct ReleaseResult {
   bool unassigned = false;  // the fabric manager unassigned this host's port
   bool removed = false;     // the device and CDI spec were here and are gone
+  // The assignment epoch the unassign named (the caller's, else the one the
+  // manager listed for this host; 0 when nothing was mapped here).
+  uint64_t assign_epoch = 0;
 };
 
 struct ResyncResult {
@@ -53,7 +56,8 @@ class HostAgent {
                      std::unique_ptr<HostAgent>* out);
 
   // Materializes a region and writes its CDI spec. Idempotent: a region
-  // already materialized with the same size is returned as is.
+  // already materialized with the same size is returned as is (a larger
+  // req.assign_epoch is recorded: the manager assigned this host again).
   // Errors as Materializer::Materialize, or IOError writing spec/state.
   Status Materialize(const RegionRequest& req, Device* dev);
 
@@ -81,7 +85,15 @@ class HostAgent {
   // composer frees the materialization with the claim); IOError: the manager
   // failed or is unreachable (nothing removed here, so a resync cannot
   // disagree with the manager). Talks to the manager unlocked, like Resync().
-  Status Release(const std::string& allocation_id, ReleaseResult* result);
+  //
+  // assign_epoch names the assignment the caller means to undo (the epoch
+  // its prepare saw, Device::assign_epoch): the unassign carries it, and the
+  // manager refuses it when this host's port was assigned again since; then
+  // nothing is removed here and the answer is Busy ("superseded"). A device
+  // recorded with a newer epoch than the one undone is never removed. 0 (an
+  // older caller): the epoch the manager lists for this host now is named,
+  // which still fences an unassign that is delayed past a re-assign.
+  Status Release(const std::string& allocation_id, uint64_t assign_epoch, ReleaseResult* result);
 
   // Reconciles with the fabric manager (see class comment). IOError: the
   // manager is unreachable (nothing changes); Unsupported: no fabric URL.

@@ -31,6 +31,9 @@ struct RegionRequest {
   // memory (devdax: within the dax region). 0 when the region is its own.
   uint64_t offset_bytes = 0;
   std::string backing_path;  // emulation: the file holding the region's bytes
+  // The fabric manager's assignment epoch of this host's mapping (0: none
+  // named). Not used to materialize; HostAgent keeps it with the device.
+  uint64_t assign_epoch = 0;
 };
 
 // What was created; enough to remove it and to write the CDI spec.
@@ -42,6 +45,9 @@ struct Device {
   uint64_t offset_bytes = 0;             // CXL_DAX_OFFSET: where the region starts in `path`
   int major = -1, minor = -1;            // devdax character device numbers
   std::vector<std::string> pad_devices;  // devdax pad devices created for alignment
+  // The assignment epoch the device was materialized (or last confirmed)
+  // for: HostAgent sets it; a release naming an older epoch leaves the device.
+  uint64_t assign_epoch = 0;
 };
 
 class Materializer {
