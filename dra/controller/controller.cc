@@ -1177,9 +1177,18 @@ Status Controller::Rep::AddConsumerHosts(const json& claim, const RegionRef& ref
             "add host " + n + " to region " + ref.memory_id + ": " + s.ToString());
       return s.WithContext("add host " + n + " to region " + ref.memory_id);
     }
+    // The host's new assignment epoch: a release of its earlier assignment
+    // (the node's last consumer left) that lands after this is refused by
+    // the manager, so it cannot unmap the host under this consumer.
+    uint64_t epoch = 0;
+    for (const auto& m : region->mappings) {
+      if (m.host_id == n) epoch = m.assign_epoch;
+    }
     Event(claim, false, "HostAdded",
-          "region " + ref.memory_id + " added to host " + n + " for a later consumer");
-    spdlog::info("claim {}: added host {} to region {}", kube::ObjectKey(claim), n, ref.memory_id);
+          "region " + ref.memory_id + " added to host " + n + " for a later consumer" +
+              (epoch > 0 ? " (assignment epoch " + std::to_string(epoch) + ")" : ""));
+    spdlog::info("claim {}: added host {} to region {} (assignment epoch {})",
+                 kube::ObjectKey(claim), n, ref.memory_id, epoch);
   }
   return Status::OK();
 }
@@ -1647,6 +1656,9 @@ Status Controller::Rep::WriteStatus(const json& claim, const json& ours, const R
     hosts[m.host_id] = {{"state", state}, {"cdiDevice", "cxlkv.dev/region=" + region.id}};
     if (!m.error.empty()) hosts[m.host_id]["error"] = m.error;
     if (!m.device.empty()) hosts[m.host_id]["device"] = m.device;
+    // The fabric manager's assignment epoch of this host (docs/dra.md,
+    // "Release protocol"): larger after a release and an add-host.
+    if (m.assign_epoch > 0) hosts[m.host_id]["assignEpoch"] = m.assign_epoch;
     if (m.materialization != fabric::Materialization::kMaterialized) {
       *all = false;
       pending += (pending.empty() ? "" : ", ") + m.host_id + " " + state;

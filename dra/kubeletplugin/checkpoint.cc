@@ -30,13 +30,16 @@ json DeviceToJson(const PreparedDevice& d) {
 json ClaimToJson(const ClaimEntry& c) {
   json devs = json::array();
   for (const auto& d : c.devices) devs.push_back(DeviceToJson(d));
-  return {{"uid", c.uid},
-          {"namespace", c.ns},
-          {"name", c.name},
-          {"memoryId", c.memory_id},
-          {"state", PrepareStateName(c.state)},
-          {"devices", devs},
-          {"updatedUnix", c.updated_unix}};
+  json j = {{"uid", c.uid},
+            {"namespace", c.ns},
+            {"name", c.name},
+            {"memoryId", c.memory_id},
+            {"state", PrepareStateName(c.state)},
+            {"devices", devs},
+            {"updatedUnix", c.updated_unix}};
+  // Only when known: an entry without it reads the same to an older plugin.
+  if (c.assign_epoch > 0) j["assignEpoch"] = c.assign_epoch;
+  return j;
 }
 
 Status ClaimFromJson(const json& j, ClaimEntry* c) {
@@ -54,6 +57,7 @@ Status ClaimFromJson(const json& j, ClaimEntry* c) {
       return Status::Corruption("claim " + c->uid + ": unknown state \"" + st + "\"");
     }
     c->updated_unix = j.value("updatedUnix", int64_t{0});
+    c->assign_epoch = j.value("assignEpoch", uint64_t{0});
     c->devices.clear();
     for (const auto& dj : j.value("devices", json::array())) {
       PreparedDevice d;
@@ -90,6 +94,11 @@ std::string EncodeCheckpoint(const Checkpoint& cp) {
   // Written only when non-empty: a file without pending releases reads the
   // same to a plugin that predates the field.
   if (!cp.pending_releases.empty()) payload["pendingReleases"] = cp.pending_releases;
+  json epochs = json::object();
+  for (const auto& [id, e] : cp.release_epochs) {
+    if (cp.pending_releases.count(id) && e > 0) epochs[id] = e;
+  }
+  if (!epochs.empty()) payload["pendingReleaseEpochs"] = epochs;
   // The checksum covers the payload's canonical dump (object keys sorted), so
   // it can be recomputed from the parsed value whatever the file's spacing.
   json j = {{"version", cp.version}, {"checksum", Crc32(payload.dump())}, {"data", payload}};
@@ -136,6 +145,14 @@ Status DecodeCheckpoint(const std::string& text, Checkpoint* cp) {
         return Status::Corruption("pendingReleases: not a list of region ids");
       }
       out.pending_releases.insert(id.get<std::string>());
+    }
+    const json epochs = data.value("pendingReleaseEpochs", json::object());
+    if (!epochs.is_object()) return Status::Corruption("pendingReleaseEpochs: not an object");
+    for (const auto& [id, e] : epochs.items()) {
+      if (!e.is_number_unsigned()) {
+        return Status::Corruption("pendingReleaseEpochs: " + id + ": not an epoch");
+      }
+      if (out.pending_releases.count(id)) out.release_epochs[id] = e.get<uint64_t>();
     }
   } catch (const json::exception& e) {
     return Status::Corruption(std::string("checkpoint data: ") + e.what());

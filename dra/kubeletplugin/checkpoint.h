@@ -49,6 +49,11 @@ struct ClaimEntry {
   PrepareState state = PrepareState::kPrepareStarted;
   std::vector<PreparedDevice> devices;
   int64_t updated_unix = 0;  // seconds
+  // The fabric manager's assignment epoch of this node's mapping when the
+  // claim was prepared (hostd's device; 0: unknown, hostd or manager
+  // without epochs). The node's release names it, so a release that comes
+  // late cannot undo a newer assignment. Additive field "assignEpoch".
+  uint64_t assign_epoch = 0;
 };
 
 struct Checkpoint {
@@ -62,6 +67,10 @@ struct Checkpoint {
   // gone through yet; retried until it does or a claim prepares the region
   // here again. Additive field "pendingReleases" (absent = none).
   std::set<std::string> pending_releases;
+  // The assignment epoch each pending release undoes (ClaimEntry::
+  // assign_epoch of the claim unprepared); a region absent here names none.
+  // Additive field "pendingReleaseEpochs" (absent = none).
+  std::map<std::string, uint64_t> release_epochs;
 };
 
 // The JSON text, with a CRC32 over the canonical encoding of the payload.

@@ -47,6 +47,7 @@ void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
   EXPECT_EQ(x.boot_id, y.boot_id);
   EXPECT_EQ(x.node_name, y.node_name);
   EXPECT_EQ(x.pending_releases, y.pending_releases);
+  EXPECT_EQ(x.release_epochs, y.release_epochs);
   ASSERT_EQ(x.claims.size(), y.claims.size());
   for (const auto& [uid, a] : x.claims) {
     const ClaimEntry& b = y.claims.at(uid);
@@ -56,6 +57,7 @@ void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
     EXPECT_EQ(a.memory_id, b.memory_id);
     EXPECT_EQ(a.state, b.state);
     EXPECT_EQ(a.updated_unix, b.updated_unix);
+    EXPECT_EQ(a.assign_epoch, b.assign_epoch);
     ASSERT_EQ(a.devices.size(), b.devices.size());
     for (size_t i = 0; i < a.devices.size(); ++i) {
       EXPECT_EQ(a.devices[i].request_names, b.devices[i].request_names);
@@ -155,6 +157,41 @@ TEST_F(CheckpointTest, PendingReleasesRoundTripAndAreOmittedWhenEmpty) {
   s = LoadCheckpoint(path_, &back);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(s.message().find("pendingReleases"), std::string::npos) << s.message();
+}
+
+// Assignment epochs (additive fields, docs/dra.md "Release protocol"): a
+// claim's epoch and each pending release's round trip, are absent when
+// unknown (the file reads the same to an older plugin), an epoch of a region
+// with no pending release is not kept, and a bad epoch is refused.
+TEST_F(CheckpointTest, AssignEpochsRoundTripAndAreOmittedWhenUnknown) {
+  Checkpoint cp = Sample();
+  nlohmann::json plain = nlohmann::json::parse(EncodeCheckpoint(cp));
+  EXPECT_EQ(plain["data"].count("pendingReleaseEpochs"), 0u);
+  for (const auto& [uid, c] : plain["data"]["claims"].items()) {
+    EXPECT_EQ(c.count("assignEpoch"), 0u) << uid;
+  }
+  cp.claims.begin()->second.assign_epoch = 7;
+  cp.pending_releases = {"mem-1", "mem-2"};
+  cp.release_epochs = {{"mem-1", 3}};
+  ASSERT_TRUE(SaveCheckpoint(path_, cp).ok());
+  Checkpoint back;
+  Status s = LoadCheckpoint(path_, &back);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectEqual(cp, back);
+  nlohmann::json j = nlohmann::json::parse(Read());
+  EXPECT_EQ(j["data"]["pendingReleaseEpochs"], nlohmann::json({{"mem-1", 3}}));
+  // An epoch for a region that is not pending (a hand edit) is dropped.
+  j["data"]["pendingReleaseEpochs"]["mem-9"] = 5;
+  j["checksum"] = Crc32(j["data"].dump());
+  Write(j.dump());
+  ASSERT_TRUE(LoadCheckpoint(path_, &back).ok());
+  EXPECT_EQ(back.release_epochs.count("mem-9"), 0u);
+  j["data"]["pendingReleaseEpochs"]["mem-1"] = "3";
+  j["checksum"] = Crc32(j["data"].dump());
+  Write(j.dump());
+  s = LoadCheckpoint(path_, &back);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("pendingReleaseEpochs"), std::string::npos) << s.message();
 }
 
 TEST_F(CheckpointTest, BootIdIsTrimmed) {

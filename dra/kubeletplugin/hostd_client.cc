@@ -17,6 +17,7 @@ Status RegionFromJson(const json& j, HostRegion* r) {
     r->device = j.value("device", "");
     r->size_bytes = j.value("sizeBytes", uint64_t{0});
     r->cdi_device = j.at("cdiDevice").get<std::string>();
+    r->assign_epoch = j.value("assignEpoch", uint64_t{0});
   } catch (const json::exception& e) {
     return Status::IOError(std::string("unexpected region JSON: ") + e.what());
   }
@@ -55,14 +56,17 @@ Status HostdClient::RewriteSpec(const std::string& memory_id, HostRegion* region
   return RegionFromJson(body, region).WithContext("hostd " + base_url_);
 }
 
-Status HostdClient::Release(const std::string& memory_id) const {
+Status HostdClient::Release(const std::string& memory_id, uint64_t assign_epoch) const {
   httplib::Client c = MakeClient(base_url_, timeout_ms_);
-  auto res = c.Post("/cxlkv/v1/regions/" + memory_id + "/release", "", "application/json");
+  json req = json::object();
+  if (assign_epoch > 0) req["assignEpoch"] = assign_epoch;
+  auto res = c.Post("/cxlkv/v1/regions/" + memory_id + "/release", req.dump(), "application/json");
   if (!res) return Status::IOError("hostd " + base_url_ + ": " + httplib::to_string(res.error()));
   if (res->status == 200) return Status::OK();
   json body = json::parse(res->body, nullptr, false);
   std::string msg = body.is_object() ? body.value("error", res->body) : res->body;
   if (res->status == 501) return Status::Unsupported("hostd " + base_url_ + ": " + msg);
+  if (res->status == 409) return Status::Busy("hostd " + base_url_ + ": " + msg);
   return Status::IOError("hostd " + base_url_ + ": release region " + memory_id + ": HTTP " +
                          std::to_string(res->status) + ": " + msg);
 }

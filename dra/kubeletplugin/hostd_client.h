@@ -22,6 +22,9 @@ struct HostRegion {
   std::string device;         // host path processes map
   uint64_t size_bytes = 0;
   std::string cdi_device;  // fully qualified CDI device name
+  // The fabric manager's assignment epoch the device was materialized for
+  // (0: hostd predates epochs).
+  uint64_t assign_epoch = 0;
 };
 
 class HostdClient {
@@ -36,10 +39,14 @@ class HostdClient {
 
   // Releases this host's view of a region no claim here uses any more: hostd
   // has the fabric manager unassign this host's port and removes the device
-  // and CDI spec (HostAgent::Release). Idempotent. Unsupported: hostd has no
-  // fabric manager (a local composer's node; nothing to release through);
-  // IOError: hostd or the manager unreachable or failing.
-  Status Release(const std::string& memory_id) const;
+  // and CDI spec (HostAgent::Release). assign_epoch: the assignment undone
+  // (HostRegion::assign_epoch at prepare; 0: none known). Idempotent.
+  // Busy: superseded, the host was assigned the region again since (hostd
+  // kept it: nothing to release); Unsupported: hostd has no fabric manager
+  // (a local composer's node; nothing to release through); IOError: hostd
+  // or the manager unreachable or failing (the outcome is unknown: an
+  // unassign may still be on its way).
+  Status Release(const std::string& memory_id, uint64_t assign_epoch) const;
 
   // Every region materialized here. IOError as above.
   Status List(std::vector<HostRegion>* regions) const;

@@ -110,7 +110,8 @@ void DeclarePluginMetrics(Metrics* m) {
   m->Declare(kOps, Metrics::Kind::kCounter,
              "Claims the kubelet plugin handled, by operation (prepare, unprepare, cleanup, "
              "release: this node's view of a region no claim here uses) and result (success, "
-             "not_ready, error).");
+             "not_ready, error; release also superseded: the host was assigned the region again "
+             "since, so the manager refused the unassign).");
   m->Declare(kDuration, Metrics::Kind::kHistogram,
              "Seconds one claim's operation took, lock wait included.", Metrics::LatencyBuckets());
   m->Declare(kInFlight, Metrics::Kind::kGauge, "Claim operations running or waiting now.");
@@ -182,11 +183,13 @@ Status DeviceState::ReloadLocked() {
   if (s.IsNotFound()) {
     cp_.claims.clear();
     cp_.pending_releases.clear();
+    cp_.release_epochs.clear();
     return Status::OK();
   }
   CXLKV_RETURN_IF_ERROR(s);
   cp_.claims = std::move(cp.claims);
   cp_.pending_releases = std::move(cp.pending_releases);
+  cp_.release_epochs = std::move(cp.release_epochs);
   return Status::OK();
 }
 
@@ -197,9 +200,44 @@ bool DeviceState::InUseLocked(const std::string& memory_id) const {
   return false;
 }
 
+bool DeviceState::CompletedLocked(const std::string& memory_id) const {
+  for (const auto& [uid, e] : cp_.claims) {
+    if (e.memory_id == memory_id && e.state == PrepareState::kPrepareCompleted) return true;
+  }
+  return false;
+}
+
+void DeviceState::AddReleaseLocked(const std::string& memory_id, uint64_t assign_epoch) {
+  cp_.pending_releases.insert(memory_id);
+  if (assign_epoch > 0) {
+    cp_.release_epochs[memory_id] = assign_epoch;
+  } else {
+    cp_.release_epochs.erase(memory_id);
+  }
+}
+
+void DeviceState::DropReleaseLocked(const std::string& memory_id) {
+  cp_.pending_releases.erase(memory_id);
+  cp_.release_epochs.erase(memory_id);
+}
+
 bool DeviceState::ReleaseLocked(const std::string& memory_id) {
   auto start = std::chrono::steady_clock::now();
-  Status s = hostd_->Release(memory_id);
+  auto e = cp_.release_epochs.find(memory_id);
+  const uint64_t epoch = e == cp_.release_epochs.end() ? 0 : e->second;
+  Status s = hostd_->Release(memory_id, epoch);
+  if (s.IsBusy()) {
+    // The manager assigned this host the region again after the assignment
+    // this release undoes (and refused the unassign): the newer assignment
+    // is a later consumer's, and its own last unprepare releases it.
+    spdlog::info("release region={} node={} epoch={} result=superseded: {}", memory_id,
+                 opt_.node_name, epoch, s.message());
+    Record("release", "superseded", start);
+    DropReleaseLocked(memory_id);
+    Status ss = SaveLocked();
+    if (!ss.ok()) spdlog::warn("release region={}: {}", memory_id, ss.ToString());
+    return true;
+  }
   if (s.IsUnsupported()) {
     // A local composer's node: the controller frees the region with the claim.
     spdlog::info("release region={} node={}: not through hostd ({})", memory_id, opt_.node_name,
@@ -210,11 +248,12 @@ bool DeviceState::ReleaseLocked(const std::string& memory_id) {
     Record("release", "error", start);
     return false;
   } else {
-    spdlog::info("release region={} node={} result=success: port unassigned, device removed",
-                 memory_id, opt_.node_name);
+    spdlog::info(
+        "release region={} node={} epoch={} result=success: port unassigned, device removed",
+        memory_id, opt_.node_name, epoch);
   }
   Record("release", "success", start);
-  cp_.pending_releases.erase(memory_id);
+  DropReleaseLocked(memory_id);
   Status ss = SaveLocked();
   if (!ss.ok()) spdlog::warn("release region={}: {}", memory_id, ss.ToString());
   return true;
@@ -334,11 +373,21 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
              " for claim " + e.ns + "/" + e.name + " (" + other_uid + ")";
     }
   }
-  // A consumer is back before the last one's release went through: keep it.
-  const bool cancelled_release = cp_.pending_releases.erase(memory_id) > 0;
-  if (cancelled_release) {
-    spdlog::info("prepare {}: region {} is wanted here again; its pending release is dropped",
-                 LogClaim(ref), memory_id);
+  // A consumer is back before the last one's release went through. The
+  // release is finished first, never dropped: an earlier attempt may have
+  // timed out with its unassign still on its way to the fabric manager,
+  // which would unmap this host under the new consumer had it prepared on
+  // the device still here. Once it is through, the host is unmapped and
+  // the consumer waits ("not ready yet" below) until the controller adds
+  // the host back at a newer assignment epoch, which no release of the old
+  // one can undo. Superseded (already assigned again) is through as well.
+  if (cp_.pending_releases.count(memory_id)) {
+    if (!ReleaseLocked(memory_id)) {
+      return "not ready yet: region " + memory_id + " is still being released on node " +
+             opt_.node_name + " (the last consumer here left; retried)";
+    }
+    spdlog::info("prepare {}: region {} was being released here; released first", LogClaim(ref),
+                 memory_id);
   }
   ClaimEntry& entry = cp_.claims[ref.uid];
   bool was_completed =
@@ -375,14 +424,18 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
   }
   for (auto& d : devices) d.cdi_device_ids = {region.cdi_device};
   if (!was_completed || entry.devices.size() != devices.size() || entry.devices.empty() ||
-      entry.devices[0].cdi_device_ids != devices[0].cdi_device_ids) {
+      entry.devices[0].cdi_device_ids != devices[0].cdi_device_ids ||
+      entry.assign_epoch != region.assign_epoch) {
     entry.state = PrepareState::kPrepareCompleted;
     entry.devices = devices;
+    // The assignment this node's view is now: what the last unprepare here
+    // releases, and nothing newer.
+    entry.assign_epoch = region.assign_epoch;
     entry.updated_unix = NowUnix();
     s = SaveLocked();
     if (!s.ok()) return s.message();
-    spdlog::info("prepare {} result=success region={} cdi={}", LogClaim(ref), memory_id,
-                 region.cdi_device);
+    spdlog::info("prepare {} result=success region={} cdi={} epoch={}", LogClaim(ref), memory_id,
+                 region.cdi_device, region.assign_epoch);
   }
   *out = std::move(devices);
   return "";
@@ -411,11 +464,11 @@ std::string DeviceState::Unprepare(const ClaimRef& claim) {
   // The node's last claim on this region: release the materialization here
   // (recorded first, so a crash or a failed release is retried).
   const bool release = !gone.memory_id.empty() && !InUseLocked(gone.memory_id);
-  if (release) cp_.pending_releases.insert(gone.memory_id);
+  if (release) AddReleaseLocked(gone.memory_id, gone.assign_epoch);
   Status s = SaveLocked();
   if (!s.ok()) {
     cp_.claims[claim.uid] = gone;
-    if (release) cp_.pending_releases.erase(gone.memory_id);
+    if (release) DropReleaseLocked(gone.memory_id);
     std::string err = "unprepare claim " + Key(claim) + ": " + s.message();
     spdlog::warn("unprepare {} result=error: {}", LogClaim(claim), err);
     Record("unprepare", "error", start);
@@ -439,10 +492,19 @@ int DeviceState::RetryReleases() {
     spdlog::warn("retry releases: {}", s.ToString());
     return static_cast<int>(cp_.pending_releases.size());
   }
+  // Each retry's in-use check and its hostd call run under the checkpoint
+  // lock (mu_ and the flock, held for the whole loop): no prepare of this
+  // or another plugin instance can slip between them. A claim that
+  // prepared the region since the release was recorded does not cancel it
+  // (Prepare finishes a pending release before it records its entry, so an
+  // entry beside a pending release is one that has not completed: its
+  // consumer waits for the host to be added back). Only a completed
+  // preparation, which a checkpoint written before releases were finished
+  // first may hold, keeps the node's view as it is.
   std::vector<std::string> ids(cp_.pending_releases.begin(), cp_.pending_releases.end());
   for (const auto& id : ids) {
-    if (InUseLocked(id)) {
-      cp_.pending_releases.erase(id);  // prepared here again meanwhile
+    if (CompletedLocked(id)) {
+      DropReleaseLocked(id);
       continue;
     }
     (void)ReleaseLocked(id);
@@ -483,11 +545,11 @@ Status DeviceState::Cleanup(int* dropped) {
     ClaimEntry e = it->second;
     cp_.claims.erase(it);
     const bool release = !e.memory_id.empty() && !InUseLocked(e.memory_id);
-    if (release) cp_.pending_releases.insert(e.memory_id);
+    if (release) AddReleaseLocked(e.memory_id, e.assign_epoch);
     Status s = SaveLocked();
     if (!s.ok()) {
       cp_.claims[ref.uid] = e;
-      if (release) cp_.pending_releases.erase(e.memory_id);
+      if (release) DropReleaseLocked(e.memory_id);
       return s;
     }
     if (release) (void)ReleaseLocked(e.memory_id);

@@ -21,11 +21,16 @@
 // claim here uses the claim's region, the node's materialization is released
 // (HostdClient::Release: the fabric manager unassigns this host's port, hostd
 // removes the device and CDI spec; the other hosts keep the region and its
-// bytes). The release is recorded in the checkpoint first and does not fail
-// the unprepare: one that does not go through (hostd or the manager down) is
-// retried by RetryReleases, and dropped when a claim prepares the region here
-// again. A later consumer here then waits ("not ready yet") until the
-// controller has added this host back (add-host) and hostd materialized it.
+// bytes). The release is recorded in the checkpoint first, with the
+// assignment epoch the claim prepared on (hostd's device), and does not fail
+// the unprepare: one that does not go through (hostd or the manager down, or
+// a call that timed out) is retried by RetryReleases. A claim that prepares
+// the region here while its release is pending finishes the release first
+// (a timed-out attempt may still be on its way), never drops it. A later
+// consumer here then waits ("not ready yet") until the controller has added
+// this host back (add-host, a newer epoch) and hostd materialized it; a
+// release that arrives after that names the older epoch and the fabric
+// manager refuses it (superseded: dropped here).
 // Log lines name the claim as `claim=<name> namespace=<ns> uid=<uid>`.
 //
 // Failpoint (tests only): CXLKV_FAILPOINT=dra.prepare.after_started makes the
@@ -76,7 +81,8 @@ struct StateOptions {
 //   cxlkv_dra_plugin_operations_in_flight{operation}  gauge
 //   cxlkv_dra_plugin_prepared_claims  gauge (checkpoint entries)
 // operation: prepare | unprepare | cleanup | release; result: success | not_ready
-// (a "not ready yet" answer the kubelet retries) | error.
+// (a "not ready yet" answer the kubelet retries) | error | superseded (release
+// only: the host was assigned the region again since; nothing released).
 void DeclarePluginMetrics(Metrics* m);
 
 // What the kubelet sends for one claim.
@@ -135,8 +141,15 @@ class DeviceState {
   Status ReloadLocked();
   // True when a checkpoint entry uses the region.
   bool InUseLocked(const std::string& memory_id) const;
-  // Asks hostd to release the region here; on success (or when hostd has
-  // nothing to release through) drops it from pending_releases and saves.
+  // True when a PrepareCompleted entry uses the region.
+  bool CompletedLocked(const std::string& memory_id) const;
+  // Records a pending release of the region undoing assign_epoch (0: none
+  // known), or forgets one.
+  void AddReleaseLocked(const std::string& memory_id, uint64_t assign_epoch);
+  void DropReleaseLocked(const std::string& memory_id);
+  // Asks hostd to release the region here, naming the pending release's
+  // epoch; on success, superseded, or when hostd has nothing to release
+  // through, drops it from pending_releases and saves. False: not through.
   bool ReleaseLocked(const std::string& memory_id);
   void Record(const char* op, const char* result, std::chrono::steady_clock::time_point start);
 

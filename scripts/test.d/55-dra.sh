@@ -29,7 +29,8 @@
 # takeover and the heartbeat-Lease garbage collection
 # (test/e2e/dra-takeover-cases.sh, about 40 s), a release racing a new
 # consumer and a claim every host has released
-# (test/e2e/dra-release-cases.sh, about 45 s), and
+# (test/e2e/dra-release-cases.sh, about 45 s), a node's release held past
+# a new consumer's add-host (test/e2e/dra-release-epoch-cases.sh, about 20 s), and
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. In the background meanwhile (started before the main control
 # plane, one after the other, output shown and counted at the end): on a
@@ -525,6 +526,7 @@ section "test/e2e/dra-controller-cases.sh"; source "$ROOT/test/e2e/dra-controlle
 section "test/e2e/dra-quota-cases.sh"; source "$ROOT/test/e2e/dra-quota-cases.sh"
 section "test/e2e/dra-takeover-cases.sh"; source "$ROOT/test/e2e/dra-takeover-cases.sh"
 section "test/e2e/dra-release-cases.sh"; source "$ROOT/test/e2e/dra-release-cases.sh"
+section "test/e2e/dra-release-epoch-cases.sh"; source "$ROOT/test/e2e/dra-release-epoch-cases.sh"
 section "test/e2e/dra-local-cases.sh"; source "$ROOT/test/e2e/dra-local-cases.sh"
 
 # The standalone scripts ran in the background meanwhile (BG_*, above);
