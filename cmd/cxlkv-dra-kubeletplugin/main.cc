@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   std::string state_dir = "/var/lib/cxlkv-dra", hostd_url = "http://127.0.0.1:8091";
   std::string kubeconfig, log_level = "info", http_listen = "0.0.0.0:9095";
   int hostd_timeout_ms = 3000, health_interval_ms = 5000, cleanup_interval_s = 600;
+  int release_retry_ms = 5000;
   app.add_option("--driver-name", dopt.driver_name, "DRA driver name")
       ->envname("CXLKV_DRA_DRIVER_NAME");
   app.add_option("--node-name", sopt.node_name, "this node's name")
@@ -47,6 +48,11 @@ int main(int argc, char** argv) {
   app.add_option("--hostd-url", hostd_url, "the local cxlkv-hostd")->envname("CXLKV_HOSTD_URL");
   app.add_option("--hostd-timeout-ms", hostd_timeout_ms, "bound on each hostd call")
       ->envname("CXLKV_HOSTD_TIMEOUT_MS");
+  app.add_option("--release-retry-ms", release_retry_ms,
+                 "period of retrying releases that did not go through (a prepare of the "
+                 "region on this node finishes its pending release at once, whatever this is)")
+      ->check(CLI::Range(100, 3600000))
+      ->envname("CXLKV_DRA_RELEASE_RETRY_MS");
   app.add_option("--cdi-dir", sopt.cdi_dir, "where hostd writes CDI specs (checked on prepare)")
       ->envname("CXLKV_CDI_DIR");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: in-cluster)")
@@ -145,7 +151,7 @@ int main(int argc, char** argv) {
     // manager down): a few seconds apart, so a node gives back its view soon.
     if (std::chrono::steady_clock::now() >= next_release) {
       (void)state->RetryReleases();
-      next_release = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      next_release = std::chrono::steady_clock::now() + std::chrono::milliseconds(release_retry_ms);
     }
     if (cleanup_interval_s > 0 && std::chrono::steady_clock::now() >= next_cleanup) {
       s = state->Cleanup(&dropped);
