@@ -30,7 +30,7 @@
 # (test/e2e/dra-takeover-cases.sh, about 40 s), a release racing a new
 # consumer and a claim every host has released
 # (test/e2e/dra-release-cases.sh, about 45 s), a node's release held past
-# a new consumer's add-host (test/e2e/dra-release-epoch-cases.sh, about 20 s), and
+# a new consumer's add-host (test/e2e/dra-release-epoch-cases.sh, about 25 s), and
 # scenario 1 with the local composer (test/e2e/dra-local-cases.sh), about
 # 100 s. In the background meanwhile (started before the main control
 # plane, one after the other, output shown and counted at the end): on a

@@ -22,7 +22,7 @@
 # the controller re-added the host, and the held unassign unmapped
 # fake-node-1 1.4 s later under the running pod (its prepare would instead
 # have dropped the pending release and run on the device still there).
-# Warm: about 20 s (19 s measured at a load average of about 9).
+# Warm: about 25 s (measured 19 s at a load average of 9, 26 s at 20).
 
 echo "== dra: a node's release held past a new consumer (assignment epochs)"
 kill "$PID_plugin_fake_node_1_rel"; wait "$PID_plugin_fake_node_1_rel" 2>/dev/null
