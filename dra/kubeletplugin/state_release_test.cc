@@ -31,13 +31,13 @@ class StateReleaseTest : public ::testing::Test {
     char tmpl[] = "/tmp/cxlkv-dra-release-test.XXXXXX";
     root_ = mkdtemp(tmpl);
     std::ofstream(root_ + "/boot_id") << "boot-1\n";
-    hostd_http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)",
-                     [this](const httplib::Request& req, httplib::Response& res) {
-                       std::lock_guard<std::mutex> l(mu_);
-                       calls_.push_back({req.matches[1], nlohmann::json::parse(req.body)});
-                       res.status = answer_;
-                       res.set_content(R"({"error": "stand-in answer"})", "application/json");
-                     });
+    hostd_http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)", [this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+      std::lock_guard<std::mutex> l(mu_);
+      calls_.push_back({req.matches[1], nlohmann::json::parse(req.body, nullptr, false)});
+      res.status = answer_;
+      res.set_content(R"({"error": "stand-in answer"})", "application/json");
+    });
     port_ = hostd_http_.bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     server_ = std::thread([this] { hostd_http_.listen_after_bind(); });
