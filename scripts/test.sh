@@ -121,12 +121,17 @@ lane=()
 for stage in "${stages[@]}"; do in_lane "$stage" && lane+=("$stage"); done
 LANE_DIR=$(mktemp -d); LANE_PID=""
 start_lane() {  # the lane's stages, one after another, each into $LANE_DIR/<name>.*
+  # Each stage in a session (so a process group) of its own, stopped as a
+  # whole: a background job of a shell without job control ignores SIGINT,
+  # and so does every command it runs, so a TERM to the stage's shell alone
+  # ran its EXIT trap but left the command it was waiting on (an e2e script,
+  # kubectl, a client of the control plane going down) running to its end.
   (
     child=""
-    trap '[ -n "$child" ] && kill "$child" 2>/dev/null; wait; exit 143' TERM INT
+    trap '[ -n "$child" ] && { kill -TERM -- "-$child" || kill "$child"; } 2>/dev/null; wait; exit 143' TERM INT
     for st in "${lane[@]}"; do
       n=$(stage_name "$st"); t0=$SECONDS
-      bash "$st" >"$LANE_DIR/$n.out" 2>&1 </dev/null &
+      setsid bash "$st" >"$LANE_DIR/$n.out" 2>&1 </dev/null &
       child=$!; wait "$child"; echo $? >"$LANE_DIR/$n.rc"; child=""
       echo $((SECONDS - t0)) >"$LANE_DIR/$n.secs"
     done

@@ -7,7 +7,11 @@
 #    mapping.h or geometry.h; the rest of the tree reaches the engine through
 #    include/cxlkv/ and src/region/region_internal.h. The check is first run
 #    on a planted violation, so a check that matches nothing fails too.
-# Warm: about 2 s.
+#  - scripts/test.sh's background lane (test/scripts/lane-check.sh, stand-in
+#    stages): a failing lane stage turns the run red and is named; SIGINT
+#    leaves none of a lane stage's commands running.
+# Warm: about 7 s (the lane check about 5 s of it, mostly waits; 20 s measured
+# at a load average of 12, 2026-12-02).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -76,6 +80,13 @@ else
   echo "tree: engine-private headers included outside src/region/ and fuzz/ (use"
   echo "      include/cxlkv/ or src/region/region_internal.h):"
   echo "$violations"
+  failed=$((failed + 1))
+fi
+
+if lane=$(test/scripts/lane-check.sh 2>&1); then
+  passed=$((passed + 1))
+else
+  echo "$lane"
   failed=$((failed + 1))
 fi
 [ "$failed" -eq 0 ]
