@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -109,10 +110,21 @@ TEST_F(AgentTest, NonCoherentHostsSpecsCarryTheModeAndTheHostsPartition) {
   std::ifstream f(root_ + "/cdi/r1.json");
   nlohmann::json spec = nlohmann::json::parse(f);
   std::vector<std::string> env = spec["devices"][0]["containerEdits"]["env"];
-  EXPECT_EQ(env,
-            (std::vector<std::string>{"CXL_DAX_DEVICE=/dev/cxlkv/r1", "CXL_DAX_SIZE=4194304",
-                                      "CXL_DAX_OFFSET=0", "CXL_COHERENCE=software",
-                                      "CXL_SOFTWARE_PARTITIONS=3", "CXL_SOFTWARE_PARTITION=1"}));
+  EXPECT_EQ(env, (std::vector<std::string>{"CXL_DAX_DEVICE=/dev/cxlkv/r1", "CXL_DAX_SIZE=4194304",
+                                           "CXL_DAX_OFFSET=0", "CXL_COHERENCE=software",
+                                           "CXL_SOFTWARE_PARTITIONS=3", "CXL_SOFTWARE_PARTITION=1",
+                                           "CXL_PARTITION_LOCK=/dev/cxlkv/r1.lock"}));
+  // The node's partition lock: created beside the spec, bind-mounted at the
+  // path the environment names, removed with the spec.
+  const std::string lock = root_ + "/cdi/r1.lock";
+  EXPECT_TRUE(std::filesystem::exists(lock));
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"].back(),
+            (nlohmann::json{{"hostPath", lock},
+                            {"containerPath", "/dev/cxlkv/r1.lock"},
+                            {"options", {"bind", "rw"}}}));
+  ASSERT_TRUE(a->Remove("r1").ok());
+  EXPECT_FALSE(std::filesystem::exists(lock));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/cdi/r1.json"));
 }
 
 TEST_F(AgentTest, BadCoherenceSettingsAreRefusedAtStart) {

@@ -228,56 +228,88 @@ TEST(CliCoherenceTest, ReplayWorkersHoldTheirHostsPartitionFromTheEnvironment) {
   ASSERT_EQ(std::system(("rm -rf " + dir + " " + region).c_str()), 0);
 }
 
-// Two workers given one partition (two pods of a non-coherent claim on one
-// node get one CDI spec, so one CXL_SOFTWARE_PARTITION: docs/dra.md): the
-// later attach takes the partition over, as the lease's next holder would,
-// and the earlier worker's next store is fenced. It stops with an error
-// that says so instead of failing every store quietly; no worker serves a
-// wrong byte.
-TEST(CliCoherenceTest, TwoReplayWorkersGivenOnePartitionFailClearly) {
-  const std::string region = Region("onepart");
-  const std::string dir = region + ".d";
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  const std::string worker =
-      "CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 CXL_SOFTWARE_PARTITION=0 " +
-      clitest::Bin() + " replay --region " + region + " --region-size 64MiB --trace " +
-      clitest::Trace() +
-      " --kv-bytes-per-token 2 --limit 600 --quiet --json --replica-count 2 --control " + dir +
-      "/ctl --replica-index ";
-  auto run = [&](const std::string& i) {
-    return worker + i + " >" + dir + "/" + i + ".out 2>" + dir + "/" + i + ".err; echo $? >" + dir +
-           "/" + i + ".rc";
-  };
-  auto slurp = [&](const std::string& name) {
+// Two replay workers given one partition, as two pods of a non-coherent
+// claim on one node are (one CDI spec: docs/dra.md): worker 0 starts alone
+// (it formats, stores its first requests and waits for worker 1's, the
+// trace's shared prefixes); once it is attached, worker 1 starts with the
+// same environment plus `env`. The files <dir>/<i>.out, .err, .rc hold
+// what each printed and its exit status.
+struct TwoWorkers {
+  std::string region, dir;
+  explicit TwoWorkers(const std::string& tag) : region(Region(tag)), dir(region + ".d") {}
+  ~TwoWorkers() { (void)std::system(("rm -rf " + dir + " " + region).c_str()); }
+  std::string Slurp(const std::string& name) const {
     std::ifstream in(dir + "/" + name);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
-  // Worker 0 first, alone: it formats, stores its first requests and waits
-  // for worker 1's (the trace's shared prefixes).
-  ASSERT_EQ(std::system(("(" + run("0") + ") &").c_str()), 0);
-  bool attached = false;
-  for (int i = 0; i < 400 && !attached; ++i) {
-    Result r = Cxlkv("inspect --region " + region + " --json");
-    if (r.rc == 0) {
-      json j = json::parse(r.out, nullptr, false);
-      attached = j.is_object() && j["participants"].is_array() && !j["participants"].empty();
-    }
-    if (!attached) ::usleep(50'000);
   }
-  ASSERT_TRUE(attached) << "worker 0 never attached: " << slurp("0.err");
-  ASSERT_EQ(std::system(run("1").c_str()), 0);
-  for (int i = 0; i < 600 && slurp("0.rc").empty(); ++i) ::usleep(50'000);
-  EXPECT_NE(slurp("0.rc"), "0\n") << "worker 0 went on after its partition was taken";
-  EXPECT_NE(slurp("0.err").find("was given to a newer process"), std::string::npos)
-      << slurp("0.err");
-  EXPECT_NE(slurp("0.err").find("two writers given one write partition"), std::string::npos);
-  for (const char* out : {"0.out", "1.out"}) {
-    json j = json::parse(slurp(out), nullptr, false);
-    if (j.is_object()) {
-      EXPECT_EQ(j["wrong_data"], 0) << out;
+  void Run(const std::string& env) {
+    ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+    const std::string worker = env +
+                               " CXL_COHERENCE=software CXL_SOFTWARE_PARTITIONS=2 "
+                               "CXL_SOFTWARE_PARTITION=0 " +
+                               clitest::Bin() + " replay --region " + region +
+                               " --region-size 64MiB --trace " + clitest::Trace() +
+                               " --kv-bytes-per-token 2 --limit 600 --quiet --json "
+                               "--replica-count 2 --control " +
+                               dir + "/ctl --replica-index ";
+    auto run = [&](const std::string& i) {
+      return worker + i + " >" + dir + "/" + i + ".out 2>" + dir + "/" + i + ".err; echo $? >" +
+             dir + "/" + i + ".rc";
+    };
+    ASSERT_EQ(std::system(("(" + run("0") + ") &").c_str()), 0);
+    bool attached = false;
+    for (int i = 0; i < 400 && !attached; ++i) {
+      Result r = Cxlkv("inspect --region " + region + " --json");
+      if (r.rc == 0) {
+        json j = json::parse(r.out, nullptr, false);
+        attached = j.is_object() && j["participants"].is_array() && !j["participants"].empty();
+      }
+      if (!attached) ::usleep(50'000);
+    }
+    ASSERT_TRUE(attached) << "worker 0 never attached: " << Slurp("0.err");
+    ASSERT_EQ(std::system(run("1").c_str()), 0);
+    for (int i = 0; i < 600 && Slurp("0.rc").empty(); ++i) ::usleep(50'000);
+    for (const char* out : {"0.out", "1.out"}) {
+      json j = json::parse(Slurp(out), nullptr, false);
+      if (j.is_object()) {
+        EXPECT_EQ(j["wrong_data"], 0) << out;
+      }
     }
   }
-  ASSERT_EQ(std::system(("rm -rf " + dir + " " + region).c_str()), 0);
+};
+
+// Without a partition lock (outside a pod): the later attach takes the
+// partition over, as the lease's next holder would, and the earlier
+// worker's next store is fenced. It stops with an error that says so
+// instead of failing every store quietly; no worker serves a wrong byte.
+TEST(CliCoherenceTest, TwoReplayWorkersGivenOnePartitionFailClearly) {
+  TwoWorkers w("onepart");
+  ASSERT_NO_FATAL_FAILURE(w.Run(""));
+  EXPECT_NE(w.Slurp("0.rc"), "0\n") << "worker 0 went on after its partition was taken";
+  EXPECT_NE(w.Slurp("0.err").find("was given to a newer process"), std::string::npos)
+      << w.Slurp("0.err");
+  EXPECT_NE(w.Slurp("0.err").find("two writers given one write partition"), std::string::npos);
+}
+
+// With the node's partition lock (CXL_PARTITION_LOCK, which hostd's CDI
+// spec gives every pod of the claim on the node): the second worker is
+// refused before it attaches, naming the lock, and the first is never
+// fenced (it stops only because its replica set cannot finish).
+TEST(CliCoherenceTest, APartitionLockRefusesTheSecondWriterOnANode) {
+  TwoWorkers w("onelock");
+  const std::string lock = w.region + ".lock";
+  ASSERT_EQ(std::system(("touch " + lock).c_str()), 0);
+  ASSERT_NO_FATAL_FAILURE(w.Run("CXL_PARTITION_LOCK=" + lock));
+  EXPECT_EQ(w.Slurp("1.rc"), "1\n");
+  EXPECT_NE(w.Slurp("1.err").find("another process on this node already writes as its write "
+                                  "partition (" +
+                                  lock + " is locked)"),
+            std::string::npos)
+      << w.Slurp("1.err");
+  EXPECT_EQ(w.Slurp("0.err").find("was given to a newer process"), std::string::npos)
+      << "worker 0 was fenced: " << w.Slurp("0.err");
+  EXPECT_NE(w.Slurp("0.err").find("another replica failed"), std::string::npos) << w.Slurp("0.err");
+  ::unlink(lock.c_str());
 }
 
 }  // namespace

@@ -205,7 +205,12 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
   const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
   WorkerResult& res = ctl->results[index];
   std::unique_ptr<Region> r;
-  Status s = OpenReplicaRegion(f, block_bytes, index, count, true, &r);
+  // A worker on its host's partition (a pod of a non-coherent claim) holds
+  // the node's partition lock first: a second one on the node is refused
+  // here instead of fencing the first.
+  Status s =
+      f.region.coherence == "software" && EnvPartitionGiven(f) ? HoldPartitionLock() : Status::OK();
+  if (s.ok()) s = OpenReplicaRegion(f, block_bytes, index, count, true, &r);
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv replay: replica %u: %s\n", index, s.ToString().c_str());
     ctl->aborted = 1;

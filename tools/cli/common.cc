@@ -1,8 +1,14 @@
 // Copyright cxlkv authors.
 #include "common.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cxlkv/base/cxl_dax_env.h"
@@ -176,7 +182,33 @@ Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
         "partition this host holds (--partition N or $CXL_SOFTWARE_PARTITION; "
         "docs/coherence.md)");
   }
+  if (o.config.coherence == CoherenceMode::kSoftware) CXLKV_RETURN_IF_ERROR(HoldPartitionLock());
   return Region::Open(f.region, o, out);
+}
+
+Status HoldPartitionLock() {
+  static int held = -1;  // open until exit: the lock lives as long as the process
+  const char* path = std::getenv(base::kCxlPartitionLockEnv);
+  if (path == nullptr || *path == 0 || held >= 0) return Status::OK();
+  const int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::IOError(std::string("partition lock ") + path + " ($" +
+                           base::kCxlPartitionLockEnv + "): " + std::strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK) {
+      return Status::Busy(
+          std::string("another process on this node already writes as its write partition (") +
+          path +
+          " is locked): two pods of one non-coherent claim on one node share one partition, "
+          "and only one of them may write (docs/dra.md, \"Non-coherent regions\")");
+    }
+    return Status::IOError(std::string("flock ") + path + ": " + std::strerror(e));
+  }
+  held = fd;
+  return Status::OK();
 }
 
 int Fail(const std::string& cmd, const Status& s) {

@@ -89,6 +89,17 @@ Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out);
 Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
                        std::unique_ptr<Region>* out);
 
+// coherence=software in a pod of a non-coherent claim: takes flock(LOCK_EX |
+// LOCK_NB) on $CXL_PARTITION_LOCK (the node's lock file of this region,
+// which hostd's CDI spec bind-mounts into every container that gets it:
+// base/include/cxlkv/base/cxl_dax_env.h) and holds it until the process
+// exits, so that a second writer of this host's partition on the node is
+// refused before it attaches (an attach would take the partition over and
+// fence the first: docs/coherence.md). OK without the variable, or when
+// this process holds it already; kBusy naming the file when another
+// process holds it; kIOError if it cannot be opened. Not thread-safe.
+Status HoldPartitionLock();
+
 // Prints `s` to stderr as "cxlkv <cmd>: <message>" and returns kExitFailed.
 int Fail(const std::string& cmd, const Status& s);
 

@@ -19,6 +19,13 @@
 //   CXL_SOFTWARE_PARTITION   the partition this host holds, decimal
 //                            0..partitions-1 (the region's hosts in the
 //                            order the fabric manager assigned them)
+//   CXL_PARTITION_LOCK       a file, the same one (bind-mounted) in every
+//                            container of this node that got the region:
+//                            whoever writes as this host's partition holds
+//                            flock(LOCK_EX) on it first, so a second writer
+//                            on the node is refused instead of taking the
+//                            partition over (kubelet prepares a claim once
+//                            per node: its pods share one spec)
 #ifndef CXLKV_BASE_CXL_DAX_ENV_H_
 #define CXLKV_BASE_CXL_DAX_ENV_H_
 
@@ -30,6 +37,7 @@ inline constexpr char kCxlDaxOffsetEnv[] = "CXL_DAX_OFFSET";
 inline constexpr char kCxlCoherenceEnv[] = "CXL_COHERENCE";
 inline constexpr char kCxlSoftwarePartitionsEnv[] = "CXL_SOFTWARE_PARTITIONS";
 inline constexpr char kCxlSoftwarePartitionEnv[] = "CXL_SOFTWARE_PARTITION";
+inline constexpr char kCxlPartitionLockEnv[] = "CXL_PARTITION_LOCK";
 
 }  // namespace cxlkv::base
 

@@ -51,13 +51,20 @@ struct CdiOptions {
 // listed twice, or `host_id` not among them; hosts given in hardware mode.
 Status ResolveCoherence(const std::string& host_id, CdiOptions* opt);
 
+// coherence=software: the host path of the region's partition lock,
+// <cdi_dir>/<allocation_id>.lock (an empty file WriteCdiSpec creates and
+// RemoveCdiSpec removes; the spec bind-mounts it and names it in
+// CXL_PARTITION_LOCK, base/include/cxlkv/base/cxl_dax_env.h).
+std::string PartitionLockPath(const std::string& allocation_id, const CdiOptions& opt);
+
 // The spec as JSON text.
 std::string CdiSpecJson(const Device& dev, const CdiOptions& opt);
 
-// Writes the spec atomically; *path gets its file name. IOError on failure.
+// Writes the spec atomically (coherence=software: after creating the
+// partition lock file); *path gets its file name. IOError on failure.
 Status WriteCdiSpec(const Device& dev, const CdiOptions& opt, std::string* path);
 
-// Removes the spec of `allocation_id`; absent is OK.
+// Removes the spec of `allocation_id` and its partition lock; absent is OK.
 Status RemoveCdiSpec(const std::string& allocation_id, const CdiOptions& opt);
 
 // "cxlkv.dev/region=<allocationId>": the fully-qualified CDI device name.
