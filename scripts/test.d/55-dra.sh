@@ -43,8 +43,9 @@
 # mode with our binding conditions (test/e2e/dra-gates-off.sh, about 105 s);
 # then a non-coherent blade on a fourth (test/e2e/dra-noncoherent.sh: hostd
 # --coherence software, replay pods on two nodes each on its own write
-# partition from the CDI env, a hardware-coherence claim left unallocated;
-# 7 checks, about 40 s: measured 36 s alone at load average about 9).
+# partition from the CDI env, a second writer on one node refused by the
+# node's partition lock, a hardware-coherence claim left unallocated;
+# 8 checks, about 45 s: measured 61 s alone at load average 15-18).
 # The log ends with the seconds of every case ("dra: seconds per case").
 # Default vs --full (CXLKV_FULL=1): --full adds gates-off's last-capacity
 # race (the default keeps the start probe, annotation mode's fixed devices,

@@ -18,16 +18,23 @@
 #     coherence=software, each as its node's write partition (replica 0 runs
 #     on fake-node-1, so the partition is the host's, not the replica's):
 #     cross-replica hits, zero wrong bytes, zero errors;
+#   - two writers on one node: a replay worker holding fake-node-0's
+#     partition of a second claim, and another pod on that node as a second
+#     writer, which the node's partition lock (CXL_PARTITION_LOCK, a file
+#     hostd's CDI spec bind-mounts into both) refuses before it attaches,
+#     with a message naming the limit; the first stays attached;
 #   - a claim of DeviceClass cxlkv.dev-hardware (coherence == "hardware")
 #     is never allocated the software blade: it stays unallocated, its pod
 #     unschedulable with the scheduler's reason, and nothing is composed;
-#   - deleting pods and claims frees the region and removes both CDI specs.
+#   - deleting pods and claims frees the regions and removes the CDI specs
+#     and partition locks.
 # Needs root (the fake kubelet's private mount namespaces), build/bin
 # (cxlkv, cxlkv-fabricd, cxlkv-hostd, cxlkv-dra-kubeletplugin,
 # cxlkv-dra-controller) and the cached fake kubelet (FK, else
 # test/e2e/fakekubelet/build.sh). Prints "dra-noncoherent: ok|FAILED: ..."
 # and closes with "dra-noncoherent: N passed, N failed, N skipped".
-# Warm on 2 cores: about 45 s (the control plane's start about 20 s of it).
+# Warm on 2 cores: about 45 s (the control plane's start about 15 s of it); measured 36 s at load
+# average 9 before the two-writers case, 61 s with it at load average 15-18.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -141,6 +148,42 @@ PY
 then ok "the workers attached in coherence=software from the CDI env, each as its node's partition; cross-replica hits, 0 wrong bytes"
 else bad "replay results"; for f in "$E"/fake-node-*/logs/default_nc-*_main.log; do tail -n 5 "$f"; done; fi
 
+echo "== dra-noncoherent: two writers on one node (one CDI spec, one partition)"
+# w-0 attaches as fake-node-0's partition and waits (its replica 1 never
+# starts); w-1, on the same node with the same claim, is a second writer of
+# that partition: the node's partition lock (CXL_PARTITION_LOCK) refuses it
+# before it attaches, where it would have taken the partition over and
+# fenced w-0.
+worker() {  # worker <control file>: a replay worker, replica 0 of 2
+  echo "exec $BIN/cxlkv replay --trace $ROOT/data/traces/mooncake-conversation-trace.jsonl" \
+    "--limit 400 --block-tokens 16 --kv-bytes-per-token 64 --replica-index 0 --replica-count 2" \
+    "--control $1 --json --quiet"
+}
+claim_with_pods two cxlkv.dev-software 1Gi w-0 fake-node-0 "$(worker "$E/w0.ctl")"
+running() { [ "$(phase "$1")" = Running ]; }
+holders() {  # participants of claim two's region as fake-node-0 maps it
+  "$BIN/cxlkv" inspect --region "$E/fake-node-0/dev/$MEM2" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin)["participants"]))'
+}
+attached() { [ "$(holders)" = 1 ]; }
+MEM2=""
+if wait_until 90 running w-0; then
+  MEM2=$(grep -m1 "claim default/two: composed region" "$E/logs/controller.log" |
+    awk '{for (i = 1; i < NF; i++) if ($i == "region") { print $(i + 1); exit }}')
+fi
+if [ -n "$MEM2" ] && wait_until 30 attached; then
+  claim_with_pods two cxlkv.dev-software 1Gi w-1 fake-node-0 "$(worker "$E/w1.ctl")"
+  failed_pod() { [ "$(phase w-1)" = Failed ]; }
+  WLOG=$E/fake-node-0/logs/default_w-1_main.log
+  if wait_until 90 failed_pod &&
+     grep -q "another process on this node already writes as its write partition" "$WLOG"; then
+    running w-0 && [ "$(holders)" = 1 ] &&
+      ok "a second writer on the node refused by the partition lock: '$(grep -m1 -o 'another process on this node[^(]*' "$WLOG")'; the first still attached" ||
+      bad "after the refusal: w-0 $(phase w-0), $(holders) holders"
+  else bad "w-1: $(phase w-1), $(tail -n 2 "$WLOG" 2>/dev/null)"; fi
+else bad "w-0 never attached: $(phase w-0), region '$MEM2', holders '$(holders)'"; fi
+kubectl delete pod w-0 w-1 --wait=false >/dev/null 2>&1
+
 echo "== dra-noncoherent: a claim that asks for hardware coherence"
 claim_with_pods hw cxlkv.dev-hardware 1Gi hw-0 fake-node-0 "true"
 unschedulable() {  # the pod's PodScheduled condition: False, Unschedulable
@@ -160,12 +203,12 @@ if wait_until 60 unschedulable; then
 else bad "hardware claim's pod: $(phase hw-0), $(kubectl get pod hw-0 -o jsonpath='{.status.conditions}')"; fi
 
 kubectl delete pod nc-0 nc-1 hw-0 --wait=false >/dev/null
-for p in nc-0 nc-1 hw-0; do wait_until 60 gone pod "$p" || bad "pod $p not deleted"; done
-kubectl delete resourceclaim nc hw --wait=false >/dev/null
-for c in nc hw; do wait_until 60 gone resourceclaim "$c" || bad "claim $c stuck"; done
+for p in nc-0 nc-1 hw-0 w-0 w-1; do wait_until 60 gone pod "$p" || bad "pod $p not deleted"; done
+kubectl delete resourceclaim nc hw two --wait=false >/dev/null
+for c in nc hw two; do wait_until 60 gone resourceclaim "$c" || bad "claim $c stuck"; done
 if wait_until 20 no_regions; then
-  left=$(find "$E"/fake-node-*/cdi -name "$MEM.json" | wc -l)
-  [ "$left" = 0 ] && ok "claims deleted: region freed at the fabric manager, both CDI specs removed" ||
-    bad "$left CDI specs left"
+  left=$(find "$E"/fake-node-*/cdi -name "$MEM.*" -o -name "${MEM2:-none}.*" | wc -l)
+  [ "$left" = 0 ] && ok "claims deleted: regions freed at the fabric manager, CDI specs and partition locks removed" ||
+    bad "$left CDI specs or locks left"
 else bad "$(regions) regions left on the blade"; fi
 echo "dra-noncoherent: $((SECONDS - t_start)) s"
