@@ -39,6 +39,26 @@ json DeviceJson(const Device& d) {
           {"assignEpoch", d.assign_epoch}};
 }
 
+// The manager's materialize request body into *r (all but the id).
+// InvalidArgument naming the field: sizeBytes missing, a size, offset or
+// epoch that is not a non-negative integer (json's get<uint64_t>() would cast
+// -1 to 2^64-1: an offset that wrapped the backing file's bounds check, an
+// epoch newer than any so that no release naming one removed the device).
+Status ParseRegionRequest(const json& body, RegionRequest* r) {
+  if (!body.is_object()) return Status::InvalidArgument("region request: body must be an object");
+  if (!body.contains("sizeBytes"))
+    return Status::InvalidArgument("region request: sizeBytes is required");
+  Status s = fabric::internal::OptEpoch(body, "sizeBytes", &r->size_bytes);
+  if (s.ok()) s = fabric::internal::OptEpoch(body, "offsetBytes", &r->offset_bytes);
+  if (s.ok()) s = fabric::internal::OptEpoch(body, "assignEpoch", &r->assign_epoch);
+  if (s.ok() && body.contains("backingPath") && !body["backingPath"].is_string()) {
+    s = Status::InvalidArgument("backingPath: must be a string");
+  }
+  if (!s.ok()) return Status::InvalidArgument("region request: " + s.message());
+  r->backing_path = body.value("backingPath", "");
+  return Status::OK();
+}
+
 class HttpAgentServer : public AgentServer {
  public:
   explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
@@ -50,15 +70,8 @@ class HttpAgentServer : public AgentServer {
                 if (!s.ok()) return ReplyStatus(res, s);
                 RegionRequest r;
                 r.allocation_id = req.matches[1];
-                try {
-                  r.size_bytes = body.at("sizeBytes").get<uint64_t>();
-                  r.offset_bytes = body.value("offsetBytes", uint64_t{0});
-                  r.backing_path = body.value("backingPath", "");
-                  r.assign_epoch = body.value("assignEpoch", uint64_t{0});
-                } catch (const json::exception& e) {
-                  return ReplyStatus(
-                      res, Status::InvalidArgument(std::string("region request: ") + e.what()));
-                }
+                s = ParseRegionRequest(body, &r);
+                if (!s.ok()) return ReplyStatus(res, s);
                 Device d;
                 s = agent_->Materialize(r, &d);
                 if (!s.ok()) return ReplyStatus(res, s);

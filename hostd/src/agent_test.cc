@@ -177,6 +177,8 @@ TEST_F(AgentTest, BadRequestsFailCleanly) {
   EXPECT_TRUE(a->Materialize({"r2", 4 << 20, 0, root_ + "/missing"}, &d).IsNotFound());
   EXPECT_TRUE(a->Materialize({"r2", 8 << 20, 0, backing_}, &d).IsInvalidArgument())
       << "a backing file smaller than the region";
+  EXPECT_TRUE(a->Materialize({"r2", 4096, ~uint64_t{0} - 4095, backing_}, &d).IsInvalidArgument())
+      << "an offset whose sum with the size wraps past 2^64 (it passed the bounds check)";
   EXPECT_TRUE(a->Materialize({"r2", 4096, 0, "/etc/passwd"}, &d).IsInvalidArgument())
       << "a host file outside the backing directories";
   std::string sneaky = root_ + "/sneaky";

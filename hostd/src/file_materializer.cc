@@ -73,10 +73,13 @@ Status FileMaterializer::Materialize(const RegionRequest& req, Device* dev) {
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument("backing path " + req.backing_path + " is not a regular file");
   }
-  if (static_cast<uint64_t>(st.st_size) < req.offset_bytes + req.size_bytes) {
+  // Compared without the sum: offset + size can wrap past 2^64 and pass.
+  const uint64_t have = static_cast<uint64_t>(st.st_size);
+  if (req.offset_bytes > have || req.size_bytes > have - req.offset_bytes) {
     return Status::InvalidArgument("backing file " + req.backing_path + " holds " +
                                    std::to_string(st.st_size) + " bytes, region needs " +
-                                   std::to_string(req.offset_bytes + req.size_bytes));
+                                   std::to_string(req.size_bytes) + " at offset " +
+                                   std::to_string(req.offset_bytes));
   }
   if (::mkdir(dev_dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::IOError("create directory " + dev_dir_ + ": " + std::strerror(errno));

@@ -716,5 +716,42 @@ TEST_F(FabricScenarioTest, MalformedConfigFailsWithAClearErrorAndLosesNothing) {
   EXPECT_TRUE(client_->Get("cma-0", "blade-0", r.id, &got).ok());
 }
 
+// The agent's materialize request (PUT /cxlkv/v1/regions/{id}, the manager's
+// call) with negative numbers: each is a 400 that names the field, and
+// nothing is materialized. They were read with json's get<uint64_t>(), which
+// casts -1 to 2^64-1: an offset of -4096 wrapped the backing file's bounds
+// check (offset + size == 0) and was materialized and put in the CDI spec,
+// and an epoch of -1 fenced the device from every release naming an epoch.
+TEST_F(FabricScenarioTest, AgentRefusesNegativeSizesOffsetsAndEpochs) {
+  const std::string backing = root_ + "/backing/raw.region";
+  std::system(("mkdir -p " + root_ + "/backing && truncate -s 1M " + backing).c_str());
+  const std::string path = "/cxlkv/v1/regions/raw1";
+  for (const auto& [field, body] : std::vector<std::pair<std::string, json>>{
+           {"sizeBytes", {{"sizeBytes", -1}, {"backingPath", backing}}},
+           {"offsetBytes", {{"sizeBytes", 4096}, {"offsetBytes", -4096}, {"backingPath", backing}}},
+           {"assignEpoch", {{"sizeBytes", 4096}, {"backingPath", backing}, {"assignEpoch", -1}}},
+           {"sizeBytes", {{"sizeBytes", 4096.5}, {"backingPath", backing}}},
+           {"sizeBytes", {{"backingPath", backing}}}}) {
+    long code = 0;
+    json r = Call("PUT", path, body, &code, HostUrl("node-a"));
+    EXPECT_EQ(code, 400) << body.dump();
+    EXPECT_NE(r.value("error", "").find(field), std::string::npos) << r.dump();
+  }
+  long code = 0;
+  json r =
+      Call("PUT", path,
+           {{"sizeBytes", 4096}, {"offsetBytes", ~uint64_t{0} - 4095}, {"backingPath", backing}},
+           &code, HostUrl("node-a"));
+  EXPECT_EQ(code, 400) << "an offset that wraps the bounds check: " << r.dump();
+  json list = Call("GET", "/cxlkv/v1/regions", nullptr, nullptr, HostUrl("node-a"));
+  EXPECT_TRUE(list["regions"].empty()) << list.dump();
+  EXPECT_TRUE(JsonFiles(root_ + "/node-a/cdi").empty());
+  // The same request with good numbers still works.
+  r = Call("PUT", path, {{"sizeBytes", 4096}, {"backingPath", backing}, {"assignEpoch", 3}}, &code,
+           HostUrl("node-a"));
+  EXPECT_EQ(code, 200) << r.dump();
+  EXPECT_EQ(r.value("assignEpoch", uint64_t{0}), 3u);
+}
+
 }  // namespace
 }  // namespace cxlkv
