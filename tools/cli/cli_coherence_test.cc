@@ -24,26 +24,10 @@ namespace {
 namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
-using clitest::Result;  // out: stdout, or stderr when stdout is empty
-
-Result Cxlkv(const std::string& args, const std::string& env = "") {
-  Result r = clitest::Sh(env + " " + clitest::Bin() + " " + args, "cli-coh-test");
-  if (r.out.empty()) r.out = r.err;
-  return r;
-}
-
-json Json(const Result& r) {
-  try {
-    return json::parse(r.out);
-  } catch (...) {
-    ADD_FAILURE() << "not JSON: " << r.out;
-    return json::object();
-  }
-}
-
-std::string Region(const std::string& tag) {
-  return "/dev/shm/cxlkv-test/cli-coh-" + tag + "-" + std::to_string(::getpid());
-}
+using clitest::Cxlkv;  // out: stdout, or stderr when stdout is empty
+using clitest::Json;
+using clitest::Region;
+using clitest::Result;
 
 bool Has(const Result& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
 

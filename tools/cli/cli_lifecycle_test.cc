@@ -30,6 +30,7 @@ namespace {
 namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
+using clitest::Json;
 using clitest::Result;
 
 Result Sh(const std::string& cmd) { return clitest::Sh(cmd, "cli-lc"); }
@@ -40,15 +41,6 @@ Result Cxlkv(const std::string& args) { return Sh(clitest::Bin() + " " + args); 
 // elapsed-time measurement: the property is "answers at all in time".
 Result CxlkvWithin(int seconds, const std::string& args) {
   return Sh("timeout " + std::to_string(seconds) + " " + clitest::Bin() + " " + args);
-}
-
-json Json(const Result& r) {
-  try {
-    return json::parse(r.out);
-  } catch (...) {
-    ADD_FAILURE() << "not JSON: " << r.out << r.err;
-    return json::object();
-  }
 }
 
 std::string ReadAll(const std::string& path) {

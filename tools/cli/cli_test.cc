@@ -21,26 +21,10 @@ namespace {
 namespace clitest = cxlkv::clitest;
 using nlohmann::json;
 
+using clitest::Cxlkv;  // out: stdout, or stderr when stdout is empty
+using clitest::Json;
+using clitest::Region;
 using clitest::Result;
-
-Result Cxlkv(const std::string& args, const std::string& env = "") {
-  Result r = clitest::Sh(env + " " + clitest::Bin() + " " + args, "cli-test");
-  if (r.out.empty()) r.out = r.err;  // errors are what we check then
-  return r;
-}
-
-json Json(const Result& r) {
-  try {
-    return json::parse(r.out);
-  } catch (...) {
-    ADD_FAILURE() << "not JSON: " << r.out;
-    return json::object();
-  }
-}
-
-std::string Region(const std::string& tag) {
-  return "/dev/shm/cxlkv-test/cli-" + tag + "-" + std::to_string(::getpid());
-}
 
 const std::string kTrace = " --trace " + clitest::Trace() + " ";
 // 1 KiB blocks keep these runs small; 64 MiB holds every block of the first

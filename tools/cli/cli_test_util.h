@@ -2,20 +2,23 @@
 //
 // What the `cxlkv` CLI tests share (cli_test, cli_lifecycle_test,
 // cli_coherence_test): the binary and the trace, found at run time
-// (test/testutil/built_binary.h says why not through -D), and a shell
-// runner that keeps the exit status, stdout and stderr of a command.
+// (test/testutil/built_binary.h says why not through -D), a shell runner
+// that keeps the exit status, stdout and stderr of a command, the `cxlkv`
+// runner and JSON reader built on it, and per-process region paths.
 //
 // Test-only. Sh() is not thread-safe within one process (its stderr file
 // is named by the pid and `tag`): the tests call it from one thread.
 #ifndef CXLKV_TOOLS_CLI_CLI_TEST_UTIL_H_
 #define CXLKV_TOOLS_CLI_CLI_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "built_binary.h"
@@ -60,6 +63,31 @@ inline Result Sh(const std::string& cmd, const std::string& tag) {
   r.err.assign((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   ::unlink(err_path.c_str());
   return r;
+}
+
+// `cxlkv <args>`, with `env` (VAR=value ...) before it. out is stdout, or
+// stderr when stdout is empty: the tests check the error text then.
+inline Result Cxlkv(const std::string& args, const std::string& env = "") {
+  Result r = Sh(env + " " + Bin() + " " + args, "cli");
+  if (r.out.empty()) r.out = r.err;
+  return r;
+}
+
+// `r.out` parsed; a test failure naming both streams (and an empty object)
+// when it is not JSON.
+inline nlohmann::json Json(const Result& r) {
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (...) {
+    ADD_FAILURE() << "not JSON: " << r.out << r.err;
+    return nlohmann::json::object();
+  }
+}
+
+// A region path of this test process: /dev/shm/cxlkv-test/cli-<tag>-<pid>
+// (the pid keeps test binaries that ctest runs at once apart).
+inline std::string Region(const std::string& tag) {
+  return "/dev/shm/cxlkv-test/cli-" + tag + "-" + std::to_string(::getpid());
 }
 
 }  // namespace cxlkv::clitest
