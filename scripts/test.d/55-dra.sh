@@ -222,13 +222,7 @@ done
 [ "$healthz_ok" = 3 ] && ok "every plugin's /healthz answers 200 (both sockets accept)" ||
   bad "/healthz: $healthz_ok of 3 plugins healthy"
 
-kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {name: cxlkv.dev}
-spec:
-  selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
-YAML
+dra_deviceclass
 
 claim_yaml() {  # claim_yaml <name> <size>
   cat <<YAML
