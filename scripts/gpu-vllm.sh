@@ -5,8 +5,11 @@
 # test/vllm/test_engines.py and test_spec.py against vLLM 0.26.0 on the GPU
 # (the engines' KV lives on the GPU, so the worker is CxlkvCudaWorker).
 #
-#   eval "$(bash /tmp/vb/install.sh)"   # vLLM 0.26 from ../shared/tools/vllm-gpu-bundle.sh
 #   scripts/gpu-vllm.sh [pytest -k expression]
+#
+# vLLM 0.26 comes from the bundle set "vllm" (scripts/gpu-bundle.sh): when
+# python3 cannot import vllm, this script installs the set from the parts
+# kept earlier on this machine (or carried in .bundle/vllm/) and uses it.
 #
 # Needs .deps/ (scripts/gpu-deps.sh) for nlohmann_json and pkg-config. Setting
 # CMAKE_PREFIX_PATH hides the image's pybind11 from CMake, so pybind11_DIR is
@@ -21,6 +24,12 @@ LOGS=$ROOT/build-gpu/logs-vllm
 SITE=${CXLKV_SITE:-/tmp/cxlkv-site}
 mkdir -p "$LOGS"
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
+if ! python3 -c 'import vllm' 2>/dev/null; then
+  scripts/gpu-bundle.sh take vllm 2>/dev/null || true
+  env_line=$(scripts/gpu-bundle.sh install vllm) \
+    || { echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (no vLLM: carry the bundle's parts, scripts/gpu-bundle.sh)"; exit 1; }
+  eval "$env_line"
+fi
 if [ -d .deps ]; then
   export PATH=$ROOT/.deps/bin:$PATH LD_LIBRARY_PATH=$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
 fi

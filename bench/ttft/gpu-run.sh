@@ -3,10 +3,11 @@
 #
 #   bench/ttft/gpu-run.sh RUN_DIR BUDGET_SECONDS [ttft.py run options]
 #
-# Assumes what that machine has after the vLLM bundle (../shared/tools/
-# vllm-gpu-bundle.sh): vLLM 0.26 on PYTHONPATH (/tmp/vllm-site, with
-# VLLM_USE_FLASHINFER_SAMPLER=0), Python 3.12, no network, cxlkv importable
-# (built there with the CUDA data path), /dev/shm large enough for the region.
+# Assumes Python 3.12, no network, cxlkv importable (built there with the
+# CUDA data path, e.g. by scripts/gpu-vllm.sh) and /dev/shm large enough for
+# the region. vLLM 0.26: when python3 cannot import it, the bundle set
+# "vllm" (scripts/gpu-bundle.sh, parts kept on this machine earlier) is
+# installed and used.
 # RUN_DIR lives in the checkout (e.g. docs/results/h200-<date>), so the log
 # travels back in with the working tree on the next call: the run resumes
 # from RUN_DIR/log.jsonl and stops cleanly before BUDGET_SECONDS. Defaults:
@@ -24,6 +25,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 mkdir -p "$RUN"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
+if ! "$PY" -c 'import vllm' 2>/dev/null; then
+  "$HERE/../../scripts/gpu-bundle.sh" take vllm 2>/dev/null || true
+  env_line=$("$HERE/../../scripts/gpu-bundle.sh" install vllm) || exit 2
+  eval "$env_line"
+fi
 if ! "$PY" -c 'import vllm, cxlkv, torch; assert torch.cuda.is_available()' 2>"$RUN/.import-err"; then
   echo "gpu-run: vllm, cxlkv and a CUDA torch must import (PYTHONPATH=${PYTHONPATH:-}):"
   tail -5 "$RUN/.import-err"; exit 2
