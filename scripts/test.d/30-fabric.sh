@@ -13,8 +13,7 @@ source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
 ROOT=$PWD
 BIN=${CXLKV_BIN:-$ROOT/build/bin}
-SPEC=${CXLKV_CFM_OPENAPI:-$ROOT/../shared/reference/cfm-openapi.yaml}
-[ -f "$SPEC" ] || SPEC=$ROOT/third_party/reference/cfm-openapi.yaml  # unedited copy in the clone
+SPEC=${CXLKV_CFM_OPENAPI:-$ROOT/third_party/reference/cfm-openapi.yaml}  # unedited upstream copy
 WORK=$(mktemp -d /tmp/cxlkv-fabric-stage.XXXXXX)
 pids=()
 cleanup() {

@@ -215,7 +215,7 @@ TEST_F(GpuTransferTest, SmCopiesAreBitExactForAnyLengthAndAlignment) {
   EXPECT_EQ(st.single_copies + st.batch_api_calls, 0u) << "kSm must not use the copy engines";
 }
 
-// vLLM's layout (vllm-0.33-offloading.md section 2.8): one (num_blocks, page)
+// vLLM's layout (docs/upstream/vllm-offloading.md): one (num_blocks, page)
 // tensor per layer; a chunk of `per_chunk` GPU blocks is stored as one region
 // block holding, layer by layer, the pages of those GPU blocks.
 struct LayeredKv {

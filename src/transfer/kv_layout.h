@@ -3,7 +3,7 @@
 // KvPieces: the GPU pieces of region blocks when a serving engine's KV cache
 // is one (num_gpu_blocks, page_bytes) tensor per layer, as vLLM's
 // OffloadingConnector hands it to its workers
-// (../shared/reference/vllm-0.33-offloading.md §2.8: 28 tensors of 32 KiB
+// (docs/upstream/vllm-offloading.md, "The KV tensors": 28 tensors of 32 KiB
 // pages for Qwen2.5-7B with 16-token blocks). Built natively so a 32K-token
 // load does not cost Python 57,344 piece descriptors.
 //

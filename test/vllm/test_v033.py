@@ -10,7 +10,7 @@ Python and import nothing 0.32 lacks), and cxlkv.vllm is imported afresh on
 top of them, so its manager, worker and spec subclass 0.33's abstract
 classes. The tests check that they implement exactly 0.33's signatures and
 behave as 0.33's documentation and connector expect for each hook 0.32 lacks
-(``../shared/reference/vllm-0.33-offloading.md`` §2.4-2.6, §2.13): the
+(``docs/upstream/vllm-offloading.md``, manager, worker, versions): the
 manager's ``lock``, ``on_reset_flushed``, ``config_info`` with the spec's
 ``config_info_keys``, ``submit_load(..., expedited)``, the gauges'
 ``multiprocess_mode`` and ``OffloadingEvent.metadata_only``. Everything is

@@ -9,7 +9,7 @@
 //   region  <pool>/<memory id> <status> <size> <claim | orphan | foreign> <hosts>
 //
 // Claim states, in the order the controller moves a claim through them
-// (docs/dra.md, "The claim state machine"):
+// (docs/dra-design.md, "The claim state machine"):
 //   Pending       not allocated yet (the scheduler has not placed it)
 //   Allocated     allocated on our driver, no controller owns it yet
 //   Composing     owned; no region yet, or a host not yet Materialized
