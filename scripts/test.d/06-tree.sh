@@ -10,8 +10,13 @@
 #  - scripts/test.sh's background lane (test/scripts/lane-check.sh, stand-in
 #    stages): a failing lane stage turns the run red and is named; SIGINT
 #    leaves none of a lane stage's commands running.
-# Warm: about 7 s (the lane check about 5 s of it, mostly waits; 20 s measured
-# at a load average of 12, 2026-12-02).
+#  - a repository that stands alone and reference docs without run history
+#    (test/scripts/docs-check.sh, each check first proven on a planted
+#    tree): no file points into the shared directory beside the clone; no
+#    commit hash, load average, run date or work-period word in README.md,
+#    test/README.md or docs/ outside docs/results/.
+# Warm: about 7 s on 2 cores (the lane check about 5 s of it, mostly waits;
+# the docs check under 1 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
@@ -80,6 +85,13 @@ else
   echo "tree: engine-private headers included outside src/region/ and fuzz/ (use"
   echo "      include/cxlkv/ or src/region/region_internal.h):"
   echo "$violations"
+  failed=$((failed + 1))
+fi
+
+if docs=$(test/scripts/docs-check.sh 2>&1); then
+  passed=$((passed + 1))
+else
+  echo "$docs"
   failed=$((failed + 1))
 fi
 
