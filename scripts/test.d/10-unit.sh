@@ -4,9 +4,8 @@
 # built without CUDA (*.gpu). Builds build/ with every room.
 # Warm: about 25 s on 2 cores (build up to date); with a fresh build/ in a
 # clean clone whose objects are in ccache (scripts/lib/stage.sh), the build
-# is mostly linking: 380 s measured at load 14-17 on the shared machine, 140
-# of 153 compilations from the cache (297 s at 8e3fcee, when a new clone
-# directory missed every object).
+# is mostly linking: about 175 s on 2 quiet cores, 380 s on 2 busy ones
+# (CHANGELOG.md has the measured runs).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"

@@ -10,9 +10,9 @@
 #   - cxlkv-dra-controller, as uid 65532, gets past flag parsing and stops
 #     with a clear error when it has no cluster to talk to.
 # Behind --full (CXLKV_FULL=1): the cold run debootstraps Debian and builds
-# the binaries inside the tree (measured 2026-12-01 on 2 cores with other builds
-# running: debootstrap 120 s once; build-stage apt 133 s, compile 1225 s,
-# runtime apt 19 s, checks 11 s: about 23 min).
+# the binaries inside the tree (on 2 busy cores: debootstrap 120 s once;
+# build-stage apt 133 s, compile 1225 s, runtime apt 19 s, checks 11 s:
+# about 23 min).
 # Default run: skipped, 0 s. CXLKV_IMAGE_TREE=<tree made by rootfs-build.py>
 # checks that tree instead of building one.
 set -uo pipefail

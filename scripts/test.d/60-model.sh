@@ -14,12 +14,11 @@
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
 # Warm: about 60 s on 2 idle cores: the searches take about 46 s (pan's own
-# times at b1a9efd, load about 1), and each verifier's compile, about 9 s of
-# CPU, comes from ccache (scripts/model-check.sh) while the models are
-# unchanged: 178 s measured at b1a9efd, when every case compiled. Measured
-# warm at load 18-20: 330 s wall, 295 s of it the searches (6.4 x their idle
-# times), so about 35 s for the rest. Cold (a model edited, or an empty
-# cache): about 3.5 min idle; 25 min wall at load 16-18 (2026-12-01).
+# times), and each verifier's compile, about 9 s of CPU, comes from ccache
+# (scripts/model-check.sh) while the models are unchanged (178 s when every
+# case compiles). On 2 busy cores about 330 s, 295 s of it the searches.
+# Cold (a model edited, or an empty cache): about 3.5 min idle, up to 25 min
+# on busy cores.
 # No build; spin and gcc make each verifier in a temporary directory.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"

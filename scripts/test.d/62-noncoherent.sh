@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Stage: coherence=software under the non-coherence emulator (issue 14,
-# docs/coherence.md). The emulator's own tests and the multi-host suites
+# Stage: coherence=software under the non-coherence emulator
+# (docs/coherence.md). The emulator's own tests and the multi-host suites
 # (emulator_test, noncoherent_test) also run in the unit stage; this stage is
 # the mutation test, test/coherence/mutants.sh: every vis_->Flush / Invalidate
 # call site in src/region/*.cc is reached by the suites and, turned into a
 # no-op in turn (the emulator drops that call site's calls), makes the suites
 # fail. One pass/fail per site.
 # `--full` only (CXLKV_FULL=1): one suite run per site, 215-280 s wall on 2
-# cores at load 15 for 30 sites (layout 4); the default run skips it (0 s).
+# busy cores for 30 sites (layout 4); the default run skips it (0 s).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"

@@ -11,11 +11,10 @@
 # (resume), and the report command on the log, whose output is checked;
 # before that, the report's arithmetic on synthetic logs (test_report.py) and the
 # prompt shapes (test_prompts.py: every request fits the model's positions).
-# Warm: 580 s (harness 535 s) at a load average of 21-25 on the shared 2-core
-# machine (2026-12-01 17:05); 79 s in the quieter closing run of stop 8.
-# Three pairs of engine starts dominate (each start 25-35 s when the machine is
-# quiet, 60-100 s when busy), so a quiet run should take
-# about 150 s (not measured). The report and the checks take about 2 s.
+# Warm: about 150 s on 2 quiet cores (152 s in the whole default run beside
+# the background lane), up to about 580 s on busy ones. Three pairs of engine
+# starts dominate (each start 25-35 s when the machine is quiet, 60-100 s when
+# busy). The report and the checks take about 2 s.
 # The report runs under /usr/bin/python3: Debian's python3-matplotlib
 # (scripts/setup.sh) draws the plots.
 # Needs the venv and the cxlkv build of the vllm stage (reused when present).
