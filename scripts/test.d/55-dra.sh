@@ -45,28 +45,18 @@
 # --coherence software, replay pods on two nodes each on its own write
 # partition from the CDI env, a second writer on one node refused by the
 # node's partition lock, a hardware-coherence claim left unallocated;
-# 8 checks, about 45 s: measured 61 s alone at load average 15-18).
+# 8 checks, about 45 s).
 # The log ends with the seconds of every case ("dra: seconds per case").
 # Default vs --full (CXLKV_FULL=1): --full adds gates-off's last-capacity
 # race (the default keeps the start probe, annotation mode's fixed devices,
 # the paper's flow and leaving annotation mode, and compose-failed in
 # dra-controller-cases.sh case 6b; the race counts as one skipped) and 50
 # create/delete loops instead of 10. The dead-owner takeover stays in the
-# default run: since 321adef it also checks the heartbeat-Lease collection,
-# which nothing else covers.
-# --full measured 893 s, 157 checks, 0 failed (main at 1828ea2, load average
-# about 15 with dra-bench and dra-tenants-bench running beside it, the stage's
-# own rebuild of 15 targets included).
-# Warm, since the background scripts and the waits that replaced fixed sleeps:
-# measured 356 s, 143 passed, 1 skipped, at a load average of 10-12 (555 s
-# with the same checks before, at 8-9; 2026-12-01 23:00). Earlier:
-# Warm (Kubernetes and the fake kubelet cached): about 600 s on 2 cores (measured 500 s, 121
-# checks, at load average 17-20 on the shared machine, with the takeover case (about 20 s) and
-# the gates-off run (about 50 s); 416 s and 102 checks before those two, at load average 19).
-# With the budget cases (9 checks, about 60 s) too: measured 544 s, 133 checks, at load
-# average about 20 (main at 3b8f083). With the release cases, the Lease collection and
-# the gates-off switch back to consumable capacity (13 checks): measured 591 s, 146
-# checks, at a load average falling from about 12 to 4 (issue 11, 2026-12-01 21:03).
+# default run: it also checks the heartbeat-Lease collection, which nothing
+# else covers. --full: about 900 s on 2 busy cores.
+# Warm (Kubernetes and the fake kubelet cached): about 350 s on 2 cores for
+# 144 checks (344 s in the whole default run, in the background lane); up to
+# about 600 s on busy cores. CHANGELOG.md has the measured runs.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"

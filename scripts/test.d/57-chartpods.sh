@@ -32,11 +32,9 @@
 #   - helm uninstall stops every pod.
 # Needs root with mount namespaces (skipped otherwise).
 # Warm (Kubernetes, Helm and the fake kubelet cached, binaries built): about
-# 100 s on 2 cores (measured 81 s and 84 s for 22 checks at a load average
-# of 13-17, 100 s for 21 at 20; the 2 checks of the released node after the
-# upgrade add one release and one pod, about 10 s). With the closed-port
-# readiness check after the liveness pod's failure instead of a fixed 4 s:
-# measured 96 s, 27 checks, at a load average of about 8 (2026-12-01 23:11).
+# 95 s on 2 cores for 27 checks (92 s in the whole default run); the 2 checks
+# of the released node after the upgrade add one release and one pod, about
+# 10 s of it.
 # In scripts/test.sh's background lane (after dra, beside vllm, model, ttft).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"

@@ -27,9 +27,8 @@
 #     node's write goes through.
 # Not here: running the chart's pods as processes (the chartpods stage,
 # scripts/test.d/57-chartpods.sh).
-# Warm (Kubernetes and Helm cached, binaries built): about 60 s on 2 cores (measured
-# 52 s for 71 checks; 57 s for 79 with the budget RBAC and annotation-mode cap checks;
-# 60 s for 90 at a load average of about 9, beside the format stage, 2026-12-01 23:10).
+# Warm (Kubernetes and Helm cached, binaries built): about 55 s on 2 cores for 90
+# checks (51 s in the whole default run).
 # In scripts/test.sh's background lane (after chartpods, beside vllm, model, ttft).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
