@@ -55,7 +55,7 @@
 # default run: it also checks the heartbeat-Lease collection, which nothing
 # else covers. --full: about 900 s on 2 busy cores.
 # Warm (Kubernetes and the fake kubelet cached): about 350 s on 2 cores for
-# 144 checks (344 s in the whole default run, in the background lane); up to
+# about 150 checks (344 s in the whole default run, in the background lane); up to
 # about 600 s on busy cores. CHANGELOG.md has the measured runs.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
