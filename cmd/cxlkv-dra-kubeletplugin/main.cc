@@ -17,11 +17,11 @@
 
 #include "common/metrics.h"
 #include "common/status_server.h"
+#include "cxlkv/hostd/client.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/kube/config.h"
 #include "kubeletplugin/driver.h"
 #include "kubeletplugin/health.h"
-#include "kubeletplugin/hostd_client.h"
 #include "kubeletplugin/state.h"
 
 int main(int argc, char** argv) {
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     return 1;
   }
-  cxlkv::dra::HostdClient hostd(hostd_url, hostd_timeout_ms);
+  cxlkv::hostd::Client hostd({hostd_url, hostd_timeout_ms});
   std::unique_ptr<cxlkv::dra::DeviceState> state;
   cxlkv::Status s = cxlkv::dra::DeviceState::Open(sopt, kube.get(), &hostd, &state);
   if (!s.ok()) {

@@ -27,6 +27,7 @@
 #include "cxlkv/base/daemon.h"
 #include "cxlkv/base/size.h"
 #include "cxlkv/fabric/local_composer.h"
+#include "cxlkv/hostd/client.h"
 #include "cxlkv/kube/event_recorder.h"
 #include "cxlkv/kube/informer.h"
 #include "cxlkv/kube/leader_election.h"
@@ -233,6 +234,8 @@ struct Controller::Rep {
   // Local pool only: has the node's hostd materialize every mapping not yet
   // Materialized (idempotent there) and records the outcome in *region.
   void LocalMaterialize(fabric::MemoryRegion* region);
+  // The local pool's hostd (ControllerOptions::local_hostd_url).
+  hostd::Client LocalHostd() const;
   std::chrono::milliseconds Poll() const { return paper ? opt.paper_poll : opt.materialize_poll; }
 
   void Enqueue(const json& obj) { queue.Add(kube::ObjectKey(obj)); }
@@ -823,20 +826,15 @@ Status Controller::Rep::FreeRegion(const std::string& aid, const std::string& bi
                                    const std::string& mid) {
   ControllerMetrics::Op op(&metrics, "free");
   if (!opt.local_hostd_url.empty()) {
-    httplib::Client c(opt.local_hostd_url);
-    c.set_connection_timeout(3);
-    c.set_read_timeout(10);
-    auto res = c.Delete("/cxlkv/v1/regions/" + mid);
-    if (!res) {
-      return op.Done(Status::IOError("hostd " + opt.local_hostd_url + ": remove region " + mid +
-                                     ": " + httplib::to_string(res.error())));
-    }
-    if (res->status != 200 && res->status != 204 && res->status != 404) {
-      return op.Done(Status::IOError("hostd: remove region " + mid + ": HTTP " +
-                                     std::to_string(res->status) + " " + res->body));
-    }
+    Status s = LocalHostd().Remove(mid);
+    if (!s.ok() && !s.IsNotFound()) return op.Done(s.WithContext("remove region " + mid));
   }
   return op.Done(composer->Free(aid, bid, mid));
+}
+
+hostd::Client Controller::Rep::LocalHostd() const {
+  // 3 s to connect plus 10 s to answer, as this call always allowed.
+  return hostd::Client({opt.local_hostd_url, 13000});
 }
 
 void Controller::Rep::LocalMaterialize(fabric::MemoryRegion* region) {
@@ -844,35 +842,29 @@ void Controller::Rep::LocalMaterialize(fabric::MemoryRegion* region) {
   for (auto& m : region->mappings) {
     if (m.materialization == fabric::Materialization::kMaterialized && !m.device.empty()) continue;
     // The request the fabric manager sends a host agent (fabricd's
-    // Materialize), so hostd serves both alike.
-    json body = {{"allocationId", region->id},
-                 {"sizeBytes", region->size_mib * kMiB},
-                 {"offsetBytes", 0},
-                 {"backingPath", region->backing_path},
-                 {"applianceId", region->appliance_id},
-                 {"bladeId", region->blade_id}};
-    httplib::Client c(opt.local_hostd_url);
-    c.set_connection_timeout(3);
-    c.set_read_timeout(10);
+    // Materialize), so hostd serves both alike; a local pool issues no
+    // assignment epochs (0).
+    hostd::MaterializeRequest req;
+    req.allocation_id = region->id;
+    req.size_bytes = static_cast<uint64_t>(region->size_mib * kMiB);
+    req.backing_path = region->backing_path;
+    req.appliance_id = region->appliance_id;
+    req.blade_id = region->blade_id;
+    req.appliance_port = m.appliance_port;
+    req.host_port = m.host_port;
+    req.assign_epoch = m.assign_epoch;
     ControllerMetrics::Op op(&metrics, "materialize");
-    auto res = c.Put("/cxlkv/v1/regions/" + region->id, body.dump(), "application/json");
-    if (!res) {
+    hostd::HostRegion got;
+    Status s = LocalHostd().Materialize(req, &got);
+    if (!s.ok()) {
       m.materialization = fabric::Materialization::kFailed;
-      m.error = "hostd " + opt.local_hostd_url + ": " + httplib::to_string(res.error());
-      (void)op.Done(Status::IOError(m.error));
-      continue;
-    }
-    json j = json::parse(res->body, nullptr, false);
-    if (res->status != 200 && res->status != 201) {
-      m.materialization = fabric::Materialization::kFailed;
-      m.error = "hostd: HTTP " + std::to_string(res->status) + " " +
-                (j.is_object() ? j.value("error", res->body) : res->body);
-      (void)op.Done(Status::IOError(m.error));
+      m.error = s.message();
+      (void)op.Done(s);
       continue;
     }
     m.materialization = fabric::Materialization::kMaterialized;
     m.error.clear();
-    if (j.is_object()) m.device = j.value("device", "");
+    m.device = got.device;
     (void)op.Done(Status::OK());
   }
 }

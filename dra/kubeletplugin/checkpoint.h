@@ -63,7 +63,7 @@ struct Checkpoint {
   std::string node_name;                     // the node the entries belong to
   std::map<std::string, ClaimEntry> claims;  // by claim UID
   // Regions whose last claim here was unprepared and whose release (this
-  // host's port unassigned, device removed: HostdClient::Release) has not
+  // host's port unassigned, device removed: hostd::Client::Release) has not
   // gone through yet; retried until it does or a claim prepares the region
   // here again. Additive field "pendingReleases" (absent = none).
   std::set<std::string> pending_releases;

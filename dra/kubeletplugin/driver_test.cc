@@ -46,7 +46,7 @@ class DriverTest : public ::testing::Test {
     kube::Config cfg;
     cfg.server = "https://127.0.0.1:1";  // nothing listens: every GET fails fast
     ASSERT_TRUE(kube::Client::New(cfg, {}, &kube_).ok());
-    hostd_ = std::make_unique<HostdClient>("http://127.0.0.1:1", 500);
+    hostd_ = std::make_unique<hostd::Client>(hostd::ClientOptions{"http://127.0.0.1:1", 500});
     StateOptions so;
     so.node_name = "node-a";
     so.checkpoint_path = root_ + "/checkpoint.json";
@@ -71,7 +71,7 @@ class DriverTest : public ::testing::Test {
   }
   std::string root_;
   std::unique_ptr<kube::Client> kube_;
-  std::unique_ptr<HostdClient> hostd_;
+  std::unique_ptr<hostd::Client> hostd_;
   std::unique_ptr<DeviceState> state_;
   std::unique_ptr<HealthMonitor> health_;
   std::unique_ptr<Driver> driver_;

@@ -8,7 +8,7 @@
 
 namespace cxlkv::dra {
 
-HealthMonitor::HealthMonitor(DeviceState* state, const HostdClient* hostd,
+HealthMonitor::HealthMonitor(DeviceState* state, const hostd::Client* hostd,
                              std::chrono::milliseconds interval)
     : state_(state), hostd_(hostd), interval_(interval) {}
 
@@ -46,7 +46,7 @@ void HealthMonitor::Loop() {
 }
 
 void HealthMonitor::CheckNow() {
-  std::vector<HostRegion> regions;
+  std::vector<hostd::HostRegion> regions;
   Status hs = hostd_->List(&regions);
   std::set<std::string> here;
   for (const auto& r : regions) here.insert(r.allocation_id);

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "kubeletplugin/hostd_client.h"
+#include "cxlkv/hostd/client.h"
 #include "kubeletplugin/state.h"
 
 namespace cxlkv::dra {
@@ -39,7 +39,7 @@ struct DeviceHealthInfo {
 class HealthMonitor {
  public:
   // REQUIRES: state and hostd outlive the monitor; interval > 0.
-  HealthMonitor(DeviceState* state, const HostdClient* hostd, std::chrono::milliseconds interval);
+  HealthMonitor(DeviceState* state, const hostd::Client* hostd, std::chrono::milliseconds interval);
   ~HealthMonitor();  // stops the poller
 
   // Starts polling (the first check runs at once).
@@ -64,7 +64,7 @@ class HealthMonitor {
 
   // Immutable after construction.
   DeviceState* const state_;
-  const HostdClient* const hostd_;
+  const hostd::Client* const hostd_;
   const std::chrono::milliseconds interval_;
 
   std::mutex mu_;

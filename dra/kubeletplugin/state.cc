@@ -133,7 +133,7 @@ void DeviceState::Record(const char* op, const char* result,
   opt_.metrics->Observe(kDuration, {{"operation", op}, {"result", result}}, secs);
 }
 
-Status DeviceState::Open(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd,
+Status DeviceState::Open(const StateOptions& opt, kube::Client* kube, const hostd::Client* hostd,
                          std::unique_ptr<DeviceState>* out) {
   if (opt.node_name.empty()) return Status::InvalidArgument("device state: node name is required");
   if (opt.checkpoint_path.empty()) {
@@ -408,7 +408,7 @@ std::string DeviceState::PrepareLocked(const ClaimRef& ref, std::vector<Prepared
       std::raise(SIGKILL);
     }
   }
-  HostRegion region;
+  hostd::HostRegion region;
   Status s = hostd_->RewriteSpec(memory_id, &region);
   if (s.IsNotFound()) {
     return "not ready yet: region " + memory_id + " is not materialized on node " + opt_.node_name;

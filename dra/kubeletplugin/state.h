@@ -19,7 +19,7 @@
 // bounded well under the kubelet's fixed 45 s), so the kubelet retries.
 // Unprepare forgets the claim; an unknown claim is success. When no other
 // claim here uses the claim's region, the node's materialization is released
-// (HostdClient::Release: the fabric manager unassigns this host's port, hostd
+// (hostd::Client::Release: the fabric manager unassigns this host's port, hostd
 // removes the device and CDI spec; the other hosts keep the region and its
 // bytes). The release is recorded in the checkpoint first, with the
 // assignment epoch the claim prepared on (hostd's device), and does not fail
@@ -55,10 +55,10 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "cxlkv/hostd/client.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/status.h"
 #include "kubeletplugin/checkpoint.h"
-#include "kubeletplugin/hostd_client.h"
 
 namespace cxlkv::dra {
 
@@ -105,7 +105,7 @@ class DeviceState {
   // Corruption / Unsupported: the checkpoint cannot be read; it is left in
   // place, never reset (resetting could hand a region to a second claim).
   // REQUIRES: kube and hostd outlive the state.
-  static Status Open(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd,
+  static Status Open(const StateOptions& opt, kube::Client* kube, const hostd::Client* hostd,
                      std::unique_ptr<DeviceState>* out);
 
   PrepareResult Prepare(const ClaimRef& claim);
@@ -131,7 +131,7 @@ class DeviceState {
   bool rebooted() const { return rebooted_; }
 
  private:
-  DeviceState(const StateOptions& opt, kube::Client* kube, const HostdClient* hostd)
+  DeviceState(const StateOptions& opt, kube::Client* kube, const hostd::Client* hostd)
       : opt_(opt), kube_(kube), hostd_(hostd) {}
   std::string PrepareLocked(const ClaimRef& claim, std::vector<PreparedDevice>* devices);
   Status NodeLocked(nlohmann::json* node);
@@ -156,7 +156,7 @@ class DeviceState {
   // Immutable after construction.
   const StateOptions opt_;
   kube::Client* const kube_;
-  const HostdClient* const hostd_;
+  const hostd::Client* const hostd_;
   bool rebooted_ = false;
 
   std::mutex mu_;

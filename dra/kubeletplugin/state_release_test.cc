@@ -45,7 +45,8 @@ class StateReleaseTest : public ::testing::Test {
     kube::Config cfg;
     cfg.server = "https://127.0.0.1:1";  // never asked: releases need no apiserver
     ASSERT_TRUE(kube::Client::New(cfg, {}, &kube_).ok());
-    hostd_ = std::make_unique<HostdClient>("http://127.0.0.1:" + std::to_string(port_), 2000);
+    hostd_ = std::make_unique<hostd::Client>(
+        hostd::ClientOptions{"http://127.0.0.1:" + std::to_string(port_), 2000});
   }
   void TearDown() override {
     hostd_http_.stop();
@@ -95,7 +96,7 @@ class StateReleaseTest : public ::testing::Test {
   std::vector<std::pair<std::string, nlohmann::json>> calls_;  // guarded by mu_
   int answer_ = 200;                                           // guarded by mu_
   std::unique_ptr<kube::Client> kube_;
-  std::unique_ptr<HostdClient> hostd_;
+  std::unique_ptr<hostd::Client> hostd_;
   std::unique_ptr<DeviceState> state_;
 };
 

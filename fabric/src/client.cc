@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cxlkv/base/json.h"
-#include "http_client.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/http_client.h"
+#include "cxlkv/fabric/json_codec.h"
 
 namespace cxlkv::fabric {
 
@@ -54,14 +54,14 @@ Status FabricClient::Open(const ClientOptions& options, std::unique_ptr<FabricCl
 
 Status FabricClient::Call(const std::string& method, const std::string& path,
                           const std::string& body, long* status, std::string* response) {
-  internal::HttpOptions o;
+  HttpOptions o;
   o.username = options_.username;
   o.password = options_.password;
   o.ca_file = options_.ca_file;
   o.insecure = options_.insecure;
   o.timeout_ms = options_.timeout_ms;
-  internal::HttpResponse r;
-  CXLKV_RETURN_IF_ERROR(internal::HttpDo(o, method, options_.base_url + path, body, &r));
+  HttpResponse r;
+  CXLKV_RETURN_IF_ERROR(HttpDo(o, method, options_.base_url + path, body, &r));
   *status = r.status;
   *response = std::move(r.body);
   return Status::OK();
@@ -152,11 +152,11 @@ Status FabricClient::Compose(const std::string& aid, const std::string& bid,
   std::string body;
   long status = 0;
   const std::string verb = "compose memory on " + aid + "/" + bid;
-  CXLKV_RETURN_IF_ERROR(Json(verb, "POST", MemPath(aid, bid),
-                             internal::ComposeRequestToJson(req).dump(), &body, &status));
+  CXLKV_RETURN_IF_ERROR(
+      Json(verb, "POST", MemPath(aid, bid), ComposeRequestToJson(req).dump(), &body, &status));
   json j;
   CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
-  CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(j, &result->region).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(RegionFromJson(j, &result->region).WithContext(verb));
   if (result->region.appliance_id.empty()) result->region.appliance_id = aid;
   if (result->region.blade_id.empty()) result->region.blade_id = bid;
   result->partial = (status == 206);
@@ -175,7 +175,7 @@ Status FabricClient::Get(const std::string& aid, const std::string& bid, const s
   CXLKV_RETURN_IF_ERROR(Json(verb, "GET", MemPath(aid, bid) + "/" + mid, "", &body));
   json j;
   CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
-  CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(j, region).WithContext(verb));
+  CXLKV_RETURN_IF_ERROR(RegionFromJson(j, region).WithContext(verb));
   if (region->appliance_id.empty()) region->appliance_id = aid;
   if (region->blade_id.empty()) region->blade_id = bid;
   return Status::OK();
@@ -222,7 +222,7 @@ Status FabricClient::Assign(const std::string& aid, const std::string& bid, cons
   CXLKV_RETURN_IF_ERROR(Json(verb, "PATCH", MemPath(aid, bid) + "/" + mid, req.dump(), &body));
   json j;
   CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
-  return internal::RegionFromJson(j, region).WithContext(verb);
+  return RegionFromJson(j, region).WithContext(verb);
 }
 
 Status FabricClient::Unassign(const std::string& aid, const std::string& bid,
@@ -235,7 +235,7 @@ Status FabricClient::Unassign(const std::string& aid, const std::string& bid,
   CXLKV_RETURN_IF_ERROR(Json(verb, "PATCH", MemPath(aid, bid) + "/" + mid, req.dump(), &body));
   json j;
   CXLKV_RETURN_IF_ERROR(base::ParseJson(body, &j).WithContext(verb));
-  return internal::RegionFromJson(j, region).WithContext(verb);
+  return RegionFromJson(j, region).WithContext(verb);
 }
 
 Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryRegion>* regions) {
@@ -260,7 +260,7 @@ Status FabricClient::HostRegions(const std::string& host_id, std::vector<MemoryR
   }
   for (const auto& rj : j["regions"]) {
     MemoryRegion r;
-    CXLKV_RETURN_IF_ERROR(internal::RegionFromJson(rj, &r).WithContext(verb));
+    CXLKV_RETURN_IF_ERROR(RegionFromJson(rj, &r).WithContext(verb));
     regions->push_back(std::move(r));
   }
   return Status::OK();

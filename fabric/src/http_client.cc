@@ -1,12 +1,12 @@
 // Copyright cxlkv authors.
-#include "http_client.h"
+#include "cxlkv/fabric/http_client.h"
 
 #include <curl/curl.h>
 
 #include <memory>
 #include <mutex>
 
-namespace cxlkv::fabric::internal {
+namespace cxlkv::fabric {
 namespace {
 
 size_t Collect(char* ptr, size_t size, size_t n, void* user) {
@@ -71,4 +71,4 @@ Status HttpDo(const HttpOptions& opt, const std::string& method, const std::stri
   return Status::OK();
 }
 
-}  // namespace cxlkv::fabric::internal
+}  // namespace cxlkv::fabric

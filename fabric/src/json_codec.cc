@@ -1,11 +1,11 @@
 // Copyright cxlkv authors.
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 
 #include <algorithm>
 
 #include "cxlkv/base/json.h"
 
-namespace cxlkv::fabric::internal {
+namespace cxlkv::fabric {
 
 using nlohmann::json;
 
@@ -170,4 +170,4 @@ Status ComposeRequestFromJson(const json& j, ComposeRequest* req) {
   return Status::OK();
 }
 
-}  // namespace cxlkv::fabric::internal
+}  // namespace cxlkv::fabric

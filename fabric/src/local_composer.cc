@@ -14,12 +14,11 @@
 
 #include "cxlkv/base/file.h"
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 
 namespace cxlkv::fabric {
 
 using nlohmann::json;
-namespace in = internal;
 
 // local-composer-state.json: {"version": 1, "pool", "regions": [memoryRegion + carverHandle]}.
 constexpr int kStateVersion = 1;
@@ -77,7 +76,7 @@ Status LocalComposer::Open(const LocalPoolOptions& opt, std::unique_ptr<LocalCom
     }
     for (const auto& rj : j["regions"]) {
       MemoryRegion r;
-      CXLKV_RETURN_IF_ERROR(in::RegionFromJson(rj, &r).WithContext("load state " + c->state_path_));
+      CXLKV_RETURN_IF_ERROR(RegionFromJson(rj, &r).WithContext("load state " + c->state_path_));
       c->allocated_mib_ += r.size_mib;
       c->regions_[r.id] = r;
       if (rj.contains("carverHandle") && rj["carverHandle"].is_string()) {
@@ -111,7 +110,7 @@ Status LocalComposer::Save(const std::map<std::string, MemoryRegion>& regions,
                            const std::map<std::string, std::string>& handles) {
   json arr = json::array();
   for (const auto& [id, r] : regions) {
-    json rj = in::RegionToJson(r);
+    json rj = RegionToJson(r);
     if (auto it = handles.find(id); it != handles.end()) rj["carverHandle"] = it->second;
     arr.push_back(std::move(rj));
   }

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 
 namespace cxlkv::fabric {
 namespace {
@@ -30,10 +30,10 @@ TEST(TypesTest, StateEnumsRoundTripThroughTheirWireStrings) {
 
 TEST(TypesTest, ForeignRegionStatusReadsAsUnknownAndBadMaterializationIsRefused) {
   MemoryRegion r;
-  ASSERT_TRUE(internal::RegionFromJson({{"id", "m1"}, {"status", "Active"}}, &r).ok());
+  ASSERT_TRUE(RegionFromJson({{"id", "m1"}, {"status", "Active"}}, &r).ok());
   EXPECT_EQ(r.status, RegionStatus::kUnknown);
-  EXPECT_FALSE(internal::RegionToJson(r).contains("status"));
-  Status st = internal::RegionFromJson(
+  EXPECT_FALSE(RegionToJson(r).contains("status"));
+  Status st = RegionFromJson(
       {{"id", "m1"}, {"mappings", {{{"appliancePort", "P1"}, {"materialization", "Done"}}}}}, &r);
   EXPECT_TRUE(st.IsInvalidArgument()) << st.ToString();
   EXPECT_NE(st.ToString().find("Done"), std::string::npos) << st.ToString();

@@ -14,8 +14,9 @@
 
 #include "cxlkv/base/file.h"
 #include "cxlkv/base/json.h"
+#include "cxlkv/fabric/json_codec.h"
+#include "cxlkv/hostd/client.h"
 #include "fabric_manager.h"
-#include "json_codec.h"
 
 namespace cxlkv::fabric::internal {
 namespace {
@@ -84,39 +85,23 @@ void FabricManager::Materialize(const MemoryRegion& r, Mapping* m) {
     m->materialization = Materialization::kNoAgent;
     return;
   }
-  nlohmann::json body = {{"allocationId", r.id},
-                         {"sizeBytes", r.size_mib << 20},
-                         {"offsetBytes", 0},
-                         {"backingPath", r.backing_path},
-                         {"applianceId", r.appliance_id},
-                         {"bladeId", r.blade_id},
-                         {"appliancePort", m->appliance_port},
-                         {"hostPort", m->host_port},
-                         {"assignEpoch", m->assign_epoch}};
-  HttpOptions opt;
-  opt.timeout_ms = config_.agent_timeout_ms;
-  HttpResponse resp;
-  std::string url = host->agent + "/cxlkv/v1/regions/" + r.id;
-  Status s = HttpDo(opt, "PUT", url, body.dump(), &resp);
+  hostd::MaterializeRequest req;
+  req.allocation_id = r.id;
+  req.size_bytes = static_cast<uint64_t>(r.size_mib) << 20;
+  req.backing_path = r.backing_path;
+  req.appliance_id = r.appliance_id;
+  req.blade_id = r.blade_id;
+  req.appliance_port = m->appliance_port;
+  req.host_port = m->host_port;
+  req.assign_epoch = m->assign_epoch;
+  hostd::HostRegion got;
+  Status s = hostd::Client({host->agent, config_.agent_timeout_ms}).Materialize(req, &got);
   if (!s.ok()) {
     m->materialization = Materialization::kFailed;
     m->error = "materialize on host " + host->id + ": " + s.message();
-  } else if (resp.status != 200 && resp.status != 201) {
-    m->materialization = Materialization::kFailed;
-    nlohmann::json ej;
-    std::string why = "HTTP " + std::to_string(resp.status);
-    if (base::ParseJson(resp.body, &ej).ok() && ej.is_object() && ej.contains("error") &&
-        ej["error"].is_string()) {
-      why = ej["error"].get<std::string>();
-    }
-    m->error = "materialize on host " + host->id + ": " + why;
   } else {
     m->materialization = Materialization::kMaterialized;
-    nlohmann::json dj;
-    if (base::ParseJson(resp.body, &dj).ok() && dj.is_object() && dj.contains("device") &&
-        dj["device"].is_string()) {
-      m->device = dj["device"].get<std::string>();
-    }
+    m->device = got.device;
   }
   if (m->materialization == Materialization::kFailed) spdlog::warn("{}", m->error);
 }
@@ -127,16 +112,10 @@ void FabricManager::Unmaterialize(const MemoryRegion& r, const Mapping& m) {
     if (h.id == m.host_id) host = &h;
   }
   if (host == nullptr || host->agent.empty()) return;
-  HttpOptions opt;
-  opt.timeout_ms = config_.agent_timeout_ms;
-  HttpResponse resp;
-  std::string url = host->agent + "/cxlkv/v1/regions/" + r.id;
-  Status s = HttpDo(opt, "DELETE", url, "", &resp);
+  Status s = hostd::Client({host->agent, config_.agent_timeout_ms}).Remove(r.id);
   // Not fatal: a host that missed this removes the region at its next resync.
-  if (!s.ok()) {
+  if (!s.ok() && !s.IsNotFound()) {
     spdlog::warn("remove region {} on host {}: {}", r.id, host->id, s.message());
-  } else if (resp.status != 200 && resp.status != 404) {
-    spdlog::warn("remove region {} on host {}: HTTP {}", r.id, host->id, resp.status);
   }
 }
 

@@ -23,7 +23,6 @@
 #include "cxlkv/base/mutex.h"
 #include "cxlkv/fabric/composer.h"
 #include "cxlkv/fabricd/config.h"
-#include "http_client.h"
 #include "state.h"
 
 namespace cxlkv::fabric::internal {

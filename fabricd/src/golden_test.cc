@@ -23,11 +23,11 @@
 #include <thread>
 
 #include "built_binary.h"
+#include "cxlkv/fabric/http_client.h"
+#include "cxlkv/fabric/json_codec.h"
 #include "cxlkv/fabric/local_composer.h"
 #include "cxlkv/fabricd/config.h"
 #include "cxlkv/fabricd/server.h"
-#include "http_client.h"
-#include "json_codec.h"
 
 namespace cxlkv::fabric {
 namespace {
@@ -143,8 +143,8 @@ class FabricGoldenTest : public ::testing::Test {
   }
   // Sends one request and appends it and its answer to the transcript.
   std::string Do(const std::string& method, const std::string& path, const std::string& body = "") {
-    internal::HttpResponse resp;
-    Status s = internal::HttpDo(internal::HttpOptions{}, method, base_ + path, body, &resp);
+    HttpResponse resp;
+    Status s = HttpDo(HttpOptions{}, method, base_ + path, body, &resp);
     EXPECT_TRUE(s.ok()) << s.ToString();
     if (method == "POST" && resp.status == 201) {
       nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, false);
@@ -249,11 +249,11 @@ TEST_F(FabricGoldenTest, ClientComposeRequestIsUnchanged) {
   req.candidate_hosts = {"node-a", "node-b"};
   req.candidate_ports = {"P2"};
   req.claim_uid = "golden-claim";
-  std::string body = internal::ComposeRequestToJson(req).dump(2) + "\n";
+  std::string body = ComposeRequestToJson(req).dump(2) + "\n";
   ComposeRequest plain;
   plain.size_mib = 16;
   plain.port = "P1";
-  body += internal::ComposeRequestToJson(plain).dump(2) + "\n";
+  body += ComposeRequestToJson(plain).dump(2) + "\n";
   ExpectGolden("client-compose-request.json", body);
 }
 
@@ -279,7 +279,7 @@ TEST_F(FabricGoldenTest, LocalComposerStateFileIsUnchanged) {
   ASSERT_TRUE(c->Compose("local", "shm", req, &b).ok());
   Name(b.region.id);
   std::string text = Stable(ReadAll(opt.state_dir + "/local-composer-state.json"), 2) + "\n";
-  text += Stable(internal::RegionToJson(a.region).dump(2), 2) + "\n";
+  text += Stable(RegionToJson(a.region).dump(2), 2) + "\n";
   ExpectGolden("local-composer-state.json", text);
 }
 

@@ -2,7 +2,7 @@
 //
 // /cfm/v1/discover, /cfm/v1/appliances/... (appliances, blades, ports,
 // resources, blade status) and blade memory (compose, assign, free).
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 #include "server_internal.h"
 
 namespace cxlkv::fabric::internal {

@@ -3,7 +3,7 @@
 // /cfm/v1/hosts/... and the cxlkv extension (/cxlkv/v1: power cycle, fault
 // injection, per-host region listing for cxlkv-hostd resync, the
 // assignment-epoch counters).
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 #include "server_internal.h"
 
 namespace cxlkv::fabric::internal {

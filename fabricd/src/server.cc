@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 #include "server_internal.h"
 
 namespace cxlkv::fabric {

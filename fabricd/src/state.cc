@@ -5,7 +5,7 @@
 
 #include "cxlkv/base/file.h"
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 
 namespace cxlkv::fabric::internal {
 

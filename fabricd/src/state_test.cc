@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
 
 namespace cxlkv::fabric::internal {
 namespace {

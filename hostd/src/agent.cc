@@ -10,7 +10,6 @@
 
 #include "cxlkv/base/file.h"
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
 
 namespace cxlkv::hostd {
 

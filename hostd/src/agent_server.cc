@@ -9,7 +9,9 @@
 
 #include "cxlkv/base/daemon.h"
 #include "cxlkv/base/json.h"
-#include "json_codec.h"
+#include "cxlkv/fabric/json_codec.h"
+#include "cxlkv/hostd/cdi.h"
+#include "wire.h"
 
 namespace cxlkv::hostd {
 namespace {
@@ -29,35 +31,7 @@ void ReplyStatus(httplib::Response& res, const Status& s) {
   Reply(res, code, {{"error", s.message()}});
 }
 
-json DeviceJson(const Device& d) {
-  return {{"allocationId", d.allocation_id},
-          {"kind", d.kind},
-          {"device", d.path},
-          {"sizeBytes", d.size_bytes},
-          {"offsetBytes", d.offset_bytes},
-          {"cdiDevice", CdiDeviceName(d.allocation_id)},
-          {"assignEpoch", d.assign_epoch}};
-}
-
-// The manager's materialize request body into *r (all but the id).
-// InvalidArgument naming the field: sizeBytes missing, a size, offset or
-// epoch that is not a non-negative integer (json's get<uint64_t>() would cast
-// -1 to 2^64-1: an offset that wrapped the backing file's bounds check, an
-// epoch newer than any so that no release naming one removed the device).
-Status ParseRegionRequest(const json& body, RegionRequest* r) {
-  if (!body.is_object()) return Status::InvalidArgument("region request: body must be an object");
-  if (!body.contains("sizeBytes"))
-    return Status::InvalidArgument("region request: sizeBytes is required");
-  Status s = fabric::internal::OptEpoch(body, "sizeBytes", &r->size_bytes);
-  if (s.ok()) s = fabric::internal::OptEpoch(body, "offsetBytes", &r->offset_bytes);
-  if (s.ok()) s = fabric::internal::OptEpoch(body, "assignEpoch", &r->assign_epoch);
-  if (s.ok() && body.contains("backingPath") && !body["backingPath"].is_string()) {
-    s = Status::InvalidArgument("backingPath: must be a string");
-  }
-  if (!s.ok()) return Status::InvalidArgument("region request: " + s.message());
-  r->backing_path = body.value("backingPath", "");
-  return Status::OK();
-}
+json DeviceJson(const Device& d) { return wire::DeviceToJson(d, CdiDeviceName(d.allocation_id)); }
 
 class HttpAgentServer : public AgentServer {
  public:
@@ -70,7 +44,7 @@ class HttpAgentServer : public AgentServer {
                 if (!s.ok()) return ReplyStatus(res, s);
                 RegionRequest r;
                 r.allocation_id = req.matches[1];
-                s = ParseRegionRequest(body, &r);
+                s = wire::RegionRequestFromJson(body, &r);
                 if (!s.ok()) return ReplyStatus(res, s);
                 Device d;
                 s = agent_->Materialize(r, &d);
@@ -94,7 +68,7 @@ class HttpAgentServer : public AgentServer {
                  if (s.ok() && !body.is_object())
                    s = Status::InvalidArgument("release: body must be an object");
                  uint64_t epoch = 0;
-                 if (s.ok()) s = fabric::internal::OptEpoch(body, "assignEpoch", &epoch);
+                 if (s.ok()) s = fabric::OptEpoch(body, "assignEpoch", &epoch);
                  if (!s.ok()) return ReplyStatus(res, s);
                  ReleaseResult r;
                  s = agent_->Release(req.matches[1], epoch, &r);
