@@ -29,6 +29,9 @@ import paper  # noqa: E402
 from runlog import read  # noqa: E402
 
 TIERS = ("T0", "T1", "T2", "T4")
+# The peers run beside T4 (issue 28: LMCache, bench/ttft/lmcache_tier.py):
+# rows like every tier's, in a table of their own (the paper has none).
+PEERS = ("T5", "T6")
 ARMS = ("same", "cross")
 
 
@@ -76,7 +79,7 @@ def build(records):
             continue
         cells.setdefault((r["tier"], r["arm"], r["prefix"], r["req"]), []).append(r)
     prefixes = sorted({k[2] for k in cells})
-    for t in TIERS:
+    for t in TIERS + PEERS:
         for arm in ARMS:
             for p in prefixes:
                 c = cells.get((t, arm, p, 2))
@@ -178,6 +181,7 @@ def build(records):
                  if (c.get("oracle_model") or {}).get("config")), {})
     summary["oracle"] = oracle(reqs, records, ocfg)
     summary["load"] = load(records)
+    summary["integrity"] = integrity(records)
     samples = {(t, arm, p): [x["ttft_ms"] for x in c]
                for (t, arm, p, n), c in cells.items() if n == 2}
     summary["derived"] = derived(rows, kvpt, ceiling, last.get("granularity") or 256,
@@ -336,6 +340,18 @@ def oracle(reqs, records, ocfg):
     return out
 
 
+def integrity(records):
+    """What each tier did with KV damaged between store and load (damage.py):
+    one row per damaged session."""
+    out = []
+    for r in sorted(latest(records, "integrity"), key=lambda r: (r["tier"], r["session"])):
+        out.append({k: r.get(k) for k in (
+            "tier", "session", "prefix", "damage", "verdict", "damaged_ranges", "damaged_bytes",
+            "clean_hit_tokens", "damaged_hit_tokens", "output_equal", "tier_load_fallbacks",
+            "tier_crc_failures", "error")})
+    return out
+
+
 def load(records):
     rs = [r for r in latest(records, "load_req") if r.get("req") == 2]
     cells = {}
@@ -439,7 +455,9 @@ def tables(s):
     w("|---|---|---|---|---|---|---|---|")
     for r in rows:
         i = paper.at(r["prefix"])
-        pv = paper.TABLE6[(r["tier"], r["arm"])][i] if i is not None else (None,) * 4
+        # The paper has no LMCache rows: a peer's paper cells stay empty.
+        pt = paper.TABLE6.get((r["tier"], r["arm"]))
+        pv = pt[i] if (i is not None and pt) else (None,) * 4
         w(f"| {r['tier']} | {r['arm']} | {_plabel(r['prefix'])} | {r['n']} | "
           f"{_f(r['p50_ms'])} \\| {_f(pv[0])} | {_f(r['p90_ms'])} \\| {_f(pv[1])} | "
           f"{_f(r['p99_ms'])} \\| {_f(pv[2])} | {_f(r['hit_rate'] * 100, 1)} \\| {_f(pv[3])} |")
@@ -532,6 +550,28 @@ def tables(s):
         for r in s["load"]:
             w(f"| {r['tier']} | {r['arm']} | {_plabel(r['prefix'])} | {r['concurrency']} | "
               f"{r['n']} | {_f(r['p50_ms'])} | {_f(r['p90_ms'])} | {_f(r['hit_rate'] * 100, 1)} |")
+    peers = [r for r in rows if r["tier"] in ("T4",) + PEERS]
+    if any(r["tier"] in PEERS for r in peers):
+        w("\n## T4 beside LMCache (T5: L1 in DRAM, T6: devdax L1)\n")
+        w("| prefix | arm | tier | n | p50 ms | p90 ms | hit % | alignment bound % |")
+        w("|---|---|---|---|---|---|---|---|")
+        bound = {d["prefix"]: d["alignment_bound"] for d in s["derived"]}
+        for r in sorted(peers, key=lambda r: (r["prefix"], r["arm"], r["tier"])):
+            b = bound.get(r["prefix"])
+            w(f"| {_plabel(r['prefix'])} | {r['arm']} | {r['tier']} | {r['n']} | "
+              f"{_f(r['p50_ms'])} | {_f(r['p90_ms'])} | {_f(r['hit_rate'] * 100, 1)} | "
+              f"{_f(b and b * 100, 1)} |")
+    if s.get("integrity"):
+        w("\n## Integrity: KV damaged between store and load, from outside\n")
+        w("Stored bytes damaged in the tier's memory after req1 stored them and req2 loaded "
+          "them once undamaged (`byte`: one byte in every 4 KiB flipped; `zero`: all zeroed); "
+          "req2 then sent again to the replica that never stored the prompt.\n")
+        w("| tier | session | damage | ranges | bytes | hit tokens undamaged → damaged | "
+          "tier counted | output equal | verdict |\n|---|---|---|---|---|---|---|---|---|")
+        for r in s["integrity"]:
+            w(f"| {r['tier']} | {r['session']} | {r['damage']} | {r['damaged_ranges']} | "
+              f"{r['damaged_bytes']} | {r['clean_hit_tokens']} → {r['damaged_hit_tokens']} | "
+              f"{r['tier_load_fallbacks']} | {r['output_equal']} | {r['verdict']} |")
     for e in s["errors"]:
         w(f"\nError in {e['phase']} {e['tier']}: {e['error'][:300]}")
     for e in s["warnings"]:

@@ -161,3 +161,30 @@ def test_median_difference_interval_is_seeded_and_brackets_the_difference():
     far = report.median_diff_ci([200.0 + i for i in range(20)], b)
     assert far[0] > 0                                 # a real gap is not called noise
     assert report.median_diff_ci(a[:3], b) is None
+
+
+def test_lmcache_rows_and_integrity_verdicts_get_their_own_tables():
+    recs = [call(), {"kind": "ceiling", "pinned_h2d_gbps": 50.0}]
+    for i in range(2):
+        recs += [req("T4", "cross", 8173, i, 2, 51.0, 0.9634, "B"),
+                 req("T5", "cross", 8173, i, 2, 70.0, 0.9634, "B"),
+                 req("T5", "same", 8173, i, 2, 69.0, 0.9634)]
+    for tier, j, mode, verdict in (("T4", 0, "byte", "detected, recomputed"),
+                                   ("T5", 0, "byte", "served, output unchanged"),
+                                   ("T5", 1, "zero", "served, output changed")):
+        recs.append({"kind": "integrity", "key": f"integrity/{tier}/{j}", "tier": tier,
+                     "session": j, "prefix": 2048, "damage": mode, "verdict": verdict,
+                     "damaged_ranges": 8, "damaged_bytes": 8 << 18, "clean_hit_tokens": 2048,
+                     "damaged_hit_tokens": 0 if tier == "T4" else 2048,
+                     "output_equal": verdict != "served, output changed",
+                     "tier_load_fallbacks": 8 if tier == "T4" else 0})
+    s = report.build(recs)
+    assert {(r["tier"], r["arm"]) for r in s["rows"]} == {("T4", "cross"), ("T5", "cross"),
+                                                          ("T5", "same")}
+    assert [(r["tier"], r["verdict"]) for r in s["integrity"]] == [
+        ("T4", "detected, recomputed"), ("T5", "served, output unchanged"),
+        ("T5", "served, output changed")]
+    md = report.tables(s)
+    assert "## T4 beside LMCache" in md and "| 8K | cross | T5 | 2 | 70.0 |" in md
+    assert "| T5 | 1 | zero | 8 | 2097152 | 2048 → 2048 | 0 | False | served, output changed |" \
+        in md

@@ -7,6 +7,9 @@ paper's Table 2, on vLLM 0.26/0.32 flag names).
                                 --kv-offloading-size GiB, 256-token chunks
   T4  cxlkv shared region       --no-enable-prefix-caching, CxlkvOffloadingConnector,
                                 256-token chunks
+  T5  LMCache MP, L1 in DRAM    --no-enable-prefix-caching, LMCacheMPConnector to one
+                                `lmcache server` per tier run (lmcache_tier.py)
+  T6  LMCache MP, devdax L1     the same, the server's L1 on a devdax path (a /dev/shm file)
 
 The offload granularity (256 tokens, the paper's) is vLLM's
 kv_connector_extra_config "block_size" for both T2 and T4; for T2 it rides
@@ -17,10 +20,14 @@ cpu_bytes_to_use and keeps the extra keys).
 
 import json
 
-TIERS = ("T0", "T1", "T2", "T4")
+import lmcache_tier
+
+TIERS = ("T0", "T1", "T2", "T4") + lmcache_tier.TIERS
 GRANULARITY = 256
 NAMES = {"T0": "recompute (no reuse)", "T1": "GPU prefix cache", "T2": "vLLM native CPU offload",
-         "T4": "cxlkv shared region"}
+         "T4": "cxlkv shared region", **lmcache_tier.NAMES}
+# Tiers whose replicas share one store (the cross arm can hit).
+SHARED = ("T4",) + lmcache_tier.TIERS
 
 
 def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint=None):
@@ -38,8 +45,9 @@ def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint
 
 
 def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
-          model_fingerprint=None):
-    """The tier's own server flags (the common ones are added by replica.py)."""
+          model_fingerprint=None, lmcache_port=None):
+    """The tier's own server flags (the common ones are added by replica.py);
+    T5/T6 name their `lmcache server`'s port."""
     if tier == "T0":
         return ["--no-enable-prefix-caching"]
     if tier == "T1":
@@ -53,4 +61,8 @@ def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
             raise ValueError("T4 needs a region path and size")
         return ["--no-enable-prefix-caching", "--kv-transfer-config",
                 json.dumps(t4_transfer_config(region_path, region_size, poison, model_fingerprint))]
+    if tier in lmcache_tier.TIERS:
+        if lmcache_port is None:
+            raise ValueError(f"{tier} needs its lmcache server's port")
+        return lmcache_tier.flags(tier, lmcache_port)
     raise ValueError(f"unknown tier {tier!r}; one of {', '.join(TIERS)}")

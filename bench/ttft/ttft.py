@@ -18,7 +18,12 @@ measured) and the next call resumes. Phases (--phases):
            T0, T1 same and T4 cross, KV bytes loaded vs stored, and the
            poisoned-KV control (poison.py) that must change the outputs;
 - load:    closed-loop concurrency per replica at the load prefixes, T2
-           (same arm) and T4 (cross arm).
+           (same arm) and T4/T5/T6 (cross arm);
+- integrity: KV damaged between store and load from outside (damage.py),
+           T4/T5/T6 on the oracle's model: detected, recomputed or served.
+
+T5/T6 are LMCache's multiprocess mode (lmcache_tier.py): one `lmcache server`
+per tier run, started before and stopped after its replicas.
 
 Exit status: 0 when the asked grid is complete or the budget stopped it
 cleanly (RUN_DIR/state.json says which and what is left), 2 on bad
@@ -39,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import client  # noqa: E402
+import damage  # noqa: E402
+import lmcache_tier  # noqa: E402
 import models  # noqa: E402
 import prompts  # noqa: E402
 import tiers as tiermod  # noqa: E402
@@ -134,7 +141,8 @@ class Harness:
         self.grid_model = (models.write_qwen7b(os.path.join(self.models_dir, "qwen2.5-7b-arch"))
                            if a.model == "qwen7b" else self._small())
         # The seeded model costs a torch import and a few seconds: only when used.
-        self.oracle_model = self._small() if ("oracle" in a.phases or a.model == "small") \
+        self.oracle_model = self._small() if ({"oracle", "integrity"} & set(a.phases)
+                                             or a.model == "small") \
             else None
         self.combined = self.grid_model == self.oracle_model
         self.grid_cfg = models.load_config(self.grid_model)
@@ -179,11 +187,25 @@ class Harness:
                "tier_flags": {t: tiermod.flags(
                    t, t2_gib=a.t2_gib, region_path="<region>", region_size=a.region_size,
                    model_fingerprint="<dummy-sha256(config.json)>" if a.model == "qwen7b"
-                   else None) for t in tiermod.TIERS},
+                   else None, lmcache_port="<zmq-port>") for t in tiermod.TIERS},
+               "lmcache": self.lmcache_record(),
                "query_len": a.query_len, "max_tokens": a.max_tokens,
                "max_model_len": a.max_model_len, "granularity": tiermod.GRANULARITY}
         self.vllm = rec["vllm_version"]
         return self.log.append(rec)
+
+    def lmcache_record(self):
+        """LMCache's version and server command lines (templates), when a
+        T5/T6 tier is asked for."""
+        asked = [t for t in self.a.tiers if t in lmcache_tier.TIERS]
+        if not asked:
+            return None
+        return {"version": lmcache_tier.installed_version(self.a.python),
+                "wanted_version": lmcache_tier.VERSION,
+                "server_argv": {t: lmcache_tier.server_argv(
+                    t, "<python>", zmq_port="<zmq-port>", http_port="<http-port>",
+                    l1_bytes=self.a.region_size, devdax_path="<devdax-file>",
+                    extra=self.a.lmcache_arg)[1:] for t in asked}}
 
     def ceiling(self):
         """Pinned host -> GPU copy ceiling, measured in this call (ceiling.py)."""
@@ -203,7 +225,14 @@ class Harness:
         a = self.a
         n = n or a.replicas
         region = size = None
-        flags = tiermod.flags(tier, t2_gib=a.t2_gib) if tier != "T4" else None
+        flags = tiermod.flags(tier, t2_gib=a.t2_gib) if tier in ("T0", "T1", "T2") else None
+        self.lmc = None
+        if tier in lmcache_tier.TIERS:
+            # Same memory as T4's region, and the same 1 GiB cap for the
+            # oracle's small model.
+            size = min(a.region_size, 1 << 30) if model_dir != self.grid_model else a.region_size
+            self.lmc = self.start_lmcache(phase, rep, tier, size)
+            flags = tiermod.flags(tier, lmcache_port=self.lmc.zmq_port)
         if tier == "T4":
             # A fresh region for every T4 start (the paper wipes it per
             # repetition; a restarted call starts a new one too).
@@ -254,9 +283,14 @@ class Harness:
             for r in reps:
                 r.stop(grace=10)
             cause = next((c for c in (r.root_cause() for r in reps) if c), None)
-            self.log.append({"kind": "start_failed", "phase": phase, "rep": rep, "tier": tier,
-                             "call": self.call, "error": str(e), "cause": cause,
-                             "log_tail": e.log_tail[-4000:]})
+            rec = {"kind": "start_failed", "phase": phase, "rep": rep, "tier": tier,
+                   "call": self.call, "error": str(e), "cause": cause,
+                   "log_tail": e.log_tail[-4000:]}
+            if self.lmc is not None:
+                rec.update(lmcache_cause=self.lmc.root_cause(),
+                           lmcache_log_tail=self.lmc.log_tail(3000))
+                self.stop_lmcache()
+            self.log.append(rec)
             if region and os.path.exists(region):
                 os.unlink(region)
             raise
@@ -274,6 +308,38 @@ class Harness:
                              "region_bytes": size,
                              "setup_lines": r.setup_lines(), **r.describe()})
         return reps, observer, region
+
+    def start_lmcache(self, phase, rep, tier, l1_bytes):
+        """T5/T6: this tier run's `lmcache server`, ready (its /healthcheck
+        answers) before any replica starts; logged as kind lmcache_server."""
+        a = self.a
+        srv = lmcache_tier.Server(f"{phase}-r{rep}-{tier}-lmcache-c{self.call}", tier,
+                                  python=a.python, log_dir=self.engines_dir, l1_bytes=l1_bytes,
+                                  extra=a.lmcache_arg)
+        try:
+            srv.start()
+            srv.wait_ready(a.start_timeout)
+        except StartError as e:
+            left = srv.stop(grace=10)
+            self.log.append({"kind": "start_failed", "phase": phase, "rep": rep, "tier": tier,
+                             "call": self.call, "error": str(e), "cause": srv.root_cause(),
+                             "log_tail": e.log_tail[-4000:], "server": srv.describe(),
+                             "left_behind": left})
+            raise
+        objs, locked = srv.l1_counts()
+        self.log.append({"kind": "lmcache_server", "phase": phase, "rep": rep, "tier": tier,
+                         "call": self.call, "ready_s": round(srv.ready_s, 2),
+                         "l1_objects": objs, **srv.describe()})
+        return srv
+
+    def stop_lmcache(self):
+        srv, self.lmc = getattr(self, "lmc", None), None
+        if srv is None:
+            return
+        alive = srv.alive()
+        left = srv.stop()
+        self.log.append({"kind": "lmcache_stopped", "name": srv.name, "tier": srv.tier,
+                         "call": self.call, "alive_at_stop": alive, "removed": left})
 
     def max_len(self, model_dir):
         cfg = models.load_config(model_dir)
@@ -375,7 +441,12 @@ class Harness:
         p1 = shared + q1
         before_store = client.counters(client.scrape(A.host, A.port))["kv_store_bytes"]
         region_before = observer.region_counters()["stores"] if observer is not None else 0
+        lmc = getattr(self, "lmc", None) if tier in lmcache_tier.TIERS else None
+        l1_before = lmc.l1_counts()[0] if lmc is not None else None
         r1 = self.request(A, others_a, p1, max_tokens, logprobs)
+        if lmc is not None:
+            r1.update(lmc.wait_stored(l1_before, len(p1) // tiermod.GRANULARITY,
+                                      self.a.store_wait_s))
         if tier in ("T2", "T4"):
             g = tiermod.GRANULARITY
             r1.update(self.wait_stored(A, before_store, len(p1) // g,
@@ -405,10 +476,10 @@ class Harness:
                 arms = ("same", "cross") if i % 2 == 0 else ("cross", "same")
                 for arm in arms:
                     tasks.append(("grid", p, arm, i, f"grid/r{rep}/{tier}/{p}/{arm}/{i}"))
-        if tier == "T4" and "control" in a.phases:
+        if tier in tiermod.SHARED and "control" in a.phases:
             for p in a.prefixes:
                 for i in range(a.control_requests):
-                    tasks.append(("control", p, "control", i, f"control/r{rep}/T4/{p}/{i}"))
+                    tasks.append(("control", p, "control", i, f"control/r{rep}/{tier}/{p}/{i}"))
         return tasks
 
     def oracle_tasks(self, tier):
@@ -418,7 +489,15 @@ class Harness:
                                                   "T4": "cross"}[tier], j,
                  f"oracle/{tier}/{j}") for j in range(self.a.oracle_prompts)]
 
+    def integrity_tasks(self, tier):
+        if tier not in tiermod.SHARED or "integrity" not in self.a.phases:
+            return []
+        return [("integrity", self.a.oracle_prefix, damage.MODES[j % len(damage.MODES)], j,
+                 f"integrity/{tier}/{j}") for j in range(self.a.integrity_prompts)]
+
     def is_done(self, key, done):
+        if key.startswith("integrity/"):
+            return key in done
         if key.startswith("oracle/T4/"):
             return f"{key}/poisoned" in done
         if key.startswith("control/"):
@@ -442,14 +521,22 @@ class Harness:
                     if self.combined and rep == 0 and "oracle" in a.phases:
                         tasks += self.oracle_tasks(tier)
                         poison = tier == "T4"
+                    if self.combined and rep == 0:
+                        tasks += self.integrity_tasks(tier)
                     if tasks:
                         out.append(("grid", rep, tier, self.grid_model, poison, tasks))
         if "oracle" in a.phases and not self.combined:
             for tier in ("T0", "T1", "T4"):
                 out.append(("oracle", 0, tier, self.oracle_model, tier == "T4",
-                            self.oracle_tasks(tier)))
+                            self.oracle_tasks(tier) + (self.integrity_tasks(tier)
+                                                       if tier in a.tiers else [])))
+        if "integrity" in a.phases and not self.combined:
+            for tier in tiermod.SHARED:  # T4's ride with its oracle start when there is one
+                if tier in a.tiers and not (tier == "T4" and "oracle" in a.phases):
+                    out.append(("integrity", 0, tier, self.oracle_model, False,
+                                self.integrity_tasks(tier)))
         if "load" in a.phases:
-            for tier in ("T2", "T4"):
+            for tier in ("T2",) + tiermod.SHARED:
                 if tier not in a.tiers or (tier == "T2" and self.platform == "cpu"):
                     continue
                 cells = [("load", p, c, f"load/{tier}/{p}/c{c}") for p in a.load_prefixes
@@ -471,7 +558,7 @@ class Harness:
                                  "reason": T2_CPU_REASON})
         self.ceiling()
         done = self.log.done_keys("req") | self.log.done_keys("control") | \
-            self.log.done_keys("oracle")
+            self.log.done_keys("oracle") | self.log.done_keys("integrity")
         plan = self.plan()
         left_total = sum(1 for *_, tasks in plan for t in tasks
                          if not self._task_done(t, done))
@@ -489,7 +576,7 @@ class Harness:
         except BudgetStop:
             stopped = True
         done = self.log.done_keys("req") | self.log.done_keys("control") | \
-            self.log.done_keys("oracle")
+            self.log.done_keys("oracle") | self.log.done_keys("integrity")
         left = sum(1 for *_, tasks in plan for t in tasks if not self._task_done(t, done))
         state = {"complete": left == 0, "tasks_left": left, "stopped_by_budget": stopped,
                  "call": self.call, "failures": self.failures,
@@ -516,6 +603,8 @@ class Harness:
         if phase == "load":
             c = task[2]
             return per_req * 2 * c * self.a.load_sessions * 2 + 30
+        if phase == "integrity":  # three requests and two scans of the store
+            return per_req * 4 + 5
         return per_req * (3 if phase == "oracle" else 2) + 2
 
     def tier_run(self, phase, rep, tier, model_dir, poison, todo):
@@ -556,6 +645,8 @@ class Harness:
                     self.oracle(reps, observer, tier, cfg, task)
                 elif kind == "load":
                     self.load_cell(reps, tier, cfg, task)
+                elif kind == "integrity":
+                    self.integrity(reps, observer, tier, cfg, task)
                 self.progress[(phase, tier)] = self.progress.get((phase, tier), 0) + 1
         except BudgetStop:
             raise
@@ -566,6 +657,7 @@ class Harness:
             print(f"ttft: {phase} rep {rep} {tier}: {type(e).__name__}: {e}"[:3000], flush=True)
         finally:
             self.stop_replicas(reps)
+            self.stop_lmcache()
             observer = None
             if region and os.path.exists(region):
                 os.unlink(region)  # the next T4 start gets a fresh one
@@ -634,6 +726,68 @@ class Harness:
             now = observer.region_counters()
             self.log.append({"kind": "oracle_region", "key": f"{key}/region", "call": self.call,
                              "bytes_stored": now["bytes_stored"], "bytes_loaded": now["bytes_loaded"]})
+
+    def integrity(self, reps, observer, tier, cfg, task):
+        """KV damaged between store and load, from outside (damage.py): req1
+        -> A stores SHARED + Q1; req2 = SHARED + Q2 -> B loads the undamaged
+        KV (the reference output); the stored bytes are damaged in the
+        tier's memory (region file, LMCache's L1 pool or devdax file);
+        req2 -> B again. Its hits, the tier's own counters and the output
+        against the reference give the verdict."""
+        a = self.a
+        _, p, mode, j, key = task
+        A, B = reps[0], reps[1]
+        shared, q1, q2 = prompts.session(a.seed, "integrity", p, "integrity", j, a.oracle_query,
+                                         cfg["vocab_size"])
+        n = a.oracle_tokens
+        lmc = getattr(self, "lmc", None)
+        if tier == "T4":
+            if observer is None:
+                raise RuntimeError("integrity on T4 needs the region observer")
+            slots = damage.RegionSlots(observer)
+            path, before = observer.info().path, slots.ready()
+        else:
+            path = lmc.l1_path()
+            before = damage.page_digests(path)
+        r1, r2 = self.session(reps, observer, tier, key, shared, q1, q2, "cross", cfg, n,
+                              extra={"prefix": p, "session": j, "damage": mode},
+                              logprobs=True, phase="integrity")
+        if tier == "T4":
+            ranges = slots.ranges(before, slots.ready())
+        else:
+            ranges = damage.changed_ranges(before, damage.page_digests(path))
+        written = damage.apply(path, ranges, mode)
+        log_mark = os.path.getsize(lmc.log_path) if lmc is not None else 0
+        m0 = client.scrape(B.host, B.port)
+        err, rd = None, {}
+        try:
+            rd = self.request(B, [A], shared + q2, n, logprobs=True)
+        except client.RequestError as e:
+            err = str(e)[:2000]
+        m1 = client.scrape(B.host, B.port)
+        fallbacks = client.total(m1, "cxlkv:load_fallbacks_total") - \
+            client.total(m0, "cxlkv:load_fallbacks_total")
+        crc = client.total(m1, "cxlkv:crc_failures_total") - \
+            client.total(m0, "cxlkv:crc_failures_total")
+        server_lines = []
+        if lmc is not None:
+            with open(lmc.log_path, "rb") as f:
+                f.seek(log_mark)
+                server_lines = [ln.strip()[-300:] for ln in
+                                f.read().decode("utf-8", "replace").splitlines()
+                                if any(w in ln.lower() for w in
+                                       ("checksum", "corrupt", "mismatch", "crc", "integrity"))]
+        clean_hit, dmg_hit = r2["hit_tokens"], rd.get("hit_tokens", 0)
+        v = damage.verdict(r2["tokens"], rd.get("tokens"), clean_hit, dmg_hit,
+                           reported=fallbacks, error=err)
+        self.log.append(dict(rd, kind="integrity", key=key, tier=tier, call=self.call,
+                             prefix=p, session=j, damage=mode, verdict=v, error=err,
+                             damaged_file=path, damaged_ranges=len(ranges),
+                             damaged_bytes=sum(ln for _, ln in ranges), bytes_written=written,
+                             clean_hit_tokens=clean_hit, damaged_hit_tokens=dmg_hit,
+                             clean_tokens=r2["tokens"], output_equal=rd.get("tokens") ==
+                             r2["tokens"], tier_load_fallbacks=fallbacks, tier_crc_failures=crc,
+                             server_log_lines=server_lines[:20]))
 
     def load_cell(self, reps, tier, cfg, task):
         """Closed loop (no waiting for stores: under load a store that lags
@@ -754,6 +908,11 @@ def main(argv=None):
     r.add_argument("--oracle-prefix", type=int, default=2048)
     r.add_argument("--oracle-query", type=int, default=64)
     r.add_argument("--oracle-tokens", type=int, default=32)
+    r.add_argument("--integrity-prompts", type=int, default=4,
+                   help="damaged sessions per shared tier (phase integrity), modes alternating "
+                        f"{'/'.join(damage.MODES)}")
+    r.add_argument("--lmcache-arg", action="append", default=[],
+                   help="one more `lmcache server` argument for T5/T6 (repeatable)")
     r.add_argument("--load-prefixes", type=ints, default=[8173, 32694])
     r.add_argument("--load-concurrency", type=ints, default=[1, 2, 4, 8])
     r.add_argument("--load-sessions", type=int, default=3)

@@ -1,0 +1,319 @@
+"""LMCache, the most used shared KV tier, beside cxlkv in the same run (issue 28):
+tiers T5 and T6, each one `lmcache server` process (LMCache's multiprocess, MP,
+mode) that every vLLM replica of the tier connects to.
+
+  T5  LMCache MP, L1 in DRAM: a pinned POSIX shared-memory pool of the same
+      size as T4's region (--region-size), allocated at start
+  T6  LMCache MP, L1 on a Device-DAX path: here a /dev/shm file of that size
+      (the closest analogue of a cxlkv region; real devdax takes /dev/daxX.Y)
+
+Version: lmcache 0.5.3, the newest whose compiled ops load with the GPU
+image's torch 2.11.0+cu130 (0.5.4-0.5.6's cuda_ops need the symbol
+c10::NotImplementedError::NotImplementedError(c10::SourceLocation,
+std::string), which torch 2.11.0's libc10.so does not export; 0.5.3's c_ops
+needs 66 torch symbols, all exported by 2.11.0+cu130's libraries; both link
+libcudart.so.13). Installed on the GPU machine by the bundle set "lmcache"
+(scripts/gpu-bundle.d/lmcache.sh).
+
+Where every flag comes from (LMCache 0.5.3's own `lmcache server --help`,
+read from the wheel's source, and LMCache's documentation):
+- `python -m lmcache.cli.main server`: the `lmcache` console script of the
+  wheel (entry_points.txt: lmcache = lmcache.cli.main:main), run as a module
+  because a --target install has no console scripts; docs/source/cli/server.rst.
+- --host/--port (ZMQ, the port vLLM connects to), --chunk-size 256 (the
+  default, named so the granularity equals T2/T4's): lmcache/v1/multiprocess/
+  config.py add_mp_server_args.
+- --http-host/--http-port: the HTTP frontend (its /healthcheck and /status are
+  what the harness waits on and reads): config.py add_http_frontend_args,
+  lmcache/v1/multiprocess/http_apis/info_api.py. A free port per start, not
+  the default 8080.
+- --l1-size-gb (converted with 1024^3: distributed/config.py
+  parse_args_to_config), --eviction-policy LRU (required; LRU as in the docs'
+  quick starts, docs/source/mp/quickstart.rst and cli/server.rst):
+  lmcache/v1/distributed/config.py add_storage_manager_args.
+- --no-l1-use-lazy (T5): the whole L1 allocated and pinned at start, as T4's
+  region is created and registered at start; L1 is then LMCache's own default
+  POSIX shared-memory pool, /dev/shm/lmcache_l1_pool_<server pid>
+  (L1MemoryManagerConfig.shm_name's default; memory_manager/
+  l1_memory_manager.py create_memory_allocator; memory_management.py
+  _resolve_pinned_alloc_free: alloc_shm_pinned_ptr), which the integrity step
+  reaches from outside (damage.py).
+- --l1-devdax-path FILE --no-l1-use-lazy --shm-name "" (T6): the help text of
+  --l1-devdax-path ("Optional /dev/dax device or mmap-able file ... Set
+  --no-l1-use-lazy and --shm-name \"\"") and L1MemoryManagerConfig's checks;
+  the same three flags in docs/source/mp/shared_l1.rst. The file must exist
+  with its full size: memory_allocators/devdax_memory_allocator.py maps
+  `size` bytes of it MAP_SHARED (the harness creates it sparse and truncates).
+
+vLLM side (vLLM 0.26.0): kv_connector "LMCacheMPConnector" is registered by
+vllm/distributed/kv_transfer/kv_connector/factory.py; its module
+(v1/lmcache_mp_connector.py, _resolve_lmcache_mp_connector) prefers the
+connector shipped in the lmcache package (lmcache/integration/vllm/
+lmcache_mp_connector.py in 0.5.3), which reads extra-config keys
+lmcache.mp.host (default tcp://localhost) and lmcache.mp.port (default
+5555). --no-enable-prefix-caching and kv_load_failure_policy "recompute" as
+for T4 (docs/source/mp/shared_l1.rst also turns GPU prefix caching off, to
+tell a shared hit from a GPU-local one).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from replica import _EXC, StartError, free_port  # noqa: E402
+
+TIERS = ("T5", "T6")
+VERSION = "0.5.3"
+GRANULARITY = 256
+NAMES = {"T5": "LMCache MP, L1 in DRAM (shm)", "T6": "LMCache MP, L1 on a devdax path"}
+# Where T6's devdax stand-in files live (removed with the server).
+DAX_DIR = "/dev/shm/cxlkv-ttft-lmcache"
+# LMCache's default L1 pool name: L1MemoryManagerConfig.shm_name.
+SHM_PREFIX = "lmcache_l1_pool_"
+
+
+def gib(nbytes):
+    """--l1-size-gb's value for nbytes (LMCache multiplies by 1 << 30)."""
+    return f"{nbytes / (1 << 30):.6g}"
+
+
+def server_argv(tier, python, *, zmq_port, http_port, l1_bytes, devdax_path=None, extra=()):
+    """The `lmcache server` command line of a T5/T6 start (module docstring
+    says where each flag comes from)."""
+    if tier not in TIERS:
+        raise ValueError(f"{tier!r} is not an LMCache tier ({', '.join(TIERS)})")
+    if not l1_bytes or l1_bytes < (1 << 20):
+        raise ValueError(f"LMCache L1 of {l1_bytes} bytes: give at least 1 MiB (--region-size)")
+    argv = [python, "-m", "lmcache.cli.main", "server",
+            "--host", "127.0.0.1", "--port", str(zmq_port),
+            "--http-host", "127.0.0.1", "--http-port", str(http_port),
+            "--chunk-size", str(GRANULARITY),
+            "--l1-size-gb", gib(l1_bytes), "--eviction-policy", "LRU",
+            "--no-l1-use-lazy"]
+    if tier == "T6":
+        if not devdax_path:
+            raise ValueError("T6 needs a devdax path")
+        argv += ["--l1-devdax-path", devdax_path, "--shm-name", ""]
+    return argv + list(extra)
+
+
+def transfer_config(zmq_port):
+    # A template (the run's call record) names the port as a string.
+    port = zmq_port if isinstance(zmq_port, str) else int(zmq_port)
+    return {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+            "kv_load_failure_policy": "recompute",
+            "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
+                                          "lmcache.mp.port": port}}
+
+
+def flags(tier, zmq_port):
+    """The replicas' vLLM flags of a T5/T6 start (the server's port in them)."""
+    if tier not in TIERS:
+        raise ValueError(f"{tier!r} is not an LMCache tier ({', '.join(TIERS)})")
+    return ["--no-enable-prefix-caching", "--kv-transfer-config",
+            json.dumps(transfer_config(zmq_port))]
+
+
+def installed_version(python):
+    """lmcache's version as the interpreter's metadata names it, or None."""
+    code = ("import importlib.metadata as m\n"
+            "try:\n    print(m.version('lmcache'))\n"
+            "except m.PackageNotFoundError:\n    print('')\n")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    v = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
+    return v[0] if v and v[0] else None
+
+
+def _find(obj, key):
+    """Every value of ``key`` anywhere in a JSON document."""
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key and isinstance(v, (int, float)):
+                out.append(v)
+            else:
+                out += _find(v, key)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _find(v, key)
+    return out
+
+
+class Server:
+    """One `lmcache server` process: started in its own process group, ready
+    when GET /healthcheck answers 200 (the engine is initialised), stopped
+    with SIGTERM then SIGKILL of the group; its log in log_dir; T6's devdax
+    file created before and removed after."""
+
+    def __init__(self, name, tier, *, python, log_dir, l1_bytes, gpu_env=None, extra=()):
+        self.name, self.tier = name, tier
+        self.zmq_port, self.http_port = free_port(), free_port()
+        while self.http_port == self.zmq_port:
+            self.http_port = free_port()
+        self.l1_bytes = int(l1_bytes)
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.devdax_path = os.path.join(DAX_DIR, f"{name}.dax") if tier == "T6" else None
+        self.cmd = server_argv(tier, python, zmq_port=self.zmq_port, http_port=self.http_port,
+                               l1_bytes=self.l1_bytes, devdax_path=self.devdax_path,
+                               extra=extra)
+        env = dict(os.environ)
+        env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1",
+                    # LMCache's own usage reporting (lmcache/usage_context.py)
+                    "LMCACHE_TRACK_USAGE": "false"})
+        env.update(gpu_env or {})
+        self.env = env
+        self.proc = None
+        self.started_at = self.ready_s = None
+        self._log = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def l1_path(self):
+        """The file that holds the L1 bytes: T5's shared-memory pool
+        (/dev/shm/lmcache_l1_pool_<pid>), T6's devdax file."""
+        if self.tier == "T6":
+            return self.devdax_path
+        return f"/dev/shm/{SHM_PREFIX}{self.pid}" if self.pid else None
+
+    def describe(self):
+        return {"name": self.name, "tier": self.tier, "zmq_port": self.zmq_port,
+                "http_port": self.http_port, "l1_bytes": self.l1_bytes,
+                "l1_path": self.l1_path(), "pid": self.pid, "argv": self.cmd[1:],
+                "log": os.path.basename(self.log_path)}
+
+    def start(self):
+        if self.devdax_path:
+            os.makedirs(DAX_DIR, exist_ok=True)
+            st = os.statvfs(DAX_DIR)
+            if st.f_bavail * st.f_frsize < self.l1_bytes:
+                raise StartError(f"T6 devdax file of {self.l1_bytes} bytes does not fit: {DAX_DIR} "
+                                 f"has {st.f_bavail * st.f_frsize} bytes free (--region-size)", "")
+            with open(self.devdax_path, "wb") as f:
+                f.truncate(self.l1_bytes)
+        self._log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _get(self, path, timeout=5):
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+
+    def wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise StartError(f"{self.name} (lmcache server) exited with "
+                                 f"{self.proc.returncode} before it was ready", self.log_tail())
+            try:
+                status, _ = self._get("/healthcheck", timeout=2)
+                if status == 200:
+                    self.ready_s = time.monotonic() - self.started_at
+                    return self.ready_s
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise StartError(f"{self.name} (lmcache server) not ready after {timeout:.0f} s",
+                                 self.log_tail())
+            time.sleep(0.5)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self):
+        """GET /status as JSON (the L1 manager's object counts are in it)."""
+        _, body = self._get("/status", timeout=10)
+        return json.loads(body)
+
+    def l1_counts(self):
+        """(objects, write-locked objects) of L1, from /status; (None, None)
+        when the document has no such fields."""
+        try:
+            st = self.status()
+        except (OSError, ValueError):
+            return None, None
+        objs, locked = _find(st, "total_object_count"), _find(st, "write_locked_count")
+        return (int(sum(objs)) if objs else None, int(sum(locked)) if locked else None)
+
+    def wait_stored(self, before_objects, chunks, wait_s):
+        """Waits (at most wait_s) until L1 holds ``chunks`` more objects than
+        before and none is write-locked, so req2 cannot race the store."""
+        t0 = time.monotonic()
+        objs = locked = None
+        while True:
+            objs, locked = self.l1_counts()
+            done = objs is not None and before_objects is not None and \
+                objs - before_objects >= chunks and not locked
+            if done or time.monotonic() - t0 > wait_s:
+                break
+            time.sleep(0.01)
+        return {"store_wait_ms": round((time.monotonic() - t0) * 1e3, 1),
+                "l1_objects_before": before_objects, "l1_objects": objs,
+                "l1_write_locked": locked, "expected_chunks": chunks, "store_complete": done}
+
+    def log_tail(self, n=6000):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def root_cause(self):
+        """The first error line of the server's log, or None."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if _EXC.search(line):
+                        return line.strip()[-400:]
+        except OSError:
+            pass
+        return None
+
+    def stop(self, grace=20):
+        pid = self.pid
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._log:
+            self._log.close()
+            self._log = None
+        # What the server leaves behind when killed: its pool (named after its
+        # own pid, so never another's) and T6's file.
+        left = [p for p in (f"/dev/shm/{SHM_PREFIX}{pid}" if pid else None, self.devdax_path)
+                if p and os.path.exists(p)]
+        for p in left:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+        return left

@@ -1,0 +1,180 @@
+"""CPU tests of the LMCache tiers' plumbing (lmcache_tier.py) and of the
+integrity step's damage (damage.py); no engine. Run by the ttft stage
+(scripts/test.d/70-ttft.sh) with the vLLM venv's python:
+
+    python -m pytest -q bench/ttft/test_lmcache.py
+
+The tests that parse the harness's command line with LMCache's own parser
+need lmcache 0.5.3 importable (the stage puts it on PYTHONPATH); they fail,
+not skip, when CXLKV_TTFT_LMCACHE_SITE names a directory without it.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import damage  # noqa: E402
+import lmcache_tier  # noqa: E402
+import tiers  # noqa: E402
+
+
+def _after(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_t5_server_argv_names_lmcaches_flags():
+    argv = lmcache_tier.server_argv("T5", "py", zmq_port=5601, http_port=5602, l1_bytes=32 << 30)
+    assert argv[:4] == ["py", "-m", "lmcache.cli.main", "server"]
+    assert _after(argv, "--host") == "127.0.0.1" and _after(argv, "--port") == "5601"
+    assert _after(argv, "--http-host") == "127.0.0.1" and _after(argv, "--http-port") == "5602"
+    assert _after(argv, "--l1-size-gb") == "32"
+    assert _after(argv, "--chunk-size") == "256" == str(tiers.GRANULARITY)
+    assert _after(argv, "--eviction-policy") == "LRU"
+    assert "--no-l1-use-lazy" in argv and "--l1-devdax-path" not in argv
+    assert "--shm-name" not in argv  # LMCache's default pool name, lmcache_l1_pool_<pid>
+
+
+def test_t6_server_argv_maps_the_devdax_file_without_shm():
+    argv = lmcache_tier.server_argv("T6", "py", zmq_port=1, http_port=2, l1_bytes=256 << 20,
+                                    devdax_path="/dev/shm/x.dax")
+    assert _after(argv, "--l1-devdax-path") == "/dev/shm/x.dax"
+    assert _after(argv, "--shm-name") == ""
+    assert _after(argv, "--l1-size-gb") == "0.25"
+    assert "--no-l1-use-lazy" in argv
+
+
+@pytest.mark.parametrize("bad", [dict(tier="T4"), dict(l1_bytes=0), dict(tier="T6")])
+def test_server_argv_refuses_what_lmcache_would(bad):
+    kw = dict(tier="T5", l1_bytes=1 << 30)
+    kw.update(bad)
+    with pytest.raises(ValueError):
+        lmcache_tier.server_argv(kw.pop("tier"), "py", zmq_port=1, http_port=2, **kw)
+
+
+def test_replica_flags_are_the_mp_connector_with_the_servers_port():
+    f = tiers.flags("T5", lmcache_port=5733)
+    assert f[0] == "--no-enable-prefix-caching" and f[1] == "--kv-transfer-config"
+    cfg = json.loads(f[2])
+    assert cfg == {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+                   "kv_load_failure_policy": "recompute",
+                   "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
+                                                 "lmcache.mp.port": 5733}}
+    assert tiers.flags("T6", lmcache_port=1) != tiers.flags("T5", lmcache_port=2)
+    with pytest.raises(ValueError):
+        tiers.flags("T5")
+
+
+def _lmcache_parser():
+    site = os.environ.get("CXLKV_TTFT_LMCACHE_SITE")
+    if site:
+        sys.path.insert(0, site)
+    try:
+        from lmcache.cli.commands.server import ServerCommand
+    except ImportError as e:
+        if site:
+            raise AssertionError(f"lmcache not importable from {site}: {e}") from e
+        pytest.skip(f"lmcache not importable ({e}); the ttft stage sets CXLKV_TTFT_LMCACHE_SITE")
+    import argparse
+
+    p = argparse.ArgumentParser()
+    ServerCommand().add_arguments(p)
+    return p
+
+
+@pytest.mark.parametrize("tier", lmcache_tier.TIERS)
+def test_lmcache_053_parses_the_harness_command_line(tier):
+    """LMCache's own `lmcache server` parser takes every flag, and its config
+    parsers give the memory the harness meant (L1 bytes, eager, shm/devdax)."""
+    from importlib.metadata import version
+
+    p = _lmcache_parser()
+    assert version("lmcache") == lmcache_tier.VERSION
+    argv = lmcache_tier.server_argv(tier, "py", zmq_port=5601, http_port=5602,
+                                    l1_bytes=3 << 30, devdax_path="/dev/shm/y.dax")
+    args = p.parse_args(argv[4:])
+    from lmcache.v1.distributed.config import parse_args_to_config
+    from lmcache.v1.multiprocess.config import (parse_args_to_http_frontend_config,
+                                                parse_args_to_mp_server_config)
+
+    mp = parse_args_to_mp_server_config(args)
+    assert (mp.host, mp.port, mp.chunk_size) == ("127.0.0.1", 5601, 256)
+    http = parse_args_to_http_frontend_config(args)
+    assert (http.http_host, http.http_port) == ("127.0.0.1", 5602)
+    mem = parse_args_to_config(args).l1_manager_config.memory_config
+    assert mem.size_in_bytes == 3 << 30 and mem.use_lazy is False
+    if tier == "T5":
+        assert mem.devdax_path is None and mem.shm_name.startswith(lmcache_tier.SHM_PREFIX)
+    else:
+        assert mem.devdax_path == "/dev/shm/y.dax" and mem.shm_name == ""
+
+
+def _file(tmp_path, size, fill=None):
+    p = tmp_path / "pool"
+    with open(p, "wb") as f:
+        f.truncate(size)
+    for off, data in fill or []:
+        with open(p, "r+b") as f:
+            f.seek(off)
+            f.write(data)
+    return str(p)
+
+
+def test_changed_ranges_finds_exactly_the_pages_a_store_wrote(tmp_path):
+    path = _file(tmp_path, 64 * damage.PAGE, [(3 * damage.PAGE, b"\x01" * 8)])
+    before = damage.page_digests(path)
+    with open(path, "r+b") as f:  # a store of 2.5 pages at page 10, one byte at page 40
+        f.seek(10 * damage.PAGE)
+        f.write(os.urandom(2 * damage.PAGE + 100))
+        f.seek(40 * damage.PAGE + 4095)
+        f.write(b"\x07")
+    got = damage.changed_ranges(before, damage.page_digests(path))
+    assert got == [(10 * damage.PAGE, 3 * damage.PAGE), (40 * damage.PAGE, damage.PAGE)]
+    assert damage.changed_ranges(before, before) == []
+
+
+def test_a_write_that_keeps_the_sum_still_changes_the_digest(tmp_path):
+    import numpy as np
+
+    path = _file(tmp_path, 4 * damage.PAGE)
+    with open(path, "r+b") as f:
+        f.write(np.array([5, 0], dtype=np.uint64).tobytes())
+    before = damage.page_digests(path)
+    with open(path, "r+b") as f:  # same sum of words, other words
+        f.write(np.array([2, 3], dtype=np.uint64).tobytes())
+    assert damage.changed_ranges(before, damage.page_digests(path)) == [(0, damage.PAGE)]
+
+
+def test_apply_flips_one_byte_per_page_or_zeroes_the_range(tmp_path):
+    payload = bytes(range(256)) * 48  # 3 pages
+    path = _file(tmp_path, 8 * damage.PAGE, [(damage.PAGE, payload)])
+    rng = [(damage.PAGE, len(payload))]
+    assert damage.apply(path, rng, "byte") == 3
+    with open(path, "rb") as f:
+        f.seek(damage.PAGE)
+        got = f.read(len(payload))
+    diff = [i for i in range(len(payload)) if got[i] != payload[i]]
+    assert diff == [0, damage.PAGE, 2 * damage.PAGE]
+    assert all(got[i] == payload[i] ^ 0xFF for i in diff)
+    assert damage.apply(path, rng, "zero") == len(payload)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[damage.PAGE:damage.PAGE + len(payload)] == bytes(len(payload))
+    with pytest.raises(ValueError):
+        damage.apply(path, rng, "scramble")
+
+
+@pytest.mark.parametrize("clean,dmg,ch,dh,rep,err,want", [
+    ([1, 2], [1, 2], 512, 0, 0, None, "detected, recomputed"),
+    ([1, 2], [1, 2], 512, 512, 2, None, "detected, recomputed"),
+    ([1, 2], [1, 3], 512, 256, 0, None, "detected in part, damage served"),
+    ([1, 2], [1, 3], 512, 512, 0, None, "served, output changed"),
+    ([1, 2], [1, 2], 512, 512, 0, None, "served, output unchanged"),
+    ([1, 2], [1, 2], 0, 0, 0, None, "no load to damage"),
+    ([1, 2], None, 512, 0, 0, "HTTP 500", "request failed"),
+])
+def test_verdict(clean, dmg, ch, dh, rep, err, want):
+    assert damage.verdict(clean, dmg, ch, dh, reported=rep, error=err) == want
