@@ -7,7 +7,9 @@
 # CUDA data path, e.g. by scripts/gpu-vllm.sh) and /dev/shm large enough for
 # the region. vLLM 0.26: when python3 cannot import it, the bundle set
 # "vllm" (scripts/gpu-bundle.sh, parts kept on this machine earlier) is
-# installed and used.
+# installed and used; likewise the set "lmcache" (LMCache 0.5.3) when the
+# tiers asked for (--tiers, default all) include T5 or T6. cxlkv is needed
+# only when they include T4.
 # RUN_DIR lives in the checkout (e.g. docs/results/h200-<date>), so the log
 # travels back in with the working tree on the next call: the run resumes
 # from RUN_DIR/log.jsonl and stops cleanly before BUDGET_SECONDS. Defaults:
@@ -30,8 +32,26 @@ if ! "$PY" -c 'import vllm' 2>/dev/null; then
   env_line=$("$HERE/../../scripts/gpu-bundle.sh" install vllm) || exit 2
   eval "$env_line"
 fi
-if ! "$PY" -c 'import vllm, cxlkv, torch; assert torch.cuda.is_available()' 2>"$RUN/.import-err"; then
-  echo "gpu-run: vllm, cxlkv and a CUDA torch must import (PYTHONPATH=${PYTHONPATH:-}):"
+tiers=T0,T1,T2,T4,T5,T6
+for ((i = 1; i <= $#; i++)); do
+  case ${!i} in
+    --tiers=*) tiers=${!i#--tiers=} ;;
+    --tiers) j=$((i + 1)); tiers=${!j:-} ;;
+  esac
+done
+mods=vllm
+case ",$tiers," in *,T4,*) mods+=", cxlkv" ;; esac
+case ",$tiers," in
+  *,T5,*|*,T6,*)
+    if ! "$PY" -c 'import lmcache' 2>/dev/null; then
+      "$HERE/../../scripts/gpu-bundle.sh" take lmcache 2>/dev/null || true
+      env_line=$("$HERE/../../scripts/gpu-bundle.sh" install lmcache) || exit 2
+      eval "$env_line"
+    fi
+    mods+=", lmcache" ;;
+esac
+if ! "$PY" -c "import $mods, torch; assert torch.cuda.is_available()" 2>"$RUN/.import-err"; then
+  echo "gpu-run: $mods and a CUDA torch must import (PYTHONPATH=${PYTHONPATH:-}):"
   tail -5 "$RUN/.import-err"; exit 2
 fi
 rm -f "$RUN/.import-err"
