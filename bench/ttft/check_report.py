@@ -74,6 +74,27 @@ def main(out):
     c = s["control"]
     check("never-stored control: queried, zero hits",
           c["requests"] > 0 and c["queried_tokens"] > 0 and c["hit_tokens"] == 0, c)
+    # LMCache (T5, issue 28) beside T4: the same checks, and the integrity step.
+    for a in ARMS:
+        check(f"T5 (LMCache) {a}: hit rate at the 256-token alignment bound",
+              all(abs(rows[("T5", a, p)]["hit_rate"] - bound[p]) <= 0.005 for p in prefixes)
+              if all(("T5", a, p) in rows for p in prefixes) else False,
+              [(rows.get(("T5", a, p), {}).get("hit_rate"), bound[p]) for p in prefixes])
+    ct = c.get("by_tier", {})
+    check("never-stored control on T4 and T5: queried, zero hits",
+          all(ct.get(t, {}).get("requests", 0) > 0 and ct[t]["queried_tokens"] > 0 and
+              ct[t]["hit_tokens"] == 0 for t in ("T4", "T5")), ct)
+    integ = s.get("integrity") or []
+    t4i = [r for r in integ if r["tier"] == "T4"]
+    check("integrity: T4 refused every damaged chunk and recomputed (byte and zero damage)",
+          {r["damage"] for r in t4i} == {"byte", "zero"} and
+          all(r["verdict"] == "detected, recomputed" and r["damaged_bytes"] > 0 for r in t4i),
+          t4i)
+    t5i = [r for r in integ if r["tier"] == "T5"]
+    check("integrity: T5 damaged after a load and a verdict recorded for each mode",
+          {r["damage"] for r in t5i} == {"byte", "zero"} and
+          all(r["damaged_bytes"] > 0 and r["clean_hit_tokens"] > 0 and
+              r["verdict"] not in ("request failed", "no load to damage") for r in t5i), t5i)
     o = s["oracle"] or {}
     check("oracle: >= 10 prompts of >= 32 greedy tokens",
           o.get("prompts", 0) >= 10 and (o.get("tokens") or 0) >= 32,

@@ -76,14 +76,14 @@ class RegionSlots:
     """T4's stored payloads, located through an observer of the region."""
 
     def __init__(self, observer):
-        import cxlkv
+        from cxlkv import _cxlkv  # scan_slots: the binding's own (include/cxlkv/lifecycle.h)
 
-        self.cxlkv = cxlkv
+        self.native = _cxlkv
         self.region = observer
         self.info = observer.info()
 
     def ready(self):
-        rows = self.cxlkv.scan_slots(self.region, 0, self.info.num_slots)
+        rows = self.native.scan_slots(self.region, 0, self.info.num_slots)
         return {(slot, gen): length for slot, state, gen, _owner, _ns, length, _key in rows
                 if state == "ready"}
 

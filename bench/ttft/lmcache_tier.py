@@ -31,6 +31,13 @@ read from the wheel's source, and LMCache's documentation):
   parse_args_to_config), --eviction-policy LRU (required; LRU as in the docs'
   quick starts, docs/source/mp/quickstart.rst and cli/server.rst):
   lmcache/v1/distributed/config.py add_storage_manager_args.
+- --max-workers N, N the number of replicas: the server's worker threads
+  (config.py: "Base number of worker threads for both GPU and CPU pools",
+  default 1); at start the server logs "Created AffinityThreadPool ... with 1
+  worker slots ... Compare this against the number of clients expected to
+  connect" (multiprocess/affinity_pool.py): one slot per engine, so two
+  replicas' stores and loads are not serialised on one thread. The docs'
+  Docker quick start (docs/source/mp/quickstart.rst) runs --max-workers 4.
 - --no-l1-use-lazy (T5): the whole L1 allocated and pinned at start, as T4's
   region is created and registered at start; L1 is then LMCache's own default
   POSIX shared-memory pool, /dev/shm/lmcache_l1_pool_<server pid>
@@ -84,7 +91,8 @@ def gib(nbytes):
     return f"{nbytes / (1 << 30):.6g}"
 
 
-def server_argv(tier, python, *, zmq_port, http_port, l1_bytes, devdax_path=None, extra=()):
+def server_argv(tier, python, *, zmq_port, http_port, l1_bytes, clients=2, devdax_path=None,
+                extra=()):
     """The `lmcache server` command line of a T5/T6 start (module docstring
     says where each flag comes from)."""
     if tier not in TIERS:
@@ -96,7 +104,7 @@ def server_argv(tier, python, *, zmq_port, http_port, l1_bytes, devdax_path=None
             "--http-host", "127.0.0.1", "--http-port", str(http_port),
             "--chunk-size", str(GRANULARITY),
             "--l1-size-gb", gib(l1_bytes), "--eviction-policy", "LRU",
-            "--no-l1-use-lazy"]
+            "--max-workers", str(int(clients)), "--no-l1-use-lazy"]
     if tier == "T6":
         if not devdax_path:
             raise ValueError("T6 needs a devdax path")
@@ -121,13 +129,23 @@ def flags(tier, zmq_port):
             json.dumps(transfer_config(zmq_port))]
 
 
-def installed_version(python):
+def site_env(site):
+    """The environment that puts a directory holding lmcache first on the
+    path (the CPU tests' scripts/lmcache-site.sh); {} for none."""
+    if not site:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(p for p in (HERE, site, os.environ.get("PYTHONPATH"))
+                                          if p)}
+
+
+def installed_version(python, site=None):
     """lmcache's version as the interpreter's metadata names it, or None."""
     code = ("import importlib.metadata as m\n"
             "try:\n    print(m.version('lmcache'))\n"
             "except m.PackageNotFoundError:\n    print('')\n")
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, **site_env(site)))
     except (OSError, subprocess.TimeoutExpired):
         return None
     v = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
@@ -155,7 +173,8 @@ class Server:
     with SIGTERM then SIGKILL of the group; its log in log_dir; T6's devdax
     file created before and removed after."""
 
-    def __init__(self, name, tier, *, python, log_dir, l1_bytes, gpu_env=None, extra=()):
+    def __init__(self, name, tier, *, python, log_dir, l1_bytes, clients=2, site=None,
+                 extra=()):
         self.name, self.tier = name, tier
         self.zmq_port, self.http_port = free_port(), free_port()
         while self.http_port == self.zmq_port:
@@ -164,13 +183,13 @@ class Server:
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.devdax_path = os.path.join(DAX_DIR, f"{name}.dax") if tier == "T6" else None
         self.cmd = server_argv(tier, python, zmq_port=self.zmq_port, http_port=self.http_port,
-                               l1_bytes=self.l1_bytes, devdax_path=self.devdax_path,
-                               extra=extra)
+                               l1_bytes=self.l1_bytes, clients=clients,
+                               devdax_path=self.devdax_path, extra=extra)
         env = dict(os.environ)
         env.update({"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1",
                     # LMCache's own usage reporting (lmcache/usage_context.py)
                     "LMCACHE_TRACK_USAGE": "false"})
-        env.update(gpu_env or {})
+        env.update(site_env(site))
         self.env = env
         self.proc = None
         self.started_at = self.ready_s = None

@@ -133,7 +133,15 @@ def build(records):
         reps_table.append({"tier": t, "prefix": p, "medians": meds,
                            "spread": round((max(vals) - min(vals)) / mid, 4) if mid else None})
     controls = latest(records, "control")
-    control = {"requests": len(controls),
+    # Per tier too: T4 and the peers run the same never-stored prompts.
+    by_tier = {}
+    for x in controls:
+        b = by_tier.setdefault(x.get("tier", "T4"), {"requests": 0, "queried_tokens": 0,
+                                                     "hit_tokens": 0})
+        b["requests"] += 1
+        b["queried_tokens"] += x["counters"][x["replica"]]["external_queries"]
+        b["hit_tokens"] += x["hit_tokens"]
+    control = {"requests": len(controls), "by_tier": by_tier,
                "queried_tokens": sum(x["counters"][x["replica"]]["external_queries"]
                                      for x in controls),
                "hit_tokens": sum(x["hit_tokens"] for x in controls),
@@ -517,6 +525,10 @@ def tables(s):
     w(f"\nNever-stored prompts sent to the T4 replicas: {c['requests']} requests, "
       f"{int(c['queried_tokens'])} tokens queried through the connector, "
       f"{int(c['hit_tokens'])} tokens hit (must be 0). Paper: 0 of 12,298 queries.\n")
+    if len(c.get("by_tier", {})) > 1:
+        w("By tier: " + "; ".join(
+            f"{t} {b['requests']} requests, {int(b['queried_tokens'])} tokens queried, "
+            f"{int(b['hit_tokens'])} hit" for t, b in sorted(c["by_tier"].items())) + ".\n")
     w("Sessions whose req2 was sent before A's store counter covered req1's chunks "
       f"(after --store-wait-s): {s['store_incomplete'] or 'none'}.\n")
     w("First read of each replica process (left out of the cells above; paper: 521.2 ms "

@@ -34,6 +34,7 @@ def test_t5_server_argv_names_lmcaches_flags():
     assert _after(argv, "--l1-size-gb") == "32"
     assert _after(argv, "--chunk-size") == "256" == str(tiers.GRANULARITY)
     assert _after(argv, "--eviction-policy") == "LRU"
+    assert _after(argv, "--max-workers") == "2"  # one worker slot per replica
     assert "--no-l1-use-lazy" in argv and "--l1-devdax-path" not in argv
     assert "--shm-name" not in argv  # LMCache's default pool name, lmcache_l1_pool_<pid>
 
@@ -102,6 +103,7 @@ def test_lmcache_053_parses_the_harness_command_line(tier):
 
     mp = parse_args_to_mp_server_config(args)
     assert (mp.host, mp.port, mp.chunk_size) == ("127.0.0.1", 5601, 256)
+    assert (mp.max_gpu_workers, mp.max_cpu_workers) == (2, 2)
     http = parse_args_to_http_frontend_config(args)
     assert (http.http_host, http.http_port) == ("127.0.0.1", 5602)
     mem = parse_args_to_config(args).l1_manager_config.memory_config

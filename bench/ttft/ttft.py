@@ -200,11 +200,13 @@ class Harness:
         asked = [t for t in self.a.tiers if t in lmcache_tier.TIERS]
         if not asked:
             return None
-        return {"version": lmcache_tier.installed_version(self.a.python),
+        return {"version": lmcache_tier.installed_version(self.a.python, self.a.lmcache_site),
+                "site": self.a.lmcache_site,
                 "wanted_version": lmcache_tier.VERSION,
                 "server_argv": {t: lmcache_tier.server_argv(
                     t, "<python>", zmq_port="<zmq-port>", http_port="<http-port>",
-                    l1_bytes=self.a.region_size, devdax_path="<devdax-file>",
+                    l1_bytes=self.a.region_size, clients=max(2, self.a.replicas),
+                    devdax_path="<devdax-file>",
                     extra=self.a.lmcache_arg)[1:] for t in asked}}
 
     def ceiling(self):
@@ -257,7 +259,7 @@ class Harness:
                     fingerprint = "dummy-" + hashlib.sha256(f.read()).hexdigest()[:24]
             flags = tiermod.flags("T4", region_path=region, region_size=size, poison=poison,
                                   model_fingerprint=fingerprint)
-        extra_env = {}
+        extra_env = lmcache_tier.site_env(a.lmcache_site) if tier in lmcache_tier.TIERS else {}
         if poison:
             extra_env["CXLKV_TTFT_POISON_FILE"] = self.poison_flag
         names = [chr(ord("A") + i) for i in range(n)]
@@ -315,6 +317,7 @@ class Harness:
         a = self.a
         srv = lmcache_tier.Server(f"{phase}-r{rep}-{tier}-lmcache-c{self.call}", tier,
                                   python=a.python, log_dir=self.engines_dir, l1_bytes=l1_bytes,
+                                  clients=max(2, a.replicas), site=a.lmcache_site,
                                   extra=a.lmcache_arg)
         try:
             srv.start()
@@ -521,7 +524,7 @@ class Harness:
                     if self.combined and rep == 0 and "oracle" in a.phases:
                         tasks += self.oracle_tasks(tier)
                         poison = tier == "T4"
-                    if self.combined and rep == 0:
+                    if self.combined and rep == 0:  # one model: one start for all
                         tasks += self.integrity_tasks(tier)
                     if tasks:
                         out.append(("grid", rep, tier, self.grid_model, poison, tasks))
@@ -530,9 +533,11 @@ class Harness:
                 out.append(("oracle", 0, tier, self.oracle_model, tier == "T4",
                             self.oracle_tasks(tier) + (self.integrity_tasks(tier)
                                                        if tier in a.tiers else [])))
-        if "integrity" in a.phases and not self.combined:
+        rode_grid = self.combined and ({"grid", "control"} & set(a.phases))
+        if "integrity" in a.phases and not rode_grid:
             for tier in tiermod.SHARED:  # T4's ride with its oracle start when there is one
-                if tier in a.tiers and not (tier == "T4" and "oracle" in a.phases):
+                if tier in a.tiers and not (tier == "T4" and "oracle" in a.phases
+                                            and not self.combined):
                     out.append(("integrity", 0, tier, self.oracle_model, False,
                                 self.integrity_tasks(tier)))
         if "load" in a.phases:
@@ -912,7 +917,12 @@ def main(argv=None):
                    help="damaged sessions per shared tier (phase integrity), modes alternating "
                         f"{'/'.join(damage.MODES)}")
     r.add_argument("--lmcache-arg", action="append", default=[],
-                   help="one more `lmcache server` argument for T5/T6 (repeatable)")
+                   help="one more `lmcache server` argument for T5/T6 (repeatable, "
+                        "--lmcache-arg=--flag=value)")
+    r.add_argument("--lmcache-site", default=os.environ.get("CXLKV_TTFT_LMCACHE_SITE") or None,
+                   help="a directory holding lmcache, put on the path of T5/T6's server and "
+                        "replicas only (default $CXLKV_TTFT_LMCACHE_SITE; on the GPU machine "
+                        "the bundle's install is on PYTHONPATH already)")
     r.add_argument("--load-prefixes", type=ints, default=[8173, 32694])
     r.add_argument("--load-concurrency", type=ints, default=[1, 2, 4, 8])
     r.add_argument("--load-sessions", type=int, default=3)

@@ -7,13 +7,20 @@
 # platform), both arms at two prefixes, the never-stored control and the
 # correctness oracle (10 prompts, 32 greedy tokens, T4 cross vs T1 same vs T0,
 # KV bytes loaded == stored, the poisoned-KV control that must change the
-# outputs); then a second call of the same run, which must find nothing left
-# (resume), and the report command on the log, whose output is checked;
+# outputs); LMCache 0.5.3 beside them as T5 (a real `lmcache server`, which
+# runs on this CPU class: scripts/lmcache-site.sh) with its own never-stored
+# control; the integrity step on T4 and T5 (stored KV damaged from outside
+# between store and load, byte flips and zeroes); then a second call of the
+# same run, which must find nothing left (resume), and the report command on
+# the log, whose output is checked;
 # before that, the report's arithmetic on synthetic logs (test_report.py) and the
-# prompt shapes (test_prompts.py: every request fits the model's positions).
-# Warm: about 150 s on 2 quiet cores (152 s in the whole default run beside
-# the background lane), up to about 580 s on busy ones. Three pairs of engine
-# starts dominate (each start 25-35 s when the machine is quiet, 60-100 s when
+# prompt shapes (test_prompts.py: every request fits the model's positions) and
+# the LMCache tiers' command lines, parsed by LMCache's own parser, and the
+# damage step's page digests (test_lmcache.py).
+# Warm: about 150 s on 2 quiet cores without T5 (152 s in the whole default
+# run beside the background lane), up to about 580 s on busy ones; T5 adds a
+# fourth pair of engine starts and the lmcache server's (WARM_T5). Engine
+# starts dominate (each 25-35 s when the machine is quiet, 60-100 s when
 # busy). The report and the checks take about 2 s.
 # The report runs under /usr/bin/python3: Debian's python3-matplotlib
 # (scripts/setup.sh) draws the plots.
@@ -35,11 +42,15 @@ if ! CMAKE_ARGS="$(cxlkv_launcher_args)" "$PY" -m pip install -q --no-build-isol
 fi
 rm -f "$log"
 export PYTHONPATH=$SITE
+# LMCache for T5, on the path of its server and replicas only (ttft.py --lmcache-site).
+LMC=$(PYTHON=$PY bash scripts/lmcache-site.sh) || { echo "ttft stage: lmcache install failed"; failed=1; exit 1; }
+export CXLKV_TTFT_LMCACHE_SITE=$LMC LMCACHE_DISABLE_BANNER=1
 
 RUN=$(mktemp -d /tmp/cxlkv-ttft-stage.XXXXXX)
 cleanup() { rm -rf "$RUN"; }
 trap 'cleanup; echo "ttft: $passed passed, $failed failed, $skipped skipped"' EXIT
-ARGS=(--platform cpu --python "$PY" --tiers T0,T1,T2,T4 --prefixes 512,1024 --sessions 2
+ARGS=(--platform cpu --python "$PY" --tiers T0,T1,T2,T4,T5 --prefixes 512,1024 --sessions 2
+      --phases grid,control,oracle,integrity --integrity-prompts 2
       --control-requests 2 --oracle-prompts 10 --oracle-prefix 512 --oracle-tokens 32
       --max-model-len 4096 --region-size 256MiB --start-timeout 600)
 check() {  # check NAME COMMAND...: one pass or one failure
@@ -47,11 +58,12 @@ check() {  # check NAME COMMAND...: one pass or one failure
   if "$@"; then echo "PASS $name"; passed=$((passed + 1)); else echo "FAIL $name"; failed=$((failed + 1)); fi
 }
 # The report's arithmetic on synthetic logs first (a second, no engines).
-"$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py 2>&1 | tee "$RUN/pytest.txt"
+"$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py \
+  bench/ttft/test_lmcache.py 2>&1 | tee "$RUN/pytest.txt"
 p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
 f=$(grep -oE '[0-9]+ failed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); failed=$((failed + ${f:-0}))
 [ -n "$p" ] || failed=$((failed + 1))
-check "harness run (T0/T1/T4, two replicas, oracle)" \
+check "harness run (T0/T1/T4/T5, two replicas, oracle, integrity)" \
   "$PY" bench/ttft/ttft.py run "$RUN/run" "${ARGS[@]}"
 check "a second call resumes and finds nothing left" \
   bash -c "'$PY' bench/ttft/ttft.py run '$RUN/run' ${ARGS[*]} | grep -q 'ttft: complete: 0 tasks left'"
