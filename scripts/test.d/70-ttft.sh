@@ -17,11 +17,10 @@
 # prompt shapes (test_prompts.py: every request fits the model's positions) and
 # the LMCache tiers' command lines, parsed by LMCache's own parser, and the
 # damage step's page digests (test_lmcache.py).
-# Warm: about 150 s on 2 quiet cores without T5 (152 s in the whole default
-# run beside the background lane), up to about 580 s on busy ones; T5 adds a
-# fourth pair of engine starts and the lmcache server's (WARM_T5). Engine
-# starts dominate (each 25-35 s when the machine is quiet, 60-100 s when
-# busy). The report and the checks take about 2 s.
+# Warm: 441 s on 2 busy cores with T5 (four pairs of engine starts and the
+# lmcache server's, which takes about 13 s); about 150 s on quiet cores
+# before T5 was added. Engine starts dominate (each 25-35 s when the machine
+# is quiet, 60-100 s when busy). The report and the checks take about 2 s.
 # The report runs under /usr/bin/python3: Debian's python3-matplotlib
 # (scripts/setup.sh) draws the plots.
 # Needs the venv and the cxlkv build of the vllm stage (reused when present).
