@@ -6,6 +6,23 @@
 # (the engines' KV lives on the GPU, so the worker is CxlkvCudaWorker).
 #
 #   scripts/gpu-vllm.sh [pytest -k expression]
+#   scripts/gpu-vllm.sh --contract TREE [pytest -k expression]
+#   scripts/gpu-vllm.sh --serve
+#
+# --serve: `vllm serve` with cxlkv's flags (test/vllm/serve_smoke.py): the
+# `vllm` console command (when the bundle installed none, one made as pip
+# makes it: vllm.entrypoints.cli.main:main), a token-id prompt, the engine's
+# prefix cache reset, the prompt again loaded from the region.
+#
+# --contract: instead of the engines, test/vllm/contract.py (the contract
+# test of one vLLM release, test/vllm/test_contract.py) on CUDA tensors, so
+# the spec builds CxlkvCudaWorker: TREE is that release's Python tree, a
+# directory or a .tar.xz of one (scripts/vllm-src.sh's vllm/ and dist-info),
+# loaded whole over the image's torch and the bundle's dependencies. For
+# 0.34+ this is the GPU check of the DevicePointers path with synthetic
+# pointers (no 0.34 engine runs on the image's torch): pointers that vLLM's
+# own resolve_device_pointers makes from CUDA tensors, round trips, the
+# corrupted part, pointers outside the KV refused.
 #
 # vLLM 0.26 comes from the bundle set "vllm" (scripts/gpu-bundle.sh): when
 # python3 cannot import vllm, this script installs the set from the parts
@@ -24,7 +41,20 @@ LOGS=$ROOT/build-gpu/logs-vllm
 SITE=${CXLKV_SITE:-/tmp/cxlkv-site}
 mkdir -p "$LOGS"
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
-if ! python3 -c 'import vllm' 2>/dev/null; then
+MODE=engines
+case "${1:-}" in
+  --contract)
+    MODE=contract
+    tree=${2:?--contract needs a vLLM release tree (directory or .tar.xz)}
+    shift 2
+    if [ -f "$tree" ]; then
+      mkdir -p /tmp/cxlkv-contract && tar xJf "$tree" -C /tmp/cxlkv-contract
+      tree=/tmp/cxlkv-contract
+    fi ;;
+  --serve) MODE=serve; shift ;;
+esac
+# The contract test brings its vLLM (the tree); the other modes use 0.26's.
+if [ "$MODE" != contract ] && ! python3 -c 'import vllm' 2>/dev/null; then
   scripts/gpu-bundle.sh take vllm 2>/dev/null || true
   env_line=$(scripts/gpu-bundle.sh install vllm) \
     || { echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (no vLLM: carry the bundle's parts, scripts/gpu-bundle.sh)"; exit 1; }
@@ -44,15 +74,42 @@ if ! python3 -m pip install -q --no-build-isolation --no-deps --target "$SITE" -
 fi
 echo "gpu-vllm: pip install --no-build-isolation . (CUDA on): $(( $(date +%s) - t0 )) s"
 export PYTHONPATH=$SITE:${PYTHONPATH:-}
-python3 - <<'EOF' || { echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (import)"; exit 1; }
-import cxlkv, vllm
+python3 - "$MODE" <<'EOF' || { echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (import)"; exit 1; }
+import sys
+import cxlkv
 assert cxlkv._cxlkv.HAVE_CUDA, "built without the GPU data path"
-print(f"gpu-vllm: cxlkv {cxlkv.__version__} (CUDA), vLLM {vllm.__version__}")
+if sys.argv[1] != "contract":
+    import vllm
+    print(f"gpu-vllm: cxlkv {cxlkv.__version__} (CUDA), vLLM {vllm.__version__}")
 EOF
 K=()
+TESTS=(test/vllm/test_spec.py test/vllm/test_engines.py)
+if [ "$MODE" = serve ]; then
+  if ! command -v vllm > /dev/null 2>&1; then
+    mkdir -p /tmp/cxlkv-bin
+    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' \
+      "$(command -v python3)" > /tmp/cxlkv-bin/vllm
+    chmod +x /tmp/cxlkv-bin/vllm
+    export PATH=/tmp/cxlkv-bin:$PATH
+  fi
+  mkdir -p /tmp/cxlkv-serve
+  if python3 test/vllm/serve_smoke.py /tmp/cxlkv-serve; then p=1 f=0; else p=0 f=1; fi
+  cp /tmp/cxlkv-serve/serve.log "$LOGS/" 2>/dev/null || true
+  if [ -n "${OUT:-}" ]; then cp -r "$LOGS" "$OUT/" 2>/dev/null || true; fi
+  echo "gpu-vllm: $p passed, $f failed, 0 skipped"
+  exit "$f"
+fi
+if [ "$MODE" = contract ]; then
+  meta=$(ls "$tree"/vllm-*.dist-info/METADATA)
+  export CXLKV_VLLM_SRC=$tree CXLKV_CONTRACT_DEVICE=cuda
+  CXLKV_VLLM_RELEASE=$(sed -n 's/^Version: //p' "$meta")
+  export CXLKV_VLLM_RELEASE
+  echo "gpu-vllm: contract test of vLLM $CXLKV_VLLM_RELEASE on CUDA tensors"
+  TESTS=(test/vllm/contract.py)
+fi
 [ $# -gt 0 ] && K=(-k "$1")
-python3 -m pytest -q -rs -s -p no:cacheprovider "${K[@]}" test/vllm/test_spec.py \
-  test/vllm/test_engines.py --junitxml="$LOGS/pytest.xml" 2>&1 | tee "$LOGS/pytest.log"
+python3 -m pytest -q -rs -s -p no:cacheprovider "${K[@]}" "${TESTS[@]}" \
+  --junitxml="$LOGS/pytest.xml" 2>&1 | tee "$LOGS/pytest.log"
 rc=${PIPESTATUS[0]}
 read -r p f s < <(python3 - "$LOGS/pytest.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET

@@ -15,6 +15,10 @@ package was built with CUDA (``cxlkv.HAVE_CUDA``). Errors are the classes of
 ``cxlkv.errors``, one per Status code.
 """
 
+import fcntl
+import os
+import socket
+
 from . import errors
 from ._cxlkv import (  # noqa: F401
     HAVE_CUDA,
@@ -127,5 +131,119 @@ def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_see
 
 
 def open_region(path, **kwargs):
-    """Region.open(path, region_options(**kwargs)): format-or-attach, register as a participant."""
-    return Region.open(path, region_options(**kwargs))
+    """Region.open(path, region_options(**kwargs)): format-or-attach, register as a participant.
+
+    A coherence=software writer (``software_partition`` >= 0) first takes the
+    node's partition lock when ``CXL_PARTITION_LOCK`` names one
+    (``hold_partition_lock``), as the cxlkv CLI's writers do."""
+    locked = (coherence_mode(kwargs.get("coherence", "hardware")) == CoherenceMode.SOFTWARE
+              and kwargs.get("software_partition", -1) >= 0
+              and kwargs.get("register_participant", True) and hold_partition_lock())
+    try:
+        return Region.open(path, region_options(**kwargs))
+    except BaseException:
+        if locked:
+            release_partition_lock()
+        raise
+
+
+PARTITION_LOCK_ENV = "CXL_PARTITION_LOCK"
+_lock = {}  # "fd", "path", "holds": this process's hold of the partition lock
+
+
+def _lock_holder(path, fd):
+    """Who holds the flock on `path`: the pid /proc/locks shows for its inode
+    (with its command line, when that process is visible here), else what the
+    holder wrote into the file (cxlkv's Python writers do), else None."""
+    st = os.fstat(fd)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pid = None
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == ident:
+                    pid = parts[4]
+                    break
+    except OSError:
+        pass
+    try:
+        record = os.pread(fd, 512, 0).decode(errors="replace").strip()
+    except OSError:
+        record = ""
+    if pid and pid.isdigit() and int(pid) > 0:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
+            return f"pid {pid} ({cmd[:200]})"
+        except OSError:
+            if record.startswith(f"pid {pid} "):
+                return record
+            return f"pid {pid}"
+    return record or None
+
+
+def hold_partition_lock(path=None):
+    """Takes the node's partition lock of a coherence=software region:
+    flock(LOCK_EX | LOCK_NB) on ``path`` (default: $CXL_PARTITION_LOCK, the
+    lock file hostd's CDI spec bind-mounts into every container of the node
+    that got the region; docs/coherence.md), held until the process exits or
+    ``release_partition_lock`` drops the last hold. Two writers of one host's
+    write partition would fence each other; with the lock the second is
+    refused before it attaches. Returns False without a lock file named; True
+    once held (again: this process already holds it). BusyError naming the
+    file and its holder when another process holds it; IOError if it cannot
+    be opened."""
+    path = path or os.environ.get(PARTITION_LOCK_ENV, "")
+    if not path:
+        return False
+    if _lock:
+        if _lock["path"] != path:
+            raise InvalidArgumentError(f"cxlkv: this process holds the partition lock "
+                                       f"{_lock['path']}; it cannot also write as {path}'s")
+        _lock["holds"] += 1
+        return True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        raise errors.IOError(f"cxlkv: partition lock {path} (${PARTITION_LOCK_ENV}): "
+                             f"{e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(path, fd)
+        os.close(fd)
+        raise BusyError(
+            f"cxlkv: another process on this node already writes as this host's write partition: "
+            f"{path} (${PARTITION_LOCK_ENV}) is locked by "
+            f"{holder or 'a process not visible from here'}. Two engines of one non-coherent "
+            "region on one node share one partition and only one of them may write; stop that "
+            "one, or run this one on another node (docs/coherence.md)") from None
+    except OSError as e:
+        os.close(fd)
+        raise errors.IOError(f"cxlkv: flock {path}: {e.strerror}") from None
+    try:
+        os.ftruncate(fd, 0)
+        with open("/proc/self/cmdline", "rb") as f:
+            cmd = " ".join(f.read().decode(errors="replace").replace("\0", " ").split())
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({cmd[:200]})\n".encode(), 0)
+    except OSError:
+        pass  # the record only names the holder in a refusal
+    _lock.update(fd=fd, path=path, holds=1)
+    return True
+
+
+def release_partition_lock():
+    """Drops one hold of ``hold_partition_lock``; the last one unlocks."""
+    if not _lock:
+        return
+    _lock["holds"] -= 1
+    if _lock["holds"] > 0:
+        return
+    fd = _lock["fd"]
+    _lock.clear()
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    os.close(fd)

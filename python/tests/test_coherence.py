@@ -105,6 +105,60 @@ class SoftwareCoherenceTest(unittest.TestCase):
             cxlkv.open_region(self.path, coherence="software", software_partition=0, **GEOMETRY)
         self.assertIn("software_partitions", str(cm.exception))
 
+    def test_the_partition_lock_refuses_a_second_writer_naming_its_holder(self):
+        """CXL_PARTITION_LOCK (hostd's CDI spec; docs/coherence.md): a writer
+        of a software-mode region takes flock on it before attaching, so a
+        second process given the same partition on the node is refused,
+        naming the lock file and the process that holds it, and the first
+        keeps its partition. Readers take no lock."""
+        lock = self.path + ".lock"
+        open(lock, "w").close()
+        self.addCleanup(os.unlink, lock)
+        self._software(0)  # formats; no lock named: none taken
+        env = dict(os.environ, CXL_PARTITION_LOCK=lock)
+        child = (
+            "import sys, cxlkv\n"
+            f"r = cxlkv.open_region({self.path!r}, coherence='software', software_partition=0,"
+            " prefault='none', create_if_missing=False)\n"
+            "print('attached', flush=True)\n"
+            "sys.stdin.read()\n"
+            "print(r.info().participant)\n")
+        first = subprocess.Popen([sys.executable, "-c", child], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            if first.stdout.readline().strip() != "attached":
+                first.kill()
+                self.fail(first.communicate()[1])
+            os.environ["CXL_PARTITION_LOCK"] = lock
+            try:
+                with self.assertRaises(cxlkv.BusyError) as cm:
+                    cxlkv.open_region(self.path, coherence="software", software_partition=0,
+                                      prefault="none", create_if_missing=False)
+                msg = str(cm.exception)
+                self.assertIn(f"{lock} ($CXL_PARTITION_LOCK) is locked by pid {first.pid} (", msg)
+                # A reader needs no partition and takes no lock.
+                cxlkv.open_region(self.path, coherence="software", register_participant=False,
+                                  prefault="none", create_if_missing=False)
+            finally:
+                del os.environ["CXL_PARTITION_LOCK"]
+            out, err = first.communicate("", timeout=60)
+            self.assertEqual(first.returncode, 0, err)
+            self.assertEqual(out.split()[-1], "0", "the first writer kept partition 0")
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        # The holder is gone: the lock is free again.
+        os.environ["CXL_PARTITION_LOCK"] = lock
+        try:
+            r = cxlkv.open_region(self.path, coherence="software", software_partition=0,
+                                  prefault="none", create_if_missing=False)
+            self.assertEqual(r.info().participant, 0)
+            del r
+        finally:
+            del os.environ["CXL_PARTITION_LOCK"]
+            cxlkv.release_partition_lock()
+
     def test_unknown_mode_is_a_value_error(self):
         with self.assertRaises(ValueError):
             cxlkv.region_options(coherence="sofware")

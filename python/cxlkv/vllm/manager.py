@@ -230,8 +230,9 @@ class CxlkvManager(OffloadingManager):
                 self._count(metrics.LOAD_FALLBACKS, label="crc")
         self._release(req_context.req_id, keys)
 
-    def touch(self, keys, req_context):
-        return  # recency comes from lookups (the region's CLOCK bit)
+    if compat.manager_touch():  # 0.26-0.33 (0.34 dropped it)
+        def touch(self, keys, req_context):
+            return  # recency comes from lookups (the region's CLOCK bit)
 
     @_timed("prepare_store")
     def prepare_store(self, keys, req_context):

@@ -11,7 +11,7 @@ import time
 
 from vllm.v1.kv_offload.base import OffloadingSpec
 
-from .. import NamespaceDesc, open_region
+from .. import NamespaceDesc, open_region, release_partition_lock
 from ..errors import InvalidArgumentError, NotFoundError
 from . import _log, compat, keys, metrics
 from .settings import Settings
@@ -119,6 +119,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                 return open_region(path, **observer)  # waits for partition 0's format
         formatter = open_region(path, software_partition=0, **kw)
         del formatter  # gives partition 0 back before the manager takes it
+        release_partition_lock()  # and the node's partition lock, if open_region took it
         return open_region(path, **observer)
 
     def _namespaces(self, region, fingerprint):

@@ -26,9 +26,27 @@ from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 
 from .. import BlockKey, _cxlkv
 from ..errors import CorruptionError, Error, NotFoundError
-from . import _log
+from . import _log, compat
 
 logger = _log.get(__name__)
+
+
+class _Blocks:
+    """The KV blocks of a transfer, whatever form vLLM named them in: block
+    ids in group order, each group's count and its first block's index in
+    the request (the GPULoadStoreSpec fields; DevicePointers are turned into
+    these by CxlkvWorker._blocks_of)."""
+
+    __slots__ = ("block_ids", "group_sizes", "block_indices")
+
+    def __init__(self, block_ids, group_sizes, block_indices):
+        self.block_ids = block_ids
+        self.group_sizes = group_sizes
+        self.block_indices = block_indices
+
+    @classmethod
+    def of_spec(cls, spec):
+        return cls(spec.block_ids, spec.group_sizes, spec.block_indices)
 
 
 class CxlkvWorker(OffloadingWorker):
@@ -75,15 +93,96 @@ class CxlkvWorker(OffloadingWorker):
                              f"{self.part_len} bytes per rank the slot layout gives")
 
     # ---- OffloadingWorker ----
-    def submit_store(self, job_id, src_spec, dst_spec):
-        self._jobs[job_id] = self._pool.submit(self._store, job_id, src_spec, dst_spec)
+    # Each version's own parameters (compat.py): 0.34+ hand over vLLM's
+    # DevicePointers, earlier ones a GPULoadStoreSpec; 0.33+ add `expedited`
+    # (a sync load, then wait()ed on: the single transfer thread runs jobs in
+    # order and wait() covers it). Both forms become (block ids per group)
+    # before the transfer thread sees them.
+    if compat.worker_takes_device_pointers():
+        def submit_store(self, job_id, device_ptrs, dst_spec):
+            return self._submit_store(job_id, self._blocks_of(device_ptrs), dst_spec)
+
+        def submit_load(self, job_id, src_spec, device_ptrs, expedited=False):
+            return self._submit_load(job_id, src_spec, self._blocks_of(device_ptrs))
+    elif compat.load_is_expedited():
+        def submit_store(self, job_id, src_spec, dst_spec):
+            return self._submit_store(job_id, _Blocks.of_spec(src_spec), dst_spec)
+
+        def submit_load(self, job_id, src_spec, dst_spec, expedited=False):
+            return self._submit_load(job_id, src_spec, _Blocks.of_spec(dst_spec))
+    else:
+        def submit_store(self, job_id, src_spec, dst_spec):
+            return self._submit_store(job_id, _Blocks.of_spec(src_spec), dst_spec)
+
+        def submit_load(self, job_id, src_spec, dst_spec):
+            return self._submit_load(job_id, src_spec, _Blocks.of_spec(dst_spec))
+
+    def _submit_store(self, job_id, blocks, dst_spec):
+        self._jobs[job_id] = self._pool.submit(self._store, job_id, blocks, dst_spec)
         return True
 
-    def submit_load(self, job_id, src_spec, dst_spec, expedited=False, **kwargs):
-        # 0.33 passes expedited=True for sync loads and then wait()s: the
-        # single transfer thread runs jobs in order, wait() covers both.
-        self._jobs[job_id] = self._pool.submit(self._load, job_id, src_spec, dst_spec)
+    def _submit_load(self, job_id, src_spec, blocks):
+        self._jobs[job_id] = self._pool.submit(self._load, job_id, src_spec, blocks)
         return True
+
+    def _blocks_of(self, device_ptrs):
+        """The block ids a DevicePointers (0.34+) addresses, checked against
+        this worker's KV tensors: every pointer must be the start of a page of
+        the tensor its data ref names (base + block id x row stride, inside the
+        tensor), with that ref's page size, and all refs of a group must name
+        the same blocks. Anything else raises ValueError before a byte moves,
+        so the native copies only ever touch pages of the registered KV (the
+        same bounds as the GPULoadStoreSpec path), and the parts stay
+        byte-compatible with those the other versions store."""
+        ptrs = np.asarray(device_ptrs.ptrs, dtype=np.uint64)
+        sizes = np.asarray(device_ptrs.sizes, dtype=np.uint64)
+        counts = tuple(int(n) for n in device_ptrs.group_block_counts)
+        nrefs = tuple(int(n) for n in device_ptrs.group_data_ref_counts)
+        starts = tuple(int(i) for i in device_ptrs.block_indices)
+        if not (len(counts) == len(nrefs) == len(starts) == len(self.groups)):
+            raise ValueError(
+                f"cxlkv: DevicePointers for {len(counts)} group(s) ({len(nrefs)} ref counts, "
+                f"{len(starts)} block indices); this worker has {len(self.groups)} KV group(s)")
+        if len(ptrs) != len(sizes):
+            raise ValueError(f"cxlkv: DevicePointers: {len(ptrs)} pointers, {len(sizes)} sizes")
+        ids, off = [], 0
+        for g, (n, r) in enumerate(zip(counts, nrefs)):
+            if n == 0:
+                continue  # vLLM lists no pointer for an empty group
+            refs = self.groups[g]
+            if r != len(refs):
+                raise ValueError(f"cxlkv: DevicePointers: group {g} has {r} data ref(s); this "
+                                 f"worker's KV has {len(refs)} tensor ref(s) in it")
+            if off + n * r > len(ptrs):
+                raise ValueError(f"cxlkv: DevicePointers: {len(ptrs)} pointers, group {g} needs "
+                                 f"{off + n * r}")
+            got = None
+            for i, ref in enumerate(refs):
+                base, stride, page, rows = (  # a tuple here, a KvTensor in CxlkvCudaWorker
+                    (ref.base, ref.stride, ref.block_bytes, ref.num_blocks)
+                    if hasattr(ref, "block_bytes") else ref)
+                p = ptrs[off + i * n:off + (i + 1) * n]
+                s = sizes[off + i * n:off + (i + 1) * n]
+                rel = p.astype(np.int64) - np.int64(base)  # page of a tensor: < 2^63 apart
+                blk = rel // stride
+                bad = (p < np.uint64(base)) | (rel % stride != 0) | (blk >= rows) | (s != page)
+                if bad.any():
+                    j = int(np.argmax(bad))
+                    raise ValueError(
+                        f"cxlkv: DevicePointers: group {g} ref {i} block {j}: pointer "
+                        f"{int(p[j]):#x} size {int(s[j])} is not a page of this worker's KV "
+                        f"tensor (base {base:#x}, {rows} rows of stride {stride}, page {page} B)")
+                if got is None:
+                    got = blk
+                elif not np.array_equal(got, blk):
+                    raise ValueError(f"cxlkv: DevicePointers: group {g}: ref {i} names other "
+                                     "blocks than ref 0")
+            ids.append(got.astype(np.int32))
+            off += n * r
+        if off != len(ptrs):
+            raise ValueError(f"cxlkv: DevicePointers: {len(ptrs)} pointers, the groups account "
+                             f"for {off}")
+        return _Blocks(np.concatenate(ids) if ids else np.zeros(0, np.int32), counts, starts)
 
     def get_finished(self):
         done = [j for j, f in self._jobs.items() if f.done()]
@@ -110,11 +209,12 @@ class CxlkvWorker(OffloadingWorker):
             self._job_failed.setdefault(job_id, set()).update(int(b) for b in ids)
 
     # ---- transfers (on the transfer thread) ----
-    def _chunks(self, gpu_spec, per_group_chunks=None):
-        """(group index, block ids, skip) per chunk, in the order of the spec's blocks."""
-        ids = np.ascontiguousarray(gpu_spec.block_ids, dtype=np.int32)
-        sizes = list(gpu_spec.group_sizes) if gpu_spec.group_sizes is not None else [len(ids)]
-        starts = list(gpu_spec.block_indices) if gpu_spec.block_indices is not None else [0] * len(sizes)
+    def _chunks(self, blocks):
+        """(group index, block ids, skip) per chunk, in the order of the blocks (_Blocks)."""
+        ids = np.ascontiguousarray(blocks.block_ids, dtype=np.int32)
+        sizes = list(blocks.group_sizes) if blocks.group_sizes is not None else [len(ids)]
+        starts = (list(blocks.block_indices) if blocks.block_indices is not None
+                  else [0] * len(sizes))
         off = 0
         for g, (n, start) in enumerate(zip(sizes, starts)):
             skip = int(start) % self.bpc
@@ -126,11 +226,11 @@ class CxlkvWorker(OffloadingWorker):
                 left -= take
                 skip = 0
 
-    def _store(self, job_id, src_spec, dst_spec):
+    def _store(self, job_id, blocks, dst_spec):
         t0 = time.perf_counter()
         size = 0
         tokens = dst_spec.tokens
-        for i, (g, ids, skip) in enumerate(self._chunks(src_spec)):
+        for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             if i >= len(tokens):
                 break
             if skip or len(ids) != self.bpc:
@@ -147,11 +247,11 @@ class CxlkvWorker(OffloadingWorker):
         return TransferResult(job_id=job_id, success=True, transfer_size=size,
                               transfer_time=time.perf_counter() - t0)
 
-    def _load(self, job_id, src_spec, dst_spec):
+    def _load(self, job_id, src_spec, blocks):
         t0 = time.perf_counter()
         size, ok = 0, True
         entries = src_spec.entries
-        for i, (g, ids, skip) in enumerate(self._chunks(dst_spec)):
+        for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             ns, hi, lo = entries[i]
             try:
                 n, _writer = _cxlkv.load_part(self.region, ns, BlockKey(hi, lo), self.parts,

@@ -84,17 +84,12 @@ class CxlkvCudaWorker(CxlkvWorker):
         self.first_load_s = None  # the first load of this process (first touch of the mapping)
         return groups
 
-    # ---- OffloadingWorker ----
-    def submit_store(self, job_id, src_spec, dst_spec):
+    # ---- OffloadingWorker (submit_store/submit_load: worker.py, per version) ----
+    def _submit_store(self, job_id, blocks, dst_spec):
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(self.device))
         self._ready[job_id] = ready
-        self._jobs[job_id] = self._pool.submit(self._store, job_id, src_spec, dst_spec)
-        return True
-
-    def submit_load(self, job_id, src_spec, dst_spec, expedited=False, **kwargs):
-        self._jobs[job_id] = self._pool.submit(self._load, job_id, src_spec, dst_spec)
-        return True
+        return super()._submit_store(job_id, blocks, dst_spec)
 
     def shutdown(self):
         super().shutdown()
@@ -108,12 +103,12 @@ class CxlkvCudaWorker(CxlkvWorker):
             self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         return self._scratch.data_ptr()
 
-    def _store(self, job_id, src_spec, dst_spec):
+    def _store(self, job_id, blocks, dst_spec):
         t0 = time.perf_counter()
         self._ready.pop(job_id).synchronize()
         tokens = dst_spec.tokens
         by_group = {}  # group -> ([token], [ids])
-        for i, (g, ids, skip) in enumerate(self._chunks(src_spec)):
+        for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             if i >= len(tokens):
                 break
             if skip or len(ids) != self.bpc:
@@ -138,12 +133,12 @@ class CxlkvCudaWorker(CxlkvWorker):
         return TransferResult(job_id=job_id, success=True, transfer_size=size,
                               transfer_time=time.perf_counter() - t0)
 
-    def _load(self, job_id, src_spec, dst_spec):
+    def _load(self, job_id, src_spec, blocks):
         t0 = time.perf_counter()
         entries = src_spec.entries
         bpc = self.bpc
         by_key = {}  # (group, ns) -> ([BlockKey], [padded ids], [gpu ids], missing blocks)
-        for i, (g, ids, skip) in enumerate(self._chunks(dst_spec)):
+        for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             ns, hi, lo = entries[i]
             keys, padded, real, missing = by_key.setdefault((g, ns), ([], [], [], [0]))
             row = np.full(bpc, -1, dtype=np.int64)
