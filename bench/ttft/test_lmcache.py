@@ -114,6 +114,32 @@ def test_lmcache_053_parses_the_harness_command_line(tier):
         assert mem.devdax_path == "/dev/shm/y.dax" and mem.shm_name == ""
 
 
+@pytest.mark.parametrize("tier", lmcache_tier.TIERS)
+def test_server_lifecycle_with_the_real_lmcache_server(tier, tmp_path):
+    """A real `lmcache server` (it runs on this CPU class): ready on
+    /healthcheck, its L1 the size asked in the file the integrity step
+    damages, /status readable, and nothing left in /dev/shm after stop."""
+    site = os.environ.get("CXLKV_TTFT_LMCACHE_SITE")
+    if not site:
+        pytest.skip("the ttft stage sets CXLKV_TTFT_LMCACHE_SITE (scripts/lmcache-site.sh)")
+    srv = lmcache_tier.Server(f"test-{tier}", tier, python=sys.executable, log_dir=str(tmp_path),
+                              l1_bytes=64 << 20, site=site)
+    srv.start()
+    try:
+        srv.wait_ready(300)
+        path = srv.l1_path()
+        assert os.path.getsize(path) == 64 << 20, path
+        assert srv.l1_counts() == (0, 0)
+        if tier == "T5":
+            assert path == f"/dev/shm/{lmcache_tier.SHM_PREFIX}{srv.pid}"
+    finally:
+        srv.stop()
+    assert srv.proc.returncode is not None
+    assert not os.path.exists(path)
+    with open(srv.log_path) as f:
+        assert "Uvicorn running on http://127.0.0.1:%d" % srv.http_port in f.read()
+
+
 def _file(tmp_path, size, fill=None):
     p = tmp_path / "pool"
     with open(p, "wb") as f:

@@ -15,8 +15,9 @@
 # the log, whose output is checked;
 # before that, the report's arithmetic on synthetic logs (test_report.py) and the
 # prompt shapes (test_prompts.py: every request fits the model's positions) and
-# the LMCache tiers' command lines, parsed by LMCache's own parser, and the
-# damage step's page digests (test_lmcache.py).
+# the LMCache tiers' command lines, parsed by LMCache's own parser, a real
+# lmcache server's start and stop for T5 and T6, and the damage step's page
+# digests (test_lmcache.py).
 # Warm: 441 s on 2 busy cores with T5 (four pairs of engine starts and the
 # lmcache server's, which takes about 13 s); about 150 s on quiet cores
 # before T5 was added. Engine starts dominate (each 25-35 s when the machine
