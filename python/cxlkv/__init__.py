@@ -18,6 +18,8 @@ package was built with CUDA (``cxlkv.HAVE_CUDA``). Errors are the classes of
 import fcntl
 import os
 import socket
+from collections.abc import Iterable
+from typing import Any
 
 from . import errors
 from ._cxlkv import (  # noqa: F401
@@ -51,7 +53,7 @@ from .errors import (  # noqa: F401
 _PREFAULT = {"none": Prefault.NONE, "at_attach": Prefault.AT_ATTACH, "background": Prefault.BACKGROUND}
 
 
-def as_key(key):
+def as_key(key: "BlockKey | int | bytes | str") -> BlockKey:
     """A BlockKey from a BlockKey, an int id, >= 16 bytes of block hash, or 32+ hex digits."""
     if isinstance(key, BlockKey):
         return key
@@ -64,14 +66,14 @@ def as_key(key):
     raise TypeError(f"cannot make a BlockKey from {type(key).__name__}")
 
 
-def as_keys(keys):
+def as_keys(keys: Iterable["BlockKey | int | bytes | str"]) -> list[BlockKey]:
     return [as_key(k) for k in keys]
 
 
 _COHERENCE = {"hardware": CoherenceMode.HARDWARE, "software": CoherenceMode.SOFTWARE}
 
 
-def coherence_mode(value):
+def coherence_mode(value: "CoherenceMode | str") -> CoherenceMode:
     """A CoherenceMode from a CoherenceMode or its name ("hardware", "software");
     ValueError for anything else."""
     if isinstance(value, CoherenceMode):
@@ -82,11 +84,14 @@ def coherence_mode(value):
         raise ValueError(f"coherence={value!r}: one of hardware, software") from None
 
 
-def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_seed_fingerprint=0,
-                   create_if_missing=True, register_participant=True, max_participants=64,
-                   prefault="at_attach", metadata_json="", heartbeat_interval_ns=None,
-                   liveness_timeout_ns=None, coherence="hardware", software_partitions=0,
-                   software_partition=-1, **timing):
+def region_options(*, size: int = 0, offset: int = 0, slot_size: int = 0,
+                   hash_algorithm: str = "", hash_seed_fingerprint: int = 0,
+                   create_if_missing: bool = True, register_participant: bool = True,
+                   max_participants: int = 64, prefault: str = "at_attach",
+                   metadata_json: str = "", heartbeat_interval_ns: int | None = None,
+                   liveness_timeout_ns: int | None = None,
+                   coherence: "CoherenceMode | str" = "hardware", software_partitions: int = 0,
+                   software_partition: int = -1, **timing: Any) -> RegionOptions:
     """RegionOptions from keywords (fields and defaults as in include/cxlkv/options.h).
 
     heartbeat_interval_ns (default 100 ms, at most 60 s) and liveness_timeout_ns
@@ -130,7 +135,7 @@ def region_options(*, size=0, offset=0, slot_size=0, hash_algorithm="", hash_see
     return o
 
 
-def open_region(path, **kwargs):
+def open_region(path: str, **kwargs: Any) -> Region:
     """Region.open(path, region_options(**kwargs)): format-or-attach, register as a participant.
 
     A coherence=software writer (``software_partition`` >= 0) first takes the
@@ -148,10 +153,10 @@ def open_region(path, **kwargs):
 
 
 PARTITION_LOCK_ENV = "CXL_PARTITION_LOCK"
-_lock = {}  # "fd", "path", "holds": this process's hold of the partition lock
+_lock: dict[str, Any] = {}  # "fd", "path", "holds": this process's hold of the partition lock
 
 
-def _lock_holder(path, fd):
+def _lock_holder(path: str, fd: int) -> str | None:
     """Who holds the flock on `path`: the pid /proc/locks shows for its inode
     (with its command line, when that process is visible here), else what the
     holder wrote into the file (cxlkv's Python writers do), else None."""
@@ -183,7 +188,7 @@ def _lock_holder(path, fd):
     return record or None
 
 
-def hold_partition_lock(path=None):
+def hold_partition_lock(path: str | None = None) -> bool:
     """Takes the node's partition lock of a coherence=software region:
     flock(LOCK_EX | LOCK_NB) on ``path`` (default: $CXL_PARTITION_LOCK, the
     lock file hostd's CDI spec bind-mounts into every container of the node
@@ -233,7 +238,7 @@ def hold_partition_lock(path=None):
     return True
 
 
-def release_partition_lock():
+def release_partition_lock() -> None:
     """Drops one hold of ``hold_partition_lock``; the last one unlocks."""
     if not _lock:
         return

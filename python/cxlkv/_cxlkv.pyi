@@ -151,3 +151,64 @@ def destroy_region(path: str, *, offset: int = 0, size: int = 0,
                    liveness_timeout_ns: int = 5_000_000_000) -> None: ...
 def unformat_region(path: str, *, offset: int = 0, size: int = 0,
                     liveness_timeout_ns: int = 5_000_000_000) -> None: ...
+
+# The GPU data path (include/cxlkv/region_gpu.h), present only when the binding
+# was built with CUDA (HAVE_CUDA).
+_StatusTuple = tuple[str, str]  # (code name, message)
+
+class GpuPath(Enum):
+    DIRECT = ...
+    STAGED = ...
+
+class GpuCopyMethod(Enum):
+    AUTO = ...
+    DMA = ...
+    SM = ...
+
+class KvTensor:
+    base: int
+    stride: int
+    block_bytes: int
+    num_blocks: int
+    def __init__(self, base: int, stride: int, block_bytes: int, num_blocks: int) -> None: ...
+
+class RegionGpuOptions:
+    device: int
+    registration_segment_bytes: int
+    staging_bytes: int
+    batch_api: bool
+    pipeline_bytes: int
+    copy_method: GpuCopyMethod
+    fallback_to_staged: bool
+    gpu_crc: bool
+    def __init__(self) -> None: ...
+
+class RegionGpu:
+    @staticmethod
+    def open(region: Region, options: RegionGpuOptions) -> RegionGpu: ...
+    @property
+    def direct(self) -> bool: ...
+    @property
+    def registered_segments(self) -> int: ...
+    def store(self, ns: int, keys: Sequence[BlockKey], ptr: Sequence[int], len: Sequence[int],
+              first_piece: Sequence[int], path: GpuPath = ..., after_stream: int = 0
+              ) -> tuple[int, list[_StatusTuple], list[StoreOutcome]]: ...
+    def load(self, ns: int, keys: Sequence[BlockKey], ptr: Sequence[int], len: Sequence[int],
+             first_piece: Sequence[int], path: GpuPath = ..., verify_crc: bool = True
+             ) -> tuple[int, int, list[_StatusTuple], list[int]]: ...
+    def store_layout(self, ns: int, keys: Sequence[BlockKey], tensors: Sequence[KvTensor],
+                     block_ids: Sequence[int], blocks_per_chunk: int, path: GpuPath = ...,
+                     after_stream: int = 0
+                     ) -> tuple[int, list[_StatusTuple], list[StoreOutcome]]: ...
+    def load_layout(self, ns: int, keys: Sequence[BlockKey], tensors: Sequence[KvTensor],
+                    block_ids: Sequence[int], blocks_per_chunk: int, path: GpuPath = ...,
+                    verify_crc: bool = True, skip: int = 0, scratch: int = 0,
+                    scratch_bytes: int = 0) -> tuple[int, int, list[_StatusTuple], list[int]]: ...
+    def fill_parts(self, tokens: Sequence[tuple[int, int, int, int]], parts: int, part_len: int,
+                   part: int, tensors: Sequence[KvTensor], block_ids: Sequence[int],
+                   blocks_per_chunk: int, path: GpuPath = ..., after_stream: int = 0
+                   ) -> tuple[int, list[_StatusTuple], list[int]]: ...
+    def load_parts(self, ns: int, keys: Sequence[BlockKey], parts: int, part_len: int, part: int,
+                   tensors: Sequence[KvTensor], block_ids: Sequence[int], blocks_per_chunk: int,
+                   path: GpuPath = ..., scratch: int = 0, scratch_bytes: int = 0
+                   ) -> tuple[int, list[_StatusTuple], list[int], list[int]]: ...

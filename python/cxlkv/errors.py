@@ -12,7 +12,7 @@ class Error(Exception):
 class NotFoundError(Error, KeyError):
     """kNotFound: key absent, or the slot changed while it was being read (a miss)."""
 
-    def __str__(self):  # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -47,7 +47,7 @@ class LoadFailedError(Error):
     ``prefix`` is the number of leading blocks that did load.
     """
 
-    def __init__(self, message, failed, prefix):
+    def __init__(self, message: str, failed: list[tuple[int, str, str]], prefix: int) -> None:
         super().__init__(message)
         self.failed = failed
         self.prefix = prefix

@@ -18,16 +18,21 @@ polls for finished ones).
 
 import concurrent.futures
 import threading
+from collections.abc import Sequence
+from typing import Any, Union
 
-from . import _cxlkv, as_keys
+from . import BlockKey, Region, _cxlkv, as_keys
 from .errors import LoadFailedError, UnsupportedError
 
-_PATHS = {}
+# Block keys as every call takes them: BlockKeys, int ids, hash bytes or hex (as_key).
+Keys = Sequence[Union[BlockKey, int, bytes, str]]
+
+_PATHS: dict[str, Any] = {}
 if _cxlkv.HAVE_CUDA:
     _PATHS = {"direct": _cxlkv.GpuPath.DIRECT, "staged": _cxlkv.GpuPath.STAGED}
 
 
-def kv_tensors(kv_caches):
+def kv_tensors(kv_caches: Sequence[Any]) -> list[Any]:
     """One ``_cxlkv.KvTensor`` (base, stride, block_bytes, num_blocks) per KV tensor.
 
     Dim 0 of each tensor is the GPU block id and each block's bytes must be
@@ -46,7 +51,7 @@ def kv_tensors(kv_caches):
     return out
 
 
-def _block_ids(block_ids, blocks_per_chunk):
+def _block_ids(block_ids: Any, blocks_per_chunk: int) -> tuple[list[int], int]:
     if hasattr(block_ids, "tolist"):
         block_ids = block_ids.tolist()
     block_ids = [int(b) for b in block_ids]
@@ -57,21 +62,23 @@ def _block_ids(block_ids, blocks_per_chunk):
 
 
 class StoreResult:
-    def __init__(self, stored, statuses, outcomes):
+    def __init__(self, stored: int, statuses: list[tuple[str, str]],
+                 outcomes: list[Any]) -> None:
         self.stored = stored
         self.statuses = statuses  # per chunk: (code name, message); "OK" when fine
         self.outcomes = outcomes  # per chunk: cxlkv.StoreOutcome
 
 
 class LoadResult:
-    def __init__(self, loaded, prefix, statuses, lengths):
+    def __init__(self, loaded: int, prefix: int, statuses: list[tuple[str, str]],
+                 lengths: list[int]) -> None:
         self.loaded = loaded      # chunks loaded and verified
         self.prefix = prefix      # leading chunks loaded and verified
         self.statuses = statuses  # per chunk: (code name, message)
         self.lengths = lengths    # per chunk: bytes loaded
 
     @property
-    def failed(self):
+    def failed(self) -> list[tuple[int, str, str]]:
         """[(chunk index, code name, message)] of the chunks that did not load."""
         return [(i, c, m) for i, (c, m) in enumerate(self.statuses) if c != "OK"]
 
@@ -87,8 +94,10 @@ class GpuRegion:
     (docs/gpu.md has the measurements behind auto).
     """
 
-    def __init__(self, region, *, device=None, registration_segment_bytes=None, staging_bytes=None,
-                 batch_api=True, fallback_to_staged=True, gpu_crc=True, copy_method="auto"):
+    def __init__(self, region: Region, *, device: int | None = None,
+                 registration_segment_bytes: int | None = None, staging_bytes: int | None = None,
+                 batch_api: bool = True, fallback_to_staged: bool = True, gpu_crc: bool = True,
+                 copy_method: str = "auto") -> None:
         if not _cxlkv.HAVE_CUDA:
             raise UnsupportedError("cxlkv was built without CUDA (-DCXLKV_CUDA=OFF)")
         if device is None:
@@ -111,40 +120,42 @@ class GpuRegion:
         self.region = region
         self.device = int(device)
         self._gpu = _cxlkv.RegionGpu.open(region, o)
-        self._executor = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
 
     @property
-    def direct(self):
+    def direct(self) -> bool:
         """True if the region is registered and loads/stores DMA directly."""
         return self._gpu.direct
 
     @property
-    def registered_segments(self):
+    def registered_segments(self) -> int:
         return self._gpu.registered_segments
 
-    def store(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct", stream=None):
+    def store(self, ns: int, keys: Keys, kv_caches: Sequence[Any], block_ids: Any,
+              blocks_per_chunk: int = 1, *, path: str = "direct", stream: Any = None
+              ) -> StoreResult:
         """Stores chunk i of ``block_ids`` under keys[i]. Returns a StoreResult.
 
         Raises only if the DMA itself failed (all writes of the call then aborted).
         """
-        keys = as_keys(keys)
+        bkeys = as_keys(keys)
         ids, f = _block_ids(block_ids, blocks_per_chunk)
-        if len(ids) // f != len(keys):
-            raise ValueError(f"{len(keys)} keys for {len(ids) // f} chunks")
+        if len(ids) // f != len(bkeys):
+            raise ValueError(f"{len(bkeys)} keys for {len(ids) // f} chunks")
         after = self._after_stream(kv_caches, stream)
-        stored, statuses, outcomes = self._gpu.store_layout(ns, keys, kv_tensors(kv_caches), ids, f,
-                                                            _PATHS[path], after)
+        stored, statuses, outcomes = self._gpu.store_layout(ns, bkeys, kv_tensors(kv_caches), ids,
+                                                            f, _PATHS[path], after)
         return StoreResult(stored, statuses, outcomes)
 
     @staticmethod
-    def _after_stream(kv_caches, stream):
+    def _after_stream(kv_caches: Sequence[Any], stream: Any) -> int:
         if stream is None:
             import torch
             stream = torch.cuda.current_stream(kv_caches[0].device)
         return int(getattr(stream, "cuda_stream", stream) or 0)
 
-    def _pool(self):
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._executor_lock:
             if self._executor is None:
                 # One thread: the engine serializes its calls anyway, and one
@@ -153,8 +164,9 @@ class GpuRegion:
                     max_workers=1, thread_name_prefix="cxlkv-gpu")
             return self._executor
 
-    def submit_store(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
-                     stream=None):
+    def submit_store(self, ns: int, keys: Keys, kv_caches: Sequence[Any],
+                     block_ids: Any, blocks_per_chunk: int = 1, *, path: str = "direct",
+                     stream: Any = None) -> "concurrent.futures.Future[StoreResult]":
         """store() on the worker thread; returns a Future of the StoreResult.
 
         The stream to wait for is taken now (default: the caller's current
@@ -164,22 +176,25 @@ class GpuRegion:
         return self._pool().submit(self.store, ns, keys, kv_caches, block_ids, blocks_per_chunk,
                                    path=path, stream=after)
 
-    def submit_load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, **kwargs):
+    def submit_load(self, ns: int, keys: Keys, kv_caches: Sequence[Any],
+                    block_ids: Any, blocks_per_chunk: int = 1, **kwargs: Any
+                    ) -> "concurrent.futures.Future[LoadResult]":
         """load() on the worker thread; returns a Future of the LoadResult (or
         of the LoadFailedError it raises). The destination pages must not be
         read until the future is done."""
         return self._pool().submit(self.load, ns, keys, kv_caches, block_ids, blocks_per_chunk,
                                    **kwargs)
 
-    def close(self):
+    def close(self) -> None:
         """Waits for submitted transfers and stops the worker thread."""
         with self._executor_lock:
             ex, self._executor = self._executor, None
         if ex is not None:
             ex.shutdown(wait=True)
 
-    def load(self, ns, keys, kv_caches, block_ids, blocks_per_chunk=1, *, path="direct",
-             on_failure="raise", verify_crc=True):
+    def load(self, ns: int, keys: Keys, kv_caches: Sequence[Any], block_ids: Any,
+             blocks_per_chunk: int = 1, *, path: str = "direct", on_failure: str = "raise",
+             verify_crc: bool = True) -> LoadResult:
         """Loads keys[i] into chunk i of ``block_ids``. Returns a LoadResult.
 
         Every chunk is checked (GPU CRC32C against the CRC recorded at store, and
@@ -192,16 +207,16 @@ class GpuRegion:
         """
         if on_failure not in ("raise", "report"):
             raise ValueError("on_failure must be 'raise' or 'report'")
-        keys = as_keys(keys)
+        bkeys = as_keys(keys)
         ids, f = _block_ids(block_ids, blocks_per_chunk)
-        if len(ids) // f != len(keys):
-            raise ValueError(f"{len(keys)} keys for {len(ids) // f} chunks")
+        if len(ids) // f != len(bkeys):
+            raise ValueError(f"{len(bkeys)} keys for {len(ids) // f} chunks")
         loaded, prefix, statuses, lengths = self._gpu.load_layout(
-            ns, keys, kv_tensors(kv_caches), ids, f, _PATHS[path], bool(verify_crc))
+            ns, bkeys, kv_tensors(kv_caches), ids, f, _PATHS[path], bool(verify_crc))
         result = LoadResult(loaded, prefix, statuses, lengths)
-        if on_failure == "raise" and loaded != len(keys):
+        if on_failure == "raise" and loaded != len(bkeys):
             failed = result.failed
             raise LoadFailedError(
-                f"{len(failed)} of {len(keys)} chunks failed to load; first: chunk {failed[0][0]}: "
-                f"{failed[0][1]}: {failed[0][2]}", failed, prefix)
+                f"{len(failed)} of {len(bkeys)} chunks failed to load; first: chunk "
+                f"{failed[0][0]}: {failed[0][1]}: {failed[0][2]}", failed, prefix)
         return result

@@ -87,7 +87,7 @@ def check_supported(version=None, base=None):
         raise UnsupportedError(f"cxlkv.vllm supports vLLM {span}; this is vLLM {v}, older than "
                                f"{SUPPORTED[0]}: upgrade vLLM (docs/vllm.md, versions)")
     if base is None:
-        from vllm.v1.kv_offload import base
+        from vllm.v1.kv_offload import base  # type: ignore[no-redef]  # the running vLLM's
     diff = interface_diff(interface(base), NEWEST_INTERFACE)
     what = ("; ".join(diff) if diff else
             "no difference in the classes cxlkv implements or builds, but no contract test ran "

@@ -114,7 +114,7 @@ def hash_identity(algorithm):
     from vllm.v1.core import kv_cache_utils
 
     hash_fn = get_hash_fn_by_name(algorithm)
-    non_crypto = getattr(kv_cache_utils, "_NON_CRYPTO_HASH_FUNCTIONS", frozenset())
+    non_crypto: frozenset[str] = getattr(kv_cache_utils, "_NON_CRYPTO_HASH_FUNCTIONS", frozenset())
     seed = os.getenv("PYTHONHASHSEED")
     # 0.32/0.33 give cryptographic hashes a fixed default seed; 0.26 (no
     # DEFAULT_NONE_HASH_SEED) draws NONE_HASH from os.urandom for every

@@ -114,8 +114,9 @@ class CxlkvManager(OffloadingManager):
         self._pins = {}                       # req_id -> {OffloadKey: _Pin}
         self._leases = {}                     # OffloadKey -> cxlkv WriteLease
         self._own = collections.OrderedDict()  # OffloadKey -> None, keys we committed
-        self._counts = collections.Counter()  # (metric, label) -> increment since get_stats
-        self.totals = collections.Counter()   # (metric, label) -> since start (tests, tools)
+        # (metric, label) -> increment since get_stats; totals: since start (tests, tools)
+        self._counts: collections.Counter = collections.Counter()
+        self.totals: collections.Counter = collections.Counter()
         self._region_base = self._region_counters()
         self._num_slots = region.info().num_slots
         # KV events (module doc). Only when vLLM drains them (take_events is
@@ -124,7 +125,7 @@ class CxlkvManager(OffloadingManager):
         self._lease_slot = {}                 # OffloadKey -> slot of its open reservation
         self._announced = {}                  # slot -> (generation, ns, BlockKey, OffloadKey)
         self._announced_slot = {}             # OffloadKey -> slot
-        self._tail = collections.deque()      # announced slots, in tailing order
+        self._tail: collections.deque = collections.deque()  # announced slots, in tailing order
         self._events = []                     # (removed, OffloadKey), oldest first
         self._restoring = set()               # announced keys being stored again (module doc)
         # What the last reset_cache left to on_reset_flushed (0.33, reset_cache).
@@ -333,7 +334,8 @@ class CxlkvManager(OffloadingManager):
                 self._tail.append(slot)
         if not self._events:
             return ()
-        out, run = [], []
+        out: list = []
+        run: list = []
         for removed, key in self._events:  # keep the order; one event per run
             if run and run[0][0] != removed:
                 out.append(compat.offloading_event([k for _, k in run], run[0][0]))

@@ -20,6 +20,7 @@ the model read unverified KV.
 import concurrent.futures
 import threading
 import time
+from typing import Any
 
 import numpy as np
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
@@ -114,7 +115,8 @@ class CxlkvWorker(OffloadingWorker):
         def submit_store(self, job_id, src_spec, dst_spec):
             return self._submit_store(job_id, _Blocks.of_spec(src_spec), dst_spec)
 
-        def submit_load(self, job_id, src_spec, dst_spec):
+        def submit_load(  # type: ignore[misc]  # each vLLM's own signature
+                self, job_id, src_spec, dst_spec):
             return self._submit_load(job_id, src_spec, _Blocks.of_spec(dst_spec))
 
     def _submit_store(self, job_id, blocks, dst_spec):
@@ -156,7 +158,7 @@ class CxlkvWorker(OffloadingWorker):
             if off + n * r > len(ptrs):
                 raise ValueError(f"cxlkv: DevicePointers: {len(ptrs)} pointers, group {g} needs "
                                  f"{off + n * r}")
-            got = None
+            got: Any = None
             for i, ref in enumerate(refs):
                 base, stride, page, rows = (  # a tuple here, a KvTensor in CxlkvCudaWorker
                     (ref.base, ref.stride, ref.block_bytes, ref.num_blocks)

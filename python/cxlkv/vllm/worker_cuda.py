@@ -107,7 +107,7 @@ class CxlkvCudaWorker(CxlkvWorker):
         t0 = time.perf_counter()
         self._ready.pop(job_id).synchronize()
         tokens = dst_spec.tokens
-        by_group = {}  # group -> ([token], [ids])
+        by_group: dict[int, tuple[list, list]] = {}  # group -> ([token], [ids])
         for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             if i >= len(tokens):
                 break
@@ -137,7 +137,8 @@ class CxlkvCudaWorker(CxlkvWorker):
         t0 = time.perf_counter()
         entries = src_spec.entries
         bpc = self.bpc
-        by_key = {}  # (group, ns) -> ([BlockKey], [padded ids], [gpu ids], missing blocks)
+        # (group, ns) -> ([BlockKey], [padded ids], [gpu ids], missing blocks)
+        by_key: dict[tuple[int, int], tuple] = {}
         for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             ns, hi, lo = entries[i]
             keys, padded, real, missing = by_key.setdefault((g, ns), ([], [], [], [0]))
