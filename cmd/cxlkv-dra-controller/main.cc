@@ -73,15 +73,16 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->envname("CXLKV_DRA_OWNER_LEASE_GC");
   app.add_option("--flow", opt.flow,
-                 "binding-conditions, paper (consumer wait + polls, the gate-off flow) or auto")
+                 "binding-conditions (the scheduler waits in PreBind), prepare-wait (consumer "
+                 "wait + prepare polls, the gate-off flow; alias: paper) or auto")
       ->envname("CXLKV_DRA_FLOW");
   app.add_option("--capacity-mode", opt.capacity_mode,
-                 "consumable (one shared device per blade), annotation (fixed devices, sizes "
-                 "from cxlkv.dev/capacity-mib) or auto (annotation when the apiserver drops "
-                 "consumable-capacity fields)")
+                 "consumable (one shared device per blade), fixed-devices (sizes from "
+                 "cxlkv.dev/capacity-mib; alias: annotation) or auto (fixed devices when the "
+                 "apiserver drops consumable-capacity fields)")
       ->envname("CXLKV_DRA_CAPACITY_MODE");
   app.add_option("--metrics-listen", opt.metrics_listen,
-                 "host:port for /metrics and /healthz (\"\" = off)")
+                 "host:port for /metrics, /healthz and /readyz (\"\" = off)")
       ->envname("CXLKV_DRA_METRICS_LISTEN");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig (default: in-cluster)")
       ->envname("KUBECONFIG");

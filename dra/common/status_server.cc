@@ -23,18 +23,32 @@ StatusServer::~StatusServer() { Stop(); }
 
 Status StatusServer::Start(const std::string& listen, Metrics* metrics, HealthCheck check,
                            std::unique_ptr<StatusServer>* out, int* bound_port) {
+  Endpoint healthz = [check] {
+    std::string why = check ? check() : "";
+    return Reply{why.empty() ? 200 : 503, "text/plain; charset=utf-8",
+                 why.empty() ? "ok\n" : why + "\n"};
+  };
+  return Start(listen, metrics, {{"/healthz", healthz}}, out, bound_port);
+}
+
+Status StatusServer::Start(const std::string& listen, Metrics* metrics,
+                           const std::map<std::string, Endpoint>& endpoints,
+                           std::unique_ptr<StatusServer>* out, int* bound_port) {
   std::string host;
   int port = 0;
   CXLKV_RETURN_IF_ERROR(base::ParseListenAddress(listen, &host, &port));
+  if (host.empty()) host = "0.0.0.0";  // ":9090": every address
   auto rep = std::make_unique<Rep>();
   rep->http.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  rep->http.Get("/healthz", [check](const httplib::Request&, httplib::Response& res) {
-    std::string why = check ? check() : "";
-    res.status = why.empty() ? 200 : 503;
-    res.set_content(why.empty() ? "ok\n" : why + "\n", "text/plain; charset=utf-8");
-  });
+  for (const auto& [path, endpoint] : endpoints) {
+    rep->http.Get(path, [endpoint](const httplib::Request&, httplib::Response& res) {
+      Reply r = endpoint();
+      res.status = r.code;
+      res.set_content(r.body, r.content_type);
+    });
+  }
   int p = port == 0 ? rep->http.bind_to_any_port(host.c_str())
                     : (rep->http.bind_to_port(host.c_str(), port) ? port : -1);
   if (p <= 0) {

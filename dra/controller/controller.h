@@ -1,61 +1,32 @@
 // Copyright cxlkv authors.
 //
-// Controller: the cxlkv DRA driver's cluster side. Two jobs:
-//  - ResourceSlices: one slice per blade (pool "<appliance>/<blade>"), its
-//    nodeSelector `kubernetes.io/hostname In [hosts cabled to the blade]`,
-//    one device (the blade) with allowMultipleAllocations, capacity `memory`
-//    (MiB-exact bytes) whose request policy steps in resource block x QoS,
-//    and the binding condition cxlkv.dev/composed (failure
-//    cxlkv.dev/compose-failed), no bindsToNode (it would pin a shared region
-//    to the first pod's node). Capacity = the blade's memory minus every
-//    region that backs no live allocation (orphaned, pending free, leaked,
-//    foreign): the scheduler subtracts live claims itself, and must never
-//    admit what compose will refuse. While the fabric manager is
-//    unreachable the device carries the taint cxlkv.dev/fabric-unreachable
-//    NoSchedule; it is dropped on recovery.
-//  - Resync (one replica: the holder of the Lease `lease_name`), at start
-//    and every `resync_period` (backing off from 1 s while the fabric
-//    manager is unreachable): regions tagged by this driver whose (claim
-//    UID, allocationTimestamp) names no live allocation, and that no claim
-//    annotation still names, are freed (the orphan sweep); then the slices
-//    are published.
-//  - ResourceClaims allocated on our devices, per claim:
-//      unowned -> owned     JSON Patch [test resourceVersion, add owner
-//                           annotation, add finalizer]: a real compare-and-
-//                           set (two controllers: one wins, one gets 409);
-//      owned -> composed    compose through the Composer, keyed by (claim
-//                           UID, allocationTimestamp) in the region's tag
-//                           (a region already tagged so is adopted: a
-//                           controller killed after compose leaks nothing);
-//                           target hosts = the reserving pods' nodes
-//                           (spec.nodeName, else status.nominatedNodeName)
-//                           when all are known, else the allocation's node
-//                           selector; the teardown parameters go into the
-//                           cxlkv.dev/region annotation before status;
-//      composed -> ready    status.devices[] (common/claim_status.h) with
-//                           cxlkv.dev/composed True once every target host
-//                           reports Materialized (polled until then);
-//                           a later consumer on another cabled host: the
-//                           host is added to the region (Composer::AddHost)
-//                           and its state shows in status data.hosts;
-//      deallocated/deleted  free the region, drop annotation and finalizer;
-//                           after 5 failed frees the finalizer is dropped
-//                           with a Warning Event (the region is leaked).
-//    A claim whose owner replica died (its heartbeat Lease
-//    "<lease_name>-owner-<identity>" unrenewed for the Lease's duration, as
-//    seen from here) is taken over by the same compare-and-set; a region
-//    the dead owner composed for the allocation is adopted by its tag.
-//    Heartbeat Leases of departed replicas are deleted by the Lease
-//    holder's resync once unrenewed for owner_lease_gc_durations.
+// Controller: the cxlkv DRA driver's cluster side. Its concepts, one file
+// each in dra/controller/ (controller_internal.h lists them):
+//  - ResourceSlices (slices.h): one slice per blade, its device(s) with
+//    capacity `memory` = the blade's bytes less every region that backs no
+//    live allocation (orphaned, pending free, leaked, foreign): the scheduler
+//    subtracts live claims itself, and must never admit what compose will
+//    refuse. While the fabric manager is unreachable the devices carry the
+//    taint cxlkv.dev/fabric-unreachable NoSchedule.
+//  - The feature probe (feature_probe.h): a dry-run slice tells which gates
+//    the apiserver keeps; flow and capacity mode "auto" follow it.
+//  - Resync (resync.h; one replica: the holder of the Lease `lease_name`),
+//    at start and every `resync_period` (backing off from 1 s while the
+//    fabric manager is unreachable): the orphan sweep, then the slices.
+//  - ResourceClaims allocated on our devices, per claim (reconcile.h):
+//    ownership by compare-and-set and takeover of a dead replica's claims
+//    (ownership.h), compose and later consumers' hosts (compose.h), the
+//    status.devices conditions (conditions.h), release (release.h).
 //    Events on the claim: Composed, Materialized, HostAdded, ComposeFailed,
 //    FabricUnreachable, FabricReachable, RegionLost, OwnerTakenOver,
 //    FreeRetrying, FreeFailed, Freed. On the slice: FabricUnreachable,
 //    FabricReachable, BindingConditionsOff, AnnotationMode,
 //    ConsumableCapacity.
-//  - /metrics, /healthz and /readyz on `metrics_listen` (controller/metrics.h):
-//    /healthz 200 while the process serves (JSON: fabricReachable, leader);
-//    /readyz 200 once the claim informer has synced and this replica holds
-//    its owner Lease, else 503 (JSON: ready, informerSynced, ownerLease).
+//  - /metrics, /healthz and /readyz on `metrics_listen` (controller/metrics.h,
+//    common/status_server.h): /healthz 200 while the process serves (JSON:
+//    fabricReachable, leader); /readyz 200 once the claim informer has
+//    synced and this replica holds its owner Lease, else 503 (JSON: ready,
+//    informerSynced, ownerLease).
 //
 // Thread-safety: Start/Stop from one thread; work runs on its own threads.
 #ifndef CXLKV_DRA_CONTROLLER_CONTROLLER_H_
@@ -106,31 +77,39 @@ struct ControllerOptions {
   int owner_lease_gc_durations = 4;
   // "host:port" for /metrics, /healthz and /readyz; "" = no HTTP server.
   std::string metrics_listen;
-  // "binding-conditions": the scheduler waits in PreBind for
-  // cxlkv.dev/composed; "paper": no binding conditions, the paper's flow
-  // (the controller waits up to consumer_wait for a consumer, composes,
-  // patches status; prepare answers "not ready yet" until the CDI ids are
-  // there; status re-read every paper_poll); "auto": binding conditions
-  // unless a dry-run slice shows the apiserver drops them.
+  // How a pod waits for its claim's region:
+  //  "binding-conditions": in the scheduler's PreBind, for the binding
+  //    condition cxlkv.dev/composed (DRADeviceBindingConditions);
+  //  "prepare-wait" (formerly "paper", still accepted): no binding
+  //    conditions; the pod is bound and the kubelet's prepare answers "not
+  //    ready yet" until the CDI ids are there, while the controller waits up
+  //    to consumer_wait for a consumer, composes and patches status (status
+  //    re-read every prepare_wait_poll): the flow of [Fan26] §2.3;
+  //  "auto": binding conditions unless a dry-run slice shows the apiserver
+  //    drops them.
   std::string flow = "auto";
-  // "consumable": one device per blade, allowMultipleAllocations, capacity
-  // `memory` the scheduler accounts (DRAConsumableCapacity); "annotation"
-  // (paper §2.2): the fallback when that gate is off: `annotation_devices`
-  // fixed devices per blade (at most one per minimum region, at most 64),
-  // each allocatable once, capacity `memory` = the blade's free bytes at
-  // the last resync (informational: the scheduler does not subtract),
-  // size, share count and QoS from the claim's cxlkv.dev/capacity-mib,
-  // share-count and qos annotations; two claims can then be admitted
-  // against the same free bytes and the second fails at compose (Event
-  // ComposeFailed). "auto": consumable unless the dry-run slice at start,
-  // or any later slice write, comes back without those fields; in
-  // annotation mode every resync period repeats the dry run, and once the
-  // fields come back intact the controller returns to consumable capacity
-  // (log line, metric 0, Event ConsumableCapacity on each slice).
+  // How the scheduler accounts blade memory:
+  //  "consumable": one device per blade, allowMultipleAllocations, capacity
+  //    `memory` the scheduler accounts (DRAConsumableCapacity);
+  //  "fixed-devices" (formerly "annotation", still accepted; [Fan26] §2.2):
+  //    the fallback when that gate is off: fixed_device_count fixed devices
+  //    per blade (at most one per minimum region, at most 64), each
+  //    allocatable once, capacity `memory` = the blade's free bytes at the
+  //    last resync (informational: the scheduler does not subtract); size,
+  //    share count and QoS from the claim's cxlkv.dev/capacity-mib,
+  //    share-count and qos annotations; two claims can then be admitted
+  //    against the same free bytes and the second fails at compose (Event
+  //    ComposeFailed);
+  //  "auto": consumable unless the dry-run slice at start, or any later
+  //    slice write, comes back without those fields; with fixed devices
+  //    every resync period repeats the dry run, and once the fields come
+  //    back intact the controller returns to consumable capacity (log line,
+  //    metric cxlkv_dra_annotation_mode 0, Event ConsumableCapacity on each
+  //    slice).
   std::string capacity_mode = "auto";
-  int annotation_devices = 64;
+  int fixed_device_count = 64;
   std::chrono::milliseconds consumer_wait{30000};
-  std::chrono::milliseconds paper_poll{1500};
+  std::chrono::milliseconds prepare_wait_poll{1500};
   // A local pool (fabric::LocalComposer): the node's cxlkv-hostd, which the
   // controller asks to materialize and remove regions, as the fabric manager
   // does for its regions ("" with a fabric manager).
@@ -166,6 +145,7 @@ class Controller {
   struct Rep;
 
  private:
+  friend class ControllerInternal;  // controller_internal.h: the concepts' tests
   explicit Controller(std::unique_ptr<Rep> rep);
   std::unique_ptr<Rep> rep_;
 };
