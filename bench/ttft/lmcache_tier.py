@@ -235,8 +235,15 @@ class Server:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                tail = self.log_tail()
+                lines = tail.strip().splitlines()
+                cause = self.root_cause() or (lines[-1][-300:] if lines else "")
+                hint = (" (lmcache is not importable: give ttft.py --lmcache-site DIR from "
+                        "scripts/lmcache-site.sh, or install the bundle set lmcache)"
+                        if "No module named 'lmcache" in tail else "")
                 raise StartError(f"{self.name} (lmcache server) exited with "
-                                 f"{self.proc.returncode} before it was ready", self.log_tail())
+                                 f"{self.proc.returncode} before it was ready{hint}: {cause}",
+                                 tail)
             try:
                 status, _ = self._get("/healthcheck", timeout=2)
                 if status == 200:

@@ -206,3 +206,19 @@ def test_apply_flips_one_byte_per_page_or_zeroes_the_range(tmp_path):
 ])
 def test_verdict(clean, dmg, ch, dh, rep, err, want):
     assert damage.verdict(clean, dmg, ch, dh, reported=rep, error=err) == want
+
+
+def test_a_server_without_lmcache_says_how_to_go_on(tmp_path):
+    import subprocess
+
+    probe = subprocess.run([sys.executable, "-c", "import lmcache"], capture_output=True,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    if probe.returncode == 0:
+        pytest.skip("lmcache is installed in this interpreter itself")
+    srv = lmcache_tier.Server("nolmcache", "T5", python=sys.executable, log_dir=str(tmp_path),
+                              l1_bytes=64 << 20)
+    srv.env.pop("PYTHONPATH", None)
+    srv.start()
+    with pytest.raises(lmcache_tier.StartError, match="lmcache is not importable.*--lmcache-site"):
+        srv.wait_ready(120)
+    assert srv.stop() == []
