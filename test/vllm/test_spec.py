@@ -333,7 +333,7 @@ def test_no_events_tracked_when_kv_events_are_off(region_path):
 
     m, w = _replica(region_path)
     _store(m, w, [make_offload_key(os.urandom(32), 0)], 1)
-    assert m.take_events() == () and not m._announced
+    assert m.take_events() == () and not m._shared_events.announced
     w.shutdown()
     m.shutdown()
 

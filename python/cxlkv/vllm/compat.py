@@ -288,7 +288,7 @@ def skip_lookup_snapshots(scheduler):
     0.26's tracker has none) snapshots a hit chunk's payload (token ids,
     per-block hashes) so that its later removal can be described; it is
     dropped only at a removal of that key. cxlkv announces a chunk only from
-    the replica that stored it (manager.py), whose ``record_store`` snapshot
+    the replica that stored it (events.py), whose ``record_store`` snapshot
     is taken before that store, so a lookup snapshot is never used here,
     and in a replica that only loads it would stay for good (one per chunk
     it ever hit). Returns True if the scheduler had such a tracker.

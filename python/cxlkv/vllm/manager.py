@@ -8,25 +8,9 @@ All methods run on vLLM's scheduler thread; nothing here blocks or makes a
 syscall on the lookup path (the directory and pins are memory of the
 mapped region).
 
-KV events from a shared tier (when vLLM's KV events are on): a replica's
-manager does not see evictions made by other replicas, so it cannot keep a
-private index of "what I stored". Instead every chunk is announced once,
-by the replica that committed it (BlockStored), and that replica withdraws it
-(BlockRemoved) when it is no longer in the region, whoever evicted or dropped
-it: take_events tails the directory entries of the slots it announced
-(slot, generation and key as read from the region), a bounded batch per
-step. The fleet's events therefore describe each chunk of the shared tier
-once and never claim one that is gone for longer than the tail takes to come
-round (ceil(announced / _TAIL_BATCH) steps).
-
-A chunk that this replica announced, lost (evicted by anyone) and is storing
-again stays announced across that store: prepare_store moves it to the new
-reservation without a withdrawal, and the commit announces nothing new (a
-failed store withdraws it). Withdrawing in between would reach vLLM's events
-tracker after it snapshotted the new store's payload (record_store runs right
-after prepare_store, take_events at the end of that step) and drop that
-payload, so the re-announcement would go out without the self-describing
-fields; and an indexer that counts announcements must not see it twice.
+KV events from a shared tier (when vLLM's KV events are on): each replica
+announces the chunks it committed and withdraws them when they leave the
+region, whoever evicted them (events.py, SharedTierEvents).
 """
 
 import collections
@@ -45,12 +29,12 @@ from vllm.v1.kv_offload.base import (
 from .. import _cxlkv
 from ..errors import BusyError, CorruptionError, NotFoundError
 from . import _log, compat, metrics
+from .events import SharedTierEvents
 from .keys import block_key, group_of
 
 logger = _log.get(__name__)
 
 _OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
-_TAIL_BATCH = 256        # announced slots re-read per take_events call
 
 
 def _timed(op):
@@ -123,11 +107,7 @@ class CxlkvManager(OffloadingManager):
         # called only with KV events on), else they would pile up.
         self._kv_events = bool(kv_events)
         self._lease_slot = {}                 # OffloadKey -> slot of its open reservation
-        self._announced = {}                  # slot -> (generation, ns, BlockKey, OffloadKey)
-        self._announced_slot = {}             # OffloadKey -> slot
-        self._tail: collections.deque = collections.deque()  # announced slots, in tailing order
-        self._events = []                     # (removed, OffloadKey), oldest first
-        self._restoring = set()               # announced keys being stored again (module doc)
+        self._shared_events = SharedTierEvents(region, self._ns)
         # What the last reset_cache left to on_reset_flushed (0.33, reset_cache).
         self._flushing_leases = []            # cxlkv WriteLease of discarded store jobs
         self._flushing_pins = []              # PinSet of discarded load jobs
@@ -255,7 +235,7 @@ class CxlkvManager(OffloadingManager):
                 self._leases[key] = w
                 to_store.append(key)
                 if self._kv_events:
-                    self._keep_announced(key)
+                    self._shared_events.keep_announced(key)
                 token = _cxlkv.export_write_token(self.region, w)
                 tokens.append(token)
                 self._lease_slot[key] = token[1]
@@ -287,23 +267,23 @@ class CxlkvManager(OffloadingManager):
             if not success:
                 _cxlkv.abort_write(self.region, w)
                 self._count(metrics.STORE_FAILURES, label="failed")
-                self._store_lost(key)
+                self._shared_events.store_lost(key)
                 continue
             try:
                 _cxlkv.commit_parted_write(self.region, w, self.parts, self.part_len)
             except CorruptionError as e:
                 self._count(metrics.STORE_FAILURES, label="incomplete")
                 logger.warning("cxlkv: chunk not stored: %s", e)
-                self._store_lost(key)
+                self._shared_events.store_lost(key)
                 continue
             except (BusyError, NotFoundError) as e:  # this replica was judged dead meanwhile
                 self._count(metrics.STORE_FAILURES, label="fenced")
                 logger.warning("cxlkv: chunk not stored: %s", e)
-                self._store_lost(key)
+                self._shared_events.store_lost(key)
                 continue
             self._count(metrics.STORES)
             if self._kv_events:
-                self._announce(key, slot)
+                self._shared_events.announce(key, slot)
             self._own[key] = None
             if len(self._own) > _OWN_KEYS_CAP:
                 self._own.popitem(last=False)
@@ -328,84 +308,7 @@ class CxlkvManager(OffloadingManager):
     def take_events(self):
         if not self._kv_events:
             return ()
-        for _ in range(min(_TAIL_BATCH, len(self._tail))):
-            slot = self._tail.popleft()
-            if slot in self._announced and self._still_there(slot):
-                self._tail.append(slot)
-        if not self._events:
-            return ()
-        out: list = []
-        run: list = []
-        for removed, key in self._events:  # keep the order; one event per run
-            if run and run[0][0] != removed:
-                out.append(compat.offloading_event([k for _, k in run], run[0][0]))
-                run = []
-            run.append((removed, key))
-        out.append(compat.offloading_event([k for _, k in run], run[0][0]))
-        self._events = []
-        return out
-
-    # ---- KV events of the shared tier ----
-    def _view(self, slot):
-        (v,) = _cxlkv.scan_slots(self.region, slot, 1)
-        _slot, state, generation, _owner, ns, _len, key = v
-        return state, generation, ns, key
-
-    def _keep_announced(self, key):
-        """prepare_store reserved `key`, so no copy of it is in the region: if
-        this replica announced one, it stays announced across this store
-        (module doc) instead of being withdrawn now."""
-        old = self._announced_slot.pop(key, None)
-        if old is None:
-            return
-        if self._announced.get(old, (None,) * 4)[3] == key:
-            del self._announced[old]  # its tail entry drops out when it comes round
-        self._restoring.add(key)
-
-    def _store_lost(self, key):
-        """A store did not commit: withdraw the key if it was kept announced."""
-        if key in self._restoring:
-            self._restoring.discard(key)
-            self._events.append((True, key))
-
-    def _announce(self, key, slot):
-        again = key in self._restoring  # still announced from its earlier copy
-        self._restoring.discard(key)
-        old = self._announced_slot.get(key)
-        if old is not None:
-            self._still_there(old)  # a re-store after eviction: withdraw first
-        if slot is None:  # no reservation recorded (cannot happen): announce nothing
-            if again:
-                self._events.append((True, key))
-            return
-        state, generation, ns, bkey = self._view(slot)
-        if state != "ready" or ns != self._ns(key) or bkey != block_key(key):
-            if again:  # evicted again already: withdrawn
-                self._events.append((True, key))
-            return  # else never announced
-        prev = self._announced.get(slot)
-        if prev is not None:  # our earlier chunk in this slot is gone
-            self._withdraw(slot)
-        self._announced[slot] = (generation, ns, bkey, key)
-        self._announced_slot[key] = slot
-        self._tail.append(slot)
-        if not again:
-            self._events.append((False, key))
-
-    def _still_there(self, slot):
-        """True if the chunk announced in `slot` is still there; else withdraws it."""
-        generation, ns, bkey, _key = self._announced[slot]
-        state, g, n, k = self._view(slot)
-        if state == "ready" and g == generation and n == ns and k == bkey:
-            return True
-        self._withdraw(slot)
-        return False
-
-    def _withdraw(self, slot):
-        _g, _ns, _k, key = self._announced.pop(slot)
-        if self._announced_slot.get(key) == slot:
-            del self._announced_slot[key]
-        self._events.append((True, key))
+        return self._shared_events.take()
 
     def reset_cache(self):
         """The region is shared with other replicas: a local reset drops only
@@ -428,7 +331,7 @@ class CxlkvManager(OffloadingManager):
                 self._flushing_leases.append(w)
             else:
                 _cxlkv.abort_write(self.region, w)
-            self._store_lost(key)
+            self._shared_events.store_lost(key)
         self._leases.clear()
         self._lease_slot.clear()
         for req_id, held in list(self._pins.items()):
