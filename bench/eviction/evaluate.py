@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Prefix-aware hit rate of eviction policies at equal capacity.
+
+    bench/eviction/evaluate.py [--trace PATH | --generate] [--capacities 0.05,0.1,...]
+                               [--policies lru,belady,model,replay,replay-sw]
+                               [--cxlkv build/bin/cxlkv] [--json OUT]
+
+For a trace (Mooncake format: one JSON object per line with `hash_ids`, one
+id per 512-token block; default the carried conversation trace) or a
+generated multi-turn trace with long shared prefixes (--generate,
+bench/eviction/gen_multiturn.py), and each capacity given as a fraction of
+the working set (the trace's distinct blocks), prints the usable-token hit
+rate of each policy: the tokens a request can use, i.e. its leading blocks
+up to the first one missing when it looks, over all tokens asked. Every
+block is 512 tokens, so this is also the leading-block hit rate.
+
+Policies (bench/eviction/policies.py says how each is counted):
+- lru:       exact global LRU over that many blocks (lru_ceiling.py).
+- belady:    farthest next use first; a reference, not a bound (chains
+             count only to their first miss).
+- model:     the engine's placement and victim choice, modelled in Python
+             (two candidate sets of 16 ways per key; single-threaded).
+- model-lru32: the same model with the victim choice before the
+             prefix-aware policy (oldest of the 32 candidates).
+- replay:    the engine itself: `cxlkv replay` on a fresh region with that
+             many slots (coherence=hardware, 2 replicas, round-robin).
+- replay-sw: the same in coherence=software (replica i writes partition i).
+Replays run the trace with 2 replicas concurrently (each request waits for
+the one that first stored its prefix), so they are not exactly trace order.
+
+Prints a Markdown table (each policy's hit rate, and the region's ratio to
+exact LRU) and writes one JSON object per (trace, capacity) to --json.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_multiturn  # noqa: E402
+import policies  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KV_BYTES_PER_TOKEN = 64  # 32 KiB blocks, as scripts/sweep.sh
+BLOCK_TOKENS = 512
+
+
+def read_chains(path):
+    chains = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                chains.append([int(h) for h in json.loads(line)["hash_ids"]])
+            except (ValueError, KeyError, TypeError) as e:
+                sys.exit(f"{path}:{n}: not a trace line with hash_ids ({e}); "
+                         "give a Mooncake-format trace (one JSON object per line)")
+    if not chains:
+        sys.exit(f"{path}: no requests")
+    return chains
+
+
+def cxlkv_json(cxlkv, *args):
+    out = subprocess.run([cxlkv, *args, "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def region_size_for(cxlkv, slots, workdir):
+    """Smallest region size (bytes) whose format holds at least `slots` slots
+    of 32 KiB, found by formatting and inspecting (the geometry is the
+    engine's, src/region/geometry.cc)."""
+    slot_bytes = BLOCK_TOKENS * KV_BYTES_PER_TOKEN
+    per_slot = slot_bytes + 64 + 4 + 8
+    size = slots * per_slot + (4 << 20)
+    path = os.path.join(workdir, "probe")
+    for _ in range(6):
+        size = (size + 4095) // 4096 * 4096
+        subprocess.run([cxlkv, "format", "--region", path, "--region-size", str(size),
+                        "--slot-size", str(slot_bytes)], check=True, capture_output=True)
+        got = cxlkv_json(cxlkv, "inspect", "--region", path)["slots"]["free"]
+        os.remove(path)
+        if got >= slots and got - slots < 16:
+            return size, got
+        size += (slots - got) * per_slot + (16 * per_slot if got < slots else 0)
+    return size, got
+
+
+def replay(cxlkv, trace, slots, coherence, workdir):
+    size, got = region_size_for(cxlkv, slots, workdir)
+    region = os.path.join(workdir, "region")
+    try:
+        j = cxlkv_json(cxlkv, "replay", "--region", region, "--region-size", str(size),
+                       "--trace", trace, "--replicas", "2",
+                       "--kv-bytes-per-token", str(KV_BYTES_PER_TOKEN), "--baseline", "shared",
+                       "--routing", "round-robin", "--coherence", coherence, "--quiet")
+    finally:
+        for f in os.listdir(workdir):
+            if f.startswith("region"):
+                os.remove(os.path.join(workdir, f))
+    if j.get("wrong_data", 0) or j.get("errors", 0):
+        sys.exit(f"cxlkv replay reported wrong data or errors: {json.dumps(j)}")
+    return j["hit_rate"], got
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default=os.path.join(ROOT, "data/traces/mooncake-conversation-trace.jsonl"))
+    ap.add_argument("--generate", action="store_true",
+                    help="a generated multi-turn trace with long shared prefixes (seed 1)")
+    ap.add_argument("--capacities", default="0.05,0.1,0.2,0.3,0.5,0.75,1.0")
+    ap.add_argument("--policies", default="lru,belady,model,replay")
+    ap.add_argument("--cxlkv", default=os.path.join(ROOT, "build/bin/cxlkv"))
+    ap.add_argument("--json", default=None, help="append one JSON object per row here")
+    a = ap.parse_args()
+    pols = a.policies.split(",")
+    known = {"lru", "belady", "model", "model-lru32", "replay", "replay-sw"}
+    if set(pols) - known:
+        sys.exit(f"unknown policy {sorted(set(pols) - known)}; known: {sorted(known)}")
+    if any(p.startswith("replay") for p in pols) and not os.access(a.cxlkv, os.X_OK):
+        sys.exit(f"{a.cxlkv}: not an executable; build it (cmake --build build --target "
+                 "cxlkv_cli) or pass --cxlkv, or leave the replay policies out")
+    workdir = tempfile.mkdtemp(prefix="cxlkv-evict-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    trace = a.trace
+    name = os.path.basename(trace)
+    if a.generate:
+        trace = os.path.join(workdir, "multiturn.jsonl")
+        with open(trace, "w") as f:
+            gen_multiturn.generate(seed=1, out=f)
+        name = "multiturn (gen_multiturn.py, seed 1)"
+    chains = read_chains(trace)
+    asked = sum(len(c) for c in chains)
+    ws = len({h for c in chains for h in c})
+    print(f"trace {name}: {len(chains)} requests, {asked} blocks asked, working set {ws} blocks")
+    cols = [p for p in pols]
+    head = "| capacity | slots | " + " | ".join(cols)
+    if "lru" in pols:
+        head += "".join(f" | {p} ÷ lru" for p in pols if p not in ("lru", "belady"))
+    print(head + " |")
+    print("|" + "---|" * (head.count("|")))
+    jout = open(a.json, "a") if a.json else None
+    try:
+        for frac in [float(x) for x in a.capacities.split(",")]:
+            slots = max(16, int(round(ws * frac)))
+            rates = {}
+            used_slots = slots
+            for p in pols:
+                if p == "lru":
+                    rates[p] = policies.exact_lru(chains, slots) / asked
+                elif p == "belady":
+                    rates[p] = policies.belady(chains, slots) / asked
+                elif p == "model":
+                    rates[p] = policies.region(chains, slots, victim="prefix") / asked
+                elif p == "model-lru32":
+                    rates[p] = policies.region(chains, slots, victim="lru32") / asked
+                else:
+                    rates[p], used_slots = replay(a.cxlkv, trace, slots,
+                                                  "software" if p == "replay-sw" else "hardware",
+                                                  workdir)
+            row = f"| {frac:.0%} | {slots} | " + " | ".join(f"{rates[p]:.4f}" for p in pols)
+            if "lru" in pols:
+                row += "".join(f" | {rates[p] / rates['lru']:.3f}" if rates["lru"] else " | -"
+                               for p in pols if p not in ("lru", "belady"))
+            print(row + " |", flush=True)
+            if jout:
+                jout.write(json.dumps({"trace": name, "capacity": frac, "slots": slots,
+                                       "region_slots": used_slots, "working_set": ws,
+                                       "hit_rate": rates}) + "\n")
+                jout.flush()
+    finally:
+        if jout:
+            jout.close()
+        for f in os.listdir(workdir):
+            os.remove(os.path.join(workdir, f))
+        os.rmdir(workdir)
+
+
+if __name__ == "__main__":
+    main()
