@@ -222,16 +222,23 @@ class Region {
   // (kLostRace: another writer is storing the key; kFenced: this participant
   // was judged dead and reclaimed, every later store fails the same way:
   // reopen the region). Every outcome but kStored is counted.
+  //
+  // `depth` is the block's position in its prefix chain (0 = the first
+  // chunk of a prompt; the k-th chunk, k), a hint for eviction: a chain's
+  // chunks leave tail first, since a prefix is usable only up to its first
+  // missing chunk. 0, the default, makes the block a chain head, as every
+  // block was before the hint existed.
   virtual Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
-                       StoreOutcome* outcome = nullptr) = 0;
+                       StoreOutcome* outcome = nullptr, uint32_t depth = 0) = 0;
 
-  // Reserves a slot for (ns, key) and len bytes (evicting with CLOCK if
-  // needed); the caller fills lease->data() (e.g. by DMA) and then commits.
+  // Reserves a slot for (ns, key) and len bytes (evicting if needed: the
+  // candidate with the largest age scaled by its chain depth); the caller
+  // fills lease->data() (e.g. by DMA) and then commits. `depth`: as Store.
   // Same codes as Store; kDuplicate comes back as OK with !lease->open().
   // A READY copy of the key whose directory tag was lost is found here, its
   // tag repaired, and answered kDuplicate.
   virtual Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
-                            StoreOutcome* outcome = nullptr) = 0;
+                            StoreOutcome* outcome = nullptr, uint32_t depth = 0) = 0;
   // Publishes the slot. `crc32c` is the CRC32C of the source bytes, computed
   // wherever they are (e.g. on the GPU, or by another process that filled
   // the slot); null = compute it from the slot. Pass it wherever integrity

@@ -91,15 +91,39 @@ int64_t RegionImpl::FindReadySlot(NamespaceId ns, const BlockKey& key) const {
   return Find(ns, key, Place(ns, key), &w, true);
 }
 
-void RegionImpl::Touch(uint64_t slot) const {
+std::vector<uint64_t> RegionImpl::CandidateSlots(NamespaceId ns, const BlockKey& key) const {
+  uint64_t set[2];
+  if (soft_) {
+    uint32_t tag;
+    if (self_ < 0) return {};
+    SwSets(self_index(), ns, key, set, &tag);
+  } else {
+    const KeyPlace p = Place(ns, key);
+    set[0] = p.set[0];
+    set[1] = p.set[1];
+  }
+  std::vector<uint64_t> out;
+  for (int k = 0; k < (set[0] == set[1] ? 1 : 2); ++k) {
+    for (uint32_t w = 0; w < geo_.ways; ++w) out.push_back(set[k] * geo_.ways + w);
+  }
+  return out;
+}
+
+void RegionImpl::Touch(uint64_t slot, uint64_t word) const {
   // Recency for eviction (ClaimSlot pass 2). Written at most once per
-  // kTouchGranularityMs per slot, so readers of a hot block do not bounce
-  // its line on every lookup.
+  // kTouchGranularityMs per slot, and the use count at most kMaxUses times
+  // per block, so readers of a hot block do not bounce its line on every
+  // lookup. Plain stores, no CAS: concurrent readers may lose a count, and
+  // a reader that lost the race with the slot's reuse may store the old
+  // block's count, which the generation bits then reject (a hint).
   const uint32_t now = RecencyTick();
-  std::atomic<uint32_t>& t = meta_[slot].last_use;
+  SlotMeta& m = meta_[slot];
+  std::atomic<uint32_t>& t = m.last_use;
   if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
     t.store(now, std::memory_order_relaxed);
   }
+  const uint32_t uses = UnpackDepth(m.uses.load(std::memory_order_relaxed), word);
+  if (uses < kMaxUses) m.uses.store(PackDepth(uses + 1, WordGen(word)), std::memory_order_relaxed);
 }
 
 uint32_t RecencyTick() {
@@ -308,7 +332,7 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
   if (slot < 0) return Status::NotFound("block not in region");
-  Touch(static_cast<uint64_t>(slot));
+  Touch(static_cast<uint64_t>(slot), w);
   return Status::OK();
 }
 
@@ -335,7 +359,7 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
     uint64_t w;
     const int64_t slot = Find(ns, keys[i], cur, &w, true);
     if (slot < 0) break;
-    Touch(static_cast<uint64_t>(slot));
+    Touch(static_cast<uint64_t>(slot), w);
     ++hits;
   }
   Count(Counter::kLookups, hits < n ? hits + 1 : n);
@@ -355,7 +379,7 @@ Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, Pin
     uint64_t w;
     const int64_t slot = Find(ns, keys[i], Place(ns, keys[i]), &w, true);
     if (slot < 0 || !PinSlot(static_cast<uint64_t>(slot), w)) break;
-    Touch(static_cast<uint64_t>(slot));
+    Touch(static_cast<uint64_t>(slot), w);
     slots.push_back(static_cast<uint64_t>(slot));
   }
   Count(Counter::kLookups, slots.size() < n ? slots.size() + 1 : n);

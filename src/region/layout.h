@@ -177,10 +177,36 @@ struct alignas(64) SlotMeta {
   std::atomic<uint32_t> crc;       // CRC32C(payload || SlotCrcTrailer), see below
   std::atomic<uint32_t> last_use;  // recency for eviction: RecencyTick() of the last store or read
   std::atomic<uint32_t> writer;    // participant that wrote the block (informational)
-  uint8_t reserved[20];
+  // The block's depth in its prefix chain (0 = head, or not told), for
+  // eviction: PackDepth(depth, generation). A hint like last_use, written
+  // by the block's writer; a value whose generation bits are not the
+  // slot's (an engine that predates the field left the previous block's,
+  // or damage) reads as depth 0. Was reserved (zero) before.
+  std::atomic<uint32_t> depth;
+  // How many times the block was used since its store (hits, duplicate
+  // stores), saturating at kMaxUses: PackDepth(uses, generation), written
+  // by readers without a CAS (a lost increment is a hint lost), at most
+  // kMaxUses times per block. Was reserved (zero) before.
+  std::atomic<uint32_t> uses;
+  uint8_t reserved[12];
 };
 static_assert(sizeof(SlotMeta) == 64);
-static_assert(offsetof(SlotMeta, crc) == 32 && offsetof(SlotMeta, writer) == 40);
+static_assert(offsetof(SlotMeta, crc) == 32 && offsetof(SlotMeta, writer) == 40 &&
+              offsetof(SlotMeta, depth) == 44 && offsetof(SlotMeta, uses) == 48);
+inline constexpr uint32_t kMaxUses = 3;
+
+// SlotMeta::depth and ::uses: [generation low 16 bits:16][value:16]. The
+// generation binds the hint to the block it was written for.
+inline constexpr uint32_t kMaxChainDepth = 0xFFFF;
+constexpr uint32_t PackDepth(uint32_t depth, uint64_t gen) {
+  return (static_cast<uint32_t>(gen & 0xFFFF) << 16) |
+         (depth < kMaxChainDepth ? depth : kMaxChainDepth);
+}
+// The depth (or use count) a slot word `w`'s block was stored with, or 0
+// if `packed` was not written for that block.
+constexpr uint32_t UnpackDepth(uint32_t packed, uint64_t w) {
+  return (packed >> 16) == ((w >> 16) & 0xFFFF) ? (packed & 0xFFFF) : 0;
+}
 
 // What `SlotMeta::crc` covers besides the payload: the CRC32C of the payload
 // continued over this record, so a CRC verifies only for the slot identity it

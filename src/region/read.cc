@@ -106,7 +106,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
     std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", crc, got);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
   }
-  Touch(slot);
+  Touch(slot, w);
   const uint32_t writer = WordOwner(w);
   const bool cross = writer != static_cast<uint32_t>(self_);
   Count(Counter::kHits);
@@ -182,7 +182,7 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t*
     if (self_ >= 0) ForceDropSlot(slot, w);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
   }
-  Touch(slot);
+  Touch(slot, w);
   const uint32_t writer = WordOwner(w);
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, len);

@@ -30,6 +30,11 @@ int64_t RegionInternal::FindReadySlot(Region* region, NamespaceId ns, const Bloc
   return static_cast<internal::RegionImpl*>(region)->FindReadySlot(ns, key);
 }
 
+std::vector<uint64_t> RegionInternal::CandidateSlots(Region* region, NamespaceId ns,
+                                                     const BlockKey& key) {
+  return static_cast<internal::RegionImpl*>(region)->CandidateSlots(ns, key);
+}
+
 WriteLease& WriteLease::operator=(WriteLease&& o) noexcept {
   if (this != &o) {
     if (open()) region_->AbortWrite(this);

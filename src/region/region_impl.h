@@ -61,6 +61,32 @@ uint32_t RecencyTick();
 // A read refreshes last_use only when it is at least this old (ms).
 constexpr uint32_t kTouchGranularityMs = 16;
 
+// Eviction rank of a READY block among a store's candidates (the larger
+// goes first; docs/region_format.md, "Eviction"): its age since last use,
+// scaled up by its depth in its prefix chain. A prefix is served only up to
+// its first missing chunk, so a chain's chunks, stored and read together
+// (equal ages to within the copy time), must leave tail first: a lost tail
+// chunk costs one chunk, a lost head the whole chain. A chunk at depth d
+// counts as (kDepthWeightBase + d) / kDepthWeightBase times its age, so a
+// deep chunk goes before a shallower one at most about twice its age
+// ((kDepthWeightBase + kDepthWeightCap) / kDepthWeightBase), and never
+// before one older than that. kDepthWeightBase: bench/eviction/evaluate.py
+// (policies.py's model) on both traces: 16 and 64 lost hits to plain LRU at
+// 40 % of the working set, 1024 at 5 %.
+// A block used since its store (a hit, or a duplicate store by a request
+// that holds it) counts as 1 + uses (up to kMaxUses) times younger: a block
+// that was reused is more likely reused again than one stored and never
+// read (the last turn of a conversation). Both factors are measured by
+// bench/eviction/evaluate.py (docs/benchmarks.md, "Eviction").
+constexpr uint64_t kDepthWeightBase = 256;
+constexpr uint32_t kDepthWeightCap = 255;
+inline uint64_t EvictionRank(uint32_t age_ms, uint32_t depth, uint32_t uses) {
+  const uint64_t d = depth < kDepthWeightCap ? depth : kDepthWeightCap;
+  const uint64_t u = uses < kMaxUses ? uses : kMaxUses;
+  // x 12 (divisible by 1 + every u): integers, no ties from rounding.
+  return (uint64_t{age_ms} + 1) * (kDepthWeightBase + d) * 12 / (1 + u);
+}
+
 // Region::Open and RegionInternal::OpenWithVisibility (null: the CPU's own
 // visibility layer where software mode needs one).
 Status OpenRegion(const std::string& path, const RegionOptions& options,
@@ -80,9 +106,9 @@ class RegionImpl final : public Region {
   Status RegisterNamespace(const NamespaceDesc& desc, NamespaceId* id) override;
 
   Status Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
-               StoreOutcome* outcome) override;
+               StoreOutcome* outcome, uint32_t depth) override;
   Status BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
-                    StoreOutcome* outcome) override;
+                    StoreOutcome* outcome, uint32_t depth) override;
   Status CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome) override;
   void AbortWrite(WriteLease* lease) override;
 
@@ -109,6 +135,8 @@ class RegionImpl final : public Region {
   SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
+  // RegionInternal::CandidateSlots.
+  std::vector<uint64_t> CandidateSlots(NamespaceId ns, const BlockKey& key) const;
   // coherence=software: the visibility layer (null in hardware mode).
   Visibility* visibility() const { return soft_ ? vis_.get() : nullptr; }
   // The mapping (lifecycle.cc: scans, the SIGBUS guard's state).
@@ -194,7 +222,9 @@ class RegionImpl final : public Region {
   // Owner field we write into words we install: our index, or (before we
   // registered, e.g. a reclaim at open) kOwnerMask, which names nobody.
   uint32_t OwnerId() const { return self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask); }
-  void Touch(uint64_t slot) const;
+  // A use of READY block `word` in `slot`: refreshes last_use (at most once
+  // per kTouchGranularityMs) and counts the use (up to kMaxUses).
+  void Touch(uint64_t slot, uint64_t word) const;
   // Sets the tag of a READY slot that lost it (damage, or a paused writer's
   // late clear), if the slot still holds `word`: a hint only, so a race
   // with the slot's reuse costs at most a miss until the next store.
@@ -262,11 +292,11 @@ class RegionImpl final : public Region {
   // raw_fill: the caller fills lease->data() itself (BeginWrite), not
   // through the visibility layer (Store).
   Status SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
-                      StoreOutcome* outcome, bool raw_fill);
+                      StoreOutcome* outcome, bool raw_fill, uint32_t depth);
   Status SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreOutcome* outcome);
   void SwAbortWrite(WriteLease* lease);
   Status SwStore(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
-                 StoreOutcome* outcome);
+                 StoreOutcome* outcome, uint32_t depth);
   Status SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity, LoadInfo* info);
   Status SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lease);
   Status SwEndRead(ReadLease* lease, const void* copied, const uint32_t* copied_crc32c);
@@ -362,6 +392,11 @@ class RegionImpl final : public Region {
   // own partition, in process memory (docs/coherence.md, "Eviction": no
   // other host may write our lines, so only our own uses count).
   std::unique_ptr<std::atomic<uint32_t>[]> sw_last_use_;
+  // The depth in its chain of each READY block of our partition (SW2's
+  // EvictionRank), in process memory too: no reader needs it, so no line
+  // carries it. Written under sw_claim_mu_ with the claim.
+  std::unique_ptr<std::atomic<uint16_t>[]> sw_depth_;
+  std::unique_ptr<std::atomic<uint8_t>[]> sw_uses_;  // SwTouch counts, up to kMaxUses
   mutable std::mutex sw_ns_mu_;
   mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
 

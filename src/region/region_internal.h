@@ -65,6 +65,11 @@ class RegionInternal {
   // may be evicted as soon as this returns.
   static int64_t FindReadySlot(Region* region, NamespaceId ns, const BlockKey& key);
 
+  // The slots a store of (ns, key) by this process may claim or evict: the
+  // ways of the key's two candidate sets (in coherence=software, those of
+  // this process's write partition). For tests of the eviction policy.
+  static std::vector<uint64_t> CandidateSlots(Region* region, NamespaceId ns, const BlockKey& key);
+
   // ---- Lease plumbing (the implementation only) ----
 
   static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,

@@ -313,6 +313,34 @@ TEST(RegionTest, EvictionTakesTheLeastRecentlyUsedBlocks) {
   EXPECT_GE(present(0, n / 8), read - read / 16) << "of " << read;
 }
 
+// Prefix-aware eviction (issue 24): a chain's chunks leave tail first. The
+// region is filled to 95 % with older single-chunk traffic, a 127-chunk
+// chain is stored (depth 0..126), then newer single-chunk stores age it
+// until it has lost a third of its chunks: the older traffic goes first,
+// and of the chain the head stays while the tail goes. The least-recently-
+// used policy without depths (main at 2912c74) evicted the chain's head
+// first (stored first, so a tick older): 0 leading chunks left.
+TEST(RegionTest, AChainLeavesTailFirstAndItsHeadStays) {
+  ScratchRegion sr;
+  auto r = MustOpen(sr.path(), TestOptions(1 << 20, kSlot));
+  const NamespaceId ns = Ns(r.get());
+  const test::ChainAging a = test::AgeAChain(r.get(), ns, kSlot);
+  std::printf(
+      "slots %llu, newer stores %llu, chain present %llu, leading %llu, head %llu/16, "
+      "first loss at depth %llu with %llu older blocks left, out of order %llu\n",
+      (unsigned long long)a.slots, (unsigned long long)a.stored_after,
+      (unsigned long long)a.present, (unsigned long long)a.leading,
+      (unsigned long long)a.head_present, (unsigned long long)a.deepest_lost_first,
+      (unsigned long long)a.older_left, (unsigned long long)a.out_of_order);
+  ASSERT_LE(a.present, 127u * 2 / 3);
+  // No chain chunk went while an older block nobody read was among the
+  // store's candidates.
+  EXPECT_EQ(a.out_of_order, 0u);
+  EXPECT_EQ(a.head_present, 16u);
+  EXPECT_GE(a.leading, 40u);
+  EXPECT_GE(a.deepest_lost_first, 64u);
+}
+
 TEST(RegionTest, PinnedSlotsAreNeverEvicted) {
   ScratchRegion sr;
   auto r = MustOpen(sr.path(), TestOptions(1 << 20, kSlot));

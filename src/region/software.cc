@@ -114,6 +114,8 @@ Status RegionImpl::SwInitOrThrow() {
   soft_ = true;
   sw_ns_ok_.assign(kNamespaceEntries, false);
   sw_last_use_ = std::make_unique<std::atomic<uint32_t>[]>(part_sets_ * geo_.ways);
+  sw_depth_ = std::make_unique<std::atomic<uint16_t>[]>(part_sets_ * geo_.ways);
+  sw_uses_ = std::make_unique<std::atomic<uint8_t>[]>(part_sets_ * geo_.ways);
   obs_.resize(geo_.max_participants);
   if (opts_.register_participant) {
     CXLKV_RETURN_IF_ERROR(SwRegister());
@@ -447,10 +449,15 @@ void RegionImpl::SwTouch(uint64_t slot) const {
   if (!SwOwnSlot(slot)) return;
   // Process memory, but threads of ours hitting one hot block would still
   // bounce its cache line: store only when the tick moved on (as Touch()).
-  std::atomic<uint32_t>& t = sw_last_use_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways];
+  const uint64_t i = slot - uint64_t(self_index()) * part_sets_ * geo_.ways;
+  std::atomic<uint32_t>& t = sw_last_use_[i];
   const uint32_t now = SwTick();
   if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
     t.store(now, std::memory_order_relaxed);
+  }
+  // Uses since the store, as Touch(): at most kMaxUses stores per block.
+  if (const uint8_t u = sw_uses_[i].load(std::memory_order_relaxed); u < kMaxUses) {
+    sw_uses_[i].store(static_cast<uint8_t>(u + 1), std::memory_order_relaxed);
   }
 }
 
@@ -471,7 +478,7 @@ int64_t RegionImpl::SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64
   const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
   const uint32_t now = SwTick();
   int64_t best = -1;
-  uint32_t best_age = 0;
+  uint64_t best_rank = 0;
   for (uint32_t i = 0; i < total; ++i) {
     const uint32_t k = (start + i) % total;
     const uint64_t s = set[k / geo_.ways] * geo_.ways + k % geo_.ways;
@@ -479,9 +486,12 @@ int64_t RegionImpl::SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64
     const uint64_t w = vis_->Load64(&meta_[s].state);
     if (WordState(w) != kReady) continue;
     const uint32_t age = now - sw_last_use_[s - base_slot].load(std::memory_order_relaxed);
-    if (best < 0 || age > best_age) {
+    const uint64_t rank =
+        EvictionRank(age, sw_depth_[s - base_slot].load(std::memory_order_relaxed),
+                     sw_uses_[s - base_slot].load(std::memory_order_relaxed));
+    if (best < 0 || rank > best_rank) {
       best = static_cast<int64_t>(s);
-      best_age = age;
+      best_rank = rank;
       *word = w;
     }
   }
@@ -596,7 +606,7 @@ bool RegionImpl::SwFreeOwn(uint64_t slot, uint64_t word) {
 }
 
 Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
-                                StoreOutcome* outcome, bool raw_fill) {
+                                StoreOutcome* outcome, bool raw_fill, uint32_t depth) {
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) SwAbortWrite(lease);
@@ -616,7 +626,9 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   }
   // SW1: a READY copy anywhere (ours or another host's) is a duplicate.
   SwMeta m;
-  if (SwFind(ns, key, true, -1, &m) >= 0) {
+  if (const int64_t dup = SwFind(ns, key, true, -1, &m); dup >= 0) {
+    // A use of the chunk, as a hit is (write.cc says why); ours only.
+    SwTouch(static_cast<uint64_t>(dup));
     *outcome = StoreOutcome::kDuplicate;
     Count(Counter::kStoreDuplicate);
     return Status::OK();
@@ -682,6 +694,11 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   // A store is a use: the block is as young as it gets until read.
   sw_last_use_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(
       SwTick(), std::memory_order_relaxed);
+  sw_depth_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(
+      static_cast<uint16_t>(depth < kMaxChainDepth ? depth : kMaxChainDepth),
+      std::memory_order_relaxed);
+  sw_uses_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(0,
+                                                                         std::memory_order_relaxed);
   l.unlock();
   if (evicted) Count(Counter::kEvictions);
   if (raw_fill) {
@@ -762,11 +779,11 @@ void RegionImpl::SwAbortWrite(WriteLease* lease) {
 }
 
 Status RegionImpl::SwStore(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
-                           StoreOutcome* outcome) {
+                           StoreOutcome* outcome, uint32_t depth) {
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   WriteLease lease;
-  Status s = SwBeginWrite(ns, key, len, &lease, outcome, /*raw_fill=*/false);
+  Status s = SwBeginWrite(ns, key, len, &lease, outcome, /*raw_fill=*/false, depth);
   if (!s.ok() || !lease.open()) return s;
   const uint32_t crc = Crc32c(data, len);
   vis_->CopyToRegion(lease.data(), data, len);

@@ -271,6 +271,32 @@ TEST(Software, EvictsOnlyWithinItsOwnPartitionAndNeverServesWrongBytes) {
 // pressure, and the holder's own reads count as uses. CLOCK over its
 // process-local reference bits (the code until this test) evicted at random
 // among the unread blocks, so recently stored ones went as often as old ones.
+// Prefix-aware eviction in the holder's partition (issue 24; region_test's
+// AChainLeavesTailFirstAndItsHeadStays): depths live in the holder's
+// process memory beside its last-use ticks.
+TEST(Software, AChainLeavesTailFirstAndItsHeadStays) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(1 << 20, 4096, 1, 0));
+  NamespaceId ns = 0;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  const test::ChainAging a = test::AgeAChain(h0.get(), ns, 4096);
+  std::printf(
+      "slots %llu, newer stores %llu, chain present %llu, leading %llu, head %llu/16, "
+      "first loss at depth %llu with %llu older blocks left, out of order %llu\n",
+      (unsigned long long)a.slots, (unsigned long long)a.stored_after,
+      (unsigned long long)a.present, (unsigned long long)a.leading,
+      (unsigned long long)a.head_present, (unsigned long long)a.deepest_lost_first,
+      (unsigned long long)a.older_left, (unsigned long long)a.out_of_order);
+  ASSERT_LE(a.present, 127u * 2 / 3);
+  // No chain chunk went while an older block nobody read was among the
+  // store's candidates.
+  EXPECT_EQ(a.out_of_order, 0u);
+  EXPECT_EQ(a.head_present, 16u);
+  EXPECT_GE(a.leading, 40u);
+  EXPECT_GE(a.deepest_lost_first, 64u);
+}
+
 TEST(Software, EvictionTakesTheLeastRecentlyUsedBlocksOfItsPartition) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;

@@ -7,10 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include "region_internal.h"
 
 namespace cxlkv::test {
 
@@ -102,6 +106,64 @@ bool WaitFor(const std::function<bool()>& cond, int limit_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return true;
+}
+
+ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
+  ChainAging a;
+  const RegionInfo& info = r->info();
+  const uint32_t parts = info.config.software_partitions;
+  a.slots = parts > 0 ? info.num_slots / parts / info.ways * info.ways : info.num_slots;
+  std::vector<uint8_t> b(slot_bytes);
+  FillPattern(24, b.data(), b.size());
+  auto there = [&](uint64_t id) {
+    return RegionInternal::FindReadySlot(r, ns, BlockKey::FromId(id)) >= 0;
+  };
+  constexpr uint64_t kFill = 10'000'000, kChain = 20'000'000, kNewer = 30'000'000, kLen = 127;
+  const uint64_t fill = a.slots * 95 / 100;
+  for (uint64_t i = 0; i < fill; ++i) {
+    EXPECT_TRUE(r->Store(ns, BlockKey::FromId(kFill + i), b.data(), b.size()).ok());
+  }
+  // Ages apart by more than the coarse clock's tick, and the fill much older
+  // than the chain (a chain's depth counts at most about twice its age).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (uint32_t d = 0; d < kLen; ++d) {
+    EXPECT_TRUE(r->Store(ns, BlockKey::FromId(kChain + d), b.data(), b.size(), nullptr, d).ok());
+  }
+  for (uint64_t d = 0; d < kLen; ++d) EXPECT_TRUE(there(kChain + d)) << "chunk " << d;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  uint64_t present = kLen;
+  for (uint64_t k = 0; present > kLen * 2 / 3 && k < 64 * a.slots; ++k) {
+    const BlockKey key = BlockKey::FromId(kNewer + k);
+    // Which chain chunks and fill blocks sit among this store's candidates.
+    std::vector<uint64_t> cand = RegionInternal::CandidateSlots(r, ns, key);
+    std::sort(cand.begin(), cand.end());
+    auto in_cand = [&](uint64_t id) {
+      const int64_t s = RegionInternal::FindReadySlot(r, ns, BlockKey::FromId(id));
+      return s >= 0 && std::binary_search(cand.begin(), cand.end(), static_cast<uint64_t>(s));
+    };
+    std::vector<uint64_t> chain_here;
+    bool older_here = false;
+    for (uint64_t d = 0; d < kLen; ++d) {
+      if (in_cand(kChain + d)) chain_here.push_back(kChain + d);
+    }
+    for (uint64_t i = 0; i < fill && !older_here; ++i) older_here = in_cand(kFill + i);
+    EXPECT_TRUE(r->Store(ns, key, b.data(), b.size()).ok());
+    for (uint64_t id : chain_here) a.out_of_order += older_here && !there(id);
+    a.stored_after = k + 1;
+    uint64_t now = 0;
+    for (uint64_t d = 0; d < kLen; ++d) now += there(kChain + d);
+    if (now < kLen && present == kLen) {
+      for (uint64_t d = 0; d < kLen; ++d) {
+        if (!there(kChain + d)) a.deepest_lost_first = std::max(a.deepest_lost_first, d);
+      }
+      for (uint64_t i = 0; i < fill; ++i) a.older_left += there(kFill + i);
+    }
+    present = now;
+  }
+  a.present = present;
+  while (a.leading < kLen && there(kChain + a.leading)) ++a.leading;
+  for (uint64_t d = 0; d < 16; ++d) a.head_present += there(kChain + d);
+  return a;
 }
 
 }  // namespace cxlkv::test

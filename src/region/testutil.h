@@ -52,6 +52,25 @@ T* SharedAnon();
 // Polls cond every 2 ms for at most limit_ms; returns its last value.
 bool WaitFor(const std::function<bool()>& cond, int limit_ms = 5000);
 
+// The acceptance scenario of prefix-aware eviction (issue 24): fill the
+// region (or the caller's write partition) to 95 % with single-chunk
+// requests, store one 127-chunk chain (depth 0..126), let it age behind
+// newer single-chunk stores until it has lost a third of its chunks, and
+// report what is left. Presence is read without touching (no use counted).
+struct ChainAging {
+  uint64_t slots = 0;               // slots of the region (or partition)
+  uint64_t stored_after = 0;        // newer stores until a third was lost
+  uint64_t present = 0;             // chain chunks still there
+  uint64_t leading = 0;             // leading chunks there without a gap
+  uint64_t head_present = 0;        // of the first 16 chunks
+  uint64_t deepest_lost_first = 0;  // depth of the first chunk lost
+  uint64_t older_left = 0;          // older fill blocks still there then
+  // Newer stores that evicted a chain chunk while an older fill block (never
+  // read) was among the store's candidate slots.
+  uint64_t out_of_order = 0;
+};
+ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes);
+
 void* SharedAnonBytes(size_t n);
 template <typename T>
 T* SharedAnon() {

@@ -66,8 +66,9 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
       return false;
     }
   }
-  // Pass 2: evict the least recently used unpinned READY way among the
-  // candidates (up to 2 x kMaxWays: sampled LRU). Not CLOCK: a prefix is
+  // Pass 2: evict among the unpinned READY candidates (up to 2 x kMaxWays)
+  // the one of largest EvictionRank: least recently used, with a chain's
+  // deeper chunks counted older (region_impl.h). Not CLOCK: a prefix is
   // served only as far as its chunks are present without a gap, and almost
   // every chunk of a KV cache is read once (by the next turn or another
   // replica) or never, so reference bits are nearly all clear and CLOCK
@@ -75,10 +76,11 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
   // a moment ago, whose reader is on its way, went as often as one from
   // minutes ago, and one lost chunk cuts the whole prefix behind it (the
   // H200 load runs of docs/results/h200-2026-12-01: 32K prefixes at
-  // 4 sessions per replica hit 8 % with the region at 95 % fill). Ages are
-  // hints from untrusted bytes: a damaged one only changes which block goes.
+  // 4 sessions per replica hit 8 % with the region at 95 % fill). Ages and
+  // depths are hints from untrusted bytes: a damaged one only changes which
+  // block goes.
   struct Candidate {
-    uint32_t age;
+    uint64_t rank;
     uint32_t pos;  // scan position from the rotating start: breaks ties
     uint64_t slot;
     uint64_t word;
@@ -98,12 +100,15 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
     if (WordState(w) != kReady) continue;
     // Cheap pre-check: skip pinned slots without the EVICTING transient.
     if (SlotPinned(slot)) continue;
-    cand[n] = {now - m.last_use.load(std::memory_order_relaxed), n, slot, w};
+    const uint32_t age = now - m.last_use.load(std::memory_order_relaxed);
+    cand[n] = {EvictionRank(age, UnpackDepth(m.depth.load(std::memory_order_relaxed), w),
+                            UnpackDepth(m.uses.load(std::memory_order_relaxed), w)),
+               n, slot, w};
     ++n;
   }
   // std::sort, not stable_sort: no temporary buffer on the store path.
   std::sort(cand, cand + n, [](const Candidate& a, const Candidate& b) {
-    return a.age != b.age ? a.age > b.age : a.pos < b.pos;
+    return a.rank != b.rank ? a.rank > b.rank : a.pos < b.pos;
   });
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t slot = cand[i].slot;
@@ -147,8 +152,8 @@ Status RegionImpl::LostSlot(StoreOutcome* outcome) {
 }
 
 Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, WriteLease* lease,
-                              StoreOutcome* outcome) {
-  if (soft_) return SwBeginWrite(ns, key, len, lease, outcome, /*raw_fill=*/true);
+                              StoreOutcome* outcome, uint32_t depth) {
+  if (soft_) return SwBeginWrite(ns, key, len, lease, outcome, /*raw_fill=*/true, depth);
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   if (lease->open()) AbortWrite(lease);
@@ -184,6 +189,9 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   const int64_t existing = Find(ns, key, place, &w, false);
   if (existing >= 0) {
     if (WordState(w) == kReady) {
+      // The caller holds this chunk as part of a prefix it is using: a use,
+      // as a hit is (or the chain's deeper chunks would outlive it).
+      Touch(static_cast<uint64_t>(existing), w);
       Count(Counter::kStoreDuplicate);
       *outcome = StoreOutcome::kDuplicate;
       return Status::OK();
@@ -236,7 +244,9 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   };
   if (!(put(m.key_hi, key.hi) && put(m.key_lo, key.lo) && put(m.ns, ns) &&
         put(m.len, static_cast<uint32_t>(len)) && put(m.writer, self_index()) &&
-        put(m.last_use, RecencyTick()) && put(tags.tag[slot % geo_.ways], place.tag))) {
+        put(m.last_use, RecencyTick()) && put(m.depth, PackDepth(depth, WordGen(writing))) &&
+        put(m.uses, PackDepth(0, WordGen(writing))) &&
+        put(tags.tag[slot % geo_.ways], place.tag))) {
     return LostSlot(outcome);
   }
   // Two writers of the same key may claim different slots at once. After
@@ -323,12 +333,12 @@ void RegionImpl::AbortWrite(WriteLease* lease) {
 }
 
 Status RegionImpl::Store(NamespaceId ns, const BlockKey& key, const void* data, size_t len,
-                         StoreOutcome* outcome) {
-  if (soft_) return SwStore(ns, key, data, len, outcome);
+                         StoreOutcome* outcome, uint32_t depth) {
+  if (soft_) return SwStore(ns, key, data, len, outcome, depth);
   StoreOutcome dummy;
   if (outcome == nullptr) outcome = &dummy;
   WriteLease lease;
-  CXLKV_RETURN_IF_ERROR(BeginWrite(ns, key, len, &lease, outcome));
+  CXLKV_RETURN_IF_ERROR(BeginWrite(ns, key, len, &lease, outcome, depth));
   if (!lease.open()) return Status::OK();  // duplicate
   auto* dst = static_cast<uint8_t*>(lease.data());
   auto* src = static_cast<const uint8_t*>(data);

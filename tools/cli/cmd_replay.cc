@@ -303,7 +303,8 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
       const auto give_up = Clock::now() + StuckKeyBound(f);
       for (int attempt = 0;; ++attempt) {
         StoreOutcome out = StoreOutcome::kStored;
-        s = r->Store(ns, keys[i], want.data(), block_bytes, &out);
+        // Depth i: the chunk's place in its prefix chain (eviction's hint).
+        s = r->Store(ns, keys[i], want.data(), block_bytes, &out, static_cast<uint32_t>(i));
         if (s.ok() && out == StoreOutcome::kDuplicate) {
           res.duplicates++;
           break;
