@@ -42,9 +42,14 @@ BENCH_PKGS=(
 IMAGES_PKGS=(
   debootstrap            # images stage (--full): the Dockerfile's steps in a Debian rootfs
 )
+NODES_PKGS=(
+  runc                   # realnodes stage: the OCI runtime under containerd 2.x (built from its module)
+  containernetworking-plugins  # realnodes stage: bridge + host-local pod networks, one per node
+  iproute2               # realnodes stage: addresses in the stage's own network namespace
+)
 
 want=("${ENGINE_PKGS[@]}" "${FABRIC_PKGS[@]}" "${KUBE_PKGS[@]}" "${DRA_PKGS[@]}" "${BENCH_PKGS[@]}"
-  "${IMAGES_PKGS[@]}")
+  "${IMAGES_PKGS[@]}" "${NODES_PKGS[@]}")
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 """Runs a Dockerfile's steps in debootstrap rootfs trees, where no image builder runs.
 
   deployments/images/rootfs-build.py [--dockerfile F] [--context DIR] [--out DIR]
+                                     [--prebuilt STAGE=DIR]
 
 Base images cannot be fetched on this project's machines, but Debian's
 packages can: each `FROM debian:bookworm[-slim]` stage starts from a copy of a
@@ -15,6 +16,10 @@ ENV, WORKDIR, USER, ENTRYPOINT. What is not supported is refused by name.
 Prints one line per step with its seconds and leaves the final stage's tree
 in --out (default: a temp dir under the cache), with a JSON summary
 (entrypoint, user, per-step seconds) beside it as image.json.
+--prebuilt STAGE=DIR takes a named stage's tree as DIR and skips its steps:
+the real-node e2e (test/e2e/realnodes/image.sh) gives the build stage a
+tree holding /out/ from the host's own build (same Debian release, same
+packages), and the runtime stage's steps run as written.
 Root only (chroot, mount namespaces). Not thread-safe: one build per --out.
 """
 import argparse
@@ -173,17 +178,40 @@ def main():
     ap.add_argument("--dockerfile", default=os.path.join(here, "Dockerfile"))
     ap.add_argument("--context", default=os.path.abspath(os.path.join(here, "..", "..")))
     ap.add_argument("--out", default="")
+    ap.add_argument("--prebuilt", action="append", default=[], metavar="STAGE=DIR",
+                    help="use DIR as stage STAGE's tree and skip that stage's steps")
     a = ap.parse_args()
+    prebuilt = {}
+    for p in a.prebuilt:
+        name, sep, d = p.partition("=")
+        if not sep or not os.path.isdir(d):
+            die("--prebuilt %s: want STAGE=DIR with an existing DIR" % p)
+        prebuilt[name] = os.path.abspath(d)
     if os.geteuid() != 0:
         die("needs root (chroot, mount namespaces)")
     steps = parse(a.dockerfile)
     tar = base_tarball()
     work = tempfile.mkdtemp(dir=CACHE, prefix="build.")
     stages, order, cur, timings = {}, [], None, []
+    skipping = None  # the name of a --prebuilt stage whose steps are skipped
     try:
         for i, (ins, arg) in enumerate(steps):
             t0 = time.time()
             label = "%s %s" % (ins, arg[:70])
+            if ins == "FROM" and len(arg.split()) == 3 and arg.split()[2] in prebuilt:
+                skipping = arg.split()[2]
+                cur = Stage(prebuilt[skipping], skipping)
+                stages[skipping] = cur
+                stages[str(len(order))] = cur
+                order.append(cur)
+                print("rootfs-build: step %2d %-80s prebuilt: %s" % (i + 1, label, prebuilt[skipping]),
+                      flush=True)
+                continue
+            if ins != "FROM" and skipping:
+                print("rootfs-build: step %2d %-80s skipped (stage %s prebuilt)" % (i + 1, label, skipping),
+                      flush=True)
+                continue
+            skipping = None
             if ins == "FROM":
                 parts = arg.split()
                 image = parts[0]

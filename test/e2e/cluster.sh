@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for cxlkv's e2e tests:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and N fake
-# Nodes (no kubelet) kept Ready so the scheduler binds pods to them.
+# Nodes (no kubelet) kept Ready so the scheduler binds pods to them; or, with
+# CXLKV_E2E_REAL_NODES, real nodes: kubelets with containerd 2.x and runc
+# (test/e2e/realnodes/nodes.sh says how two of them share one machine).
 #
 #   test/e2e/cluster.sh up        # build (first use) or reuse the cache, start, wait Ready
 #   test/e2e/cluster.sh env       # print export lines (KUBECONFIG, PATH with kubectl)
 #   test/e2e/cluster.sh restart-apiserver   # stop and start kube-apiserver (watch tests)
 #   test/e2e/cluster.sh down      # stop everything, remove the state dir
 #   test/e2e/cluster.sh build     # only build the binaries
+#   test/e2e/cluster.sh restart-node <node-i> kubelet|containerd   # real nodes: TERM, start again
+#   test/e2e/cluster.sh node-exec <node-i> <cmd...>   # real nodes: in the node's mount namespace
 #
 # Parameters (environment):
 #   K8S_VERSION           Kubernetes release (default: see k8s-build.sh), e.g. v1.34.4
 #   CXLKV_E2E_GATES       feature gates for apiserver/controller-manager/scheduler,
 #                         default "DRAConsumableCapacity=true,DRADeviceBindingConditions=true"
-#   CXLKV_E2E_NODES       number of fake nodes (default 2), named fake-node-<i>
+#   CXLKV_E2E_NODES       number of fake nodes (default 2; 0 with real nodes), named fake-node-<i>
+#   CXLKV_E2E_REAL_NODES  number of real nodes (default 0), named node-<i>; needs root
+#                         in a network namespace of its own and CXLKV_E2E_IMAGES
+#                         ("REF=ARCHIVE ..." OCI archives to import on each
+#                         node: test/e2e/realnodes/image.sh). With real nodes
+#                         the apiserver listens on port 443 of every address
+#                         of that namespace (the kubernetes Service's 10.0.0.1
+#                         is one of them), authorizes nodes (Node,RBAC) and
+#                         admits with NodeRestriction.
 #   CXLKV_E2E_BINDING_TIMEOUT  the scheduler's DynamicResources bindingTimeout
 #                         (e.g. 8s; default: the scheduler's own, 600 s), set
 #                         through a KubeSchedulerConfiguration file
@@ -26,7 +38,8 @@ source "$HERE/k8s-build.sh"
 
 VERSION=${K8S_VERSION:-$K8S_DEFAULT_VERSION}
 GATES=${CXLKV_E2E_GATES-DRAConsumableCapacity=true,DRADeviceBindingConditions=true}
-NODES=${CXLKV_E2E_NODES:-2}
+REAL=${CXLKV_E2E_REAL_NODES:-0}
+if [ "$REAL" -gt 0 ]; then NODES=${CXLKV_E2E_NODES:-0}; else NODES=${CXLKV_E2E_NODES:-2}; fi
 DIR=${CXLKV_E2E_DIR:-/tmp/cxlkv-e2e-$(echo -n "$(cd "$HERE/../.." && pwd)" | sha256sum | cut -c1-10)}
 
 log() { echo "cluster: $*" >&2; }
@@ -136,8 +149,17 @@ apiserver_healthy() {
 
 start_apiserver() {
   local p=$DIR/pki bin; bin=$(cat "$DIR/bin.path")
+  local bind=127.0.0.1 authz=(--authorization-mode=RBAC)
+  if [ -f "$DIR/real" ]; then
+    bind=0.0.0.0
+    authz=(--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction
+      # kubectl logs/exec: the apiserver calls each kubelet as a client the
+      # kubelets' webhook authorization lets in.
+      --kubelet-client-certificate="$p/apiserver-kubelet-client.crt"
+      --kubelet-client-key="$p/apiserver-kubelet-client.key")
+  fi
   start_proc kube-apiserver "$bin/kube-apiserver" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+    --bind-address="$bind" --advertise-address=127.0.0.1 \
     --secure-port="$(cat "$DIR/apiserver.port")" \
     --etcd-servers="http://127.0.0.1:$(cat "$DIR/etcd.port")" \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
@@ -145,7 +167,7 @@ start_apiserver() {
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --authorization-mode=RBAC --allow-privileged=true \
+    "${authz[@]}" --allow-privileged=true \
     --endpoint-reconciler-type=none \
     --feature-gates="$GATES" \
     --profiling=false --v=1
@@ -162,8 +184,15 @@ cmd_up() {
   echo "$VERSION" >"$DIR/version"
   echo "$GATES" >"$DIR/gates"
   for n in etcd etcd-peer apiserver; do free_port >"$DIR/$n.port"; done
+  if [ "$REAL" -gt 0 ]; then
+    realnodes_check
+    echo "$REAL" >"$DIR/real"
+    echo 443 >"$DIR/apiserver.port"  # the kubernetes Service's port; this namespace is the test's own
+    realnodes_network
+  fi
   gen_pki
   for n in admin controller-manager scheduler; do write_kubeconfig "$n"; done
+  [ "$REAL" -gt 0 ] && realnodes_pki
   # A kubeconfig may only be written once the port is known; the port is
   # picked before the server binds it, so a rare collision is retried by the user.
 
@@ -210,19 +239,27 @@ YAML
     --bind-address=127.0.0.1 --secure-port=0 --leader-elect=false \
     "${sched_cfg[@]}" --feature-gates="$GATES" --v=1
 
-  log "registering $NODES fake nodes"
-  start_proc fakenodes "$bin/cxlkv-fakenodes" --kubeconfig="$DIR/admin.kubeconfig" \
-    --count="$NODES" --heartbeat=10s --ready-file="$DIR/nodes.ready"
-  wait_for fakenodes 120 test -f "$DIR/nodes.ready" || { tail "$DIR/logs/fakenodes.log" >&2; return 1; }
+  if [ "$NODES" -gt 0 ]; then
+    log "registering $NODES fake nodes"
+    start_proc fakenodes "$bin/cxlkv-fakenodes" --kubeconfig="$DIR/admin.kubeconfig" \
+      --count="$NODES" --heartbeat=10s --ready-file="$DIR/nodes.ready"
+    wait_for fakenodes 120 test -f "$DIR/nodes.ready" || { tail "$DIR/logs/fakenodes.log" >&2; return 1; }
+  fi
   local k="$bin/kubectl --kubeconfig=$DIR/admin.kubeconfig"
   wait_for kube-controller-manager 120 $k get serviceaccount default -n default ||
     { tail -20 "$DIR/logs/kube-controller-manager.log" >&2; return 1; }
+  if [ "$REAL" -gt 0 ]; then
+    log "starting $REAL real nodes (kubelet + containerd each)"
+    realnodes_up || return 1
+  fi
   log "up in $((SECONDS - t0))s (build/cache check $((tb - t0))s): Kubernetes $VERSION, state in $DIR"
 }
 
 cmd_down() {
   # Reverse start order, so clients stop before the servers they talk to:
-  # the three clients together, then the apiserver, then etcd.
+  # real nodes (kubelets, runtimes, their containers), the three clients
+  # together, then the apiserver, then etcd.
+  realnodes_down
   stop_procs fakenodes kube-scheduler kube-controller-manager
   for n in kube-apiserver etcd; do stop_proc "$n"; done
   if [ -d "$DIR" ]; then
@@ -241,6 +278,8 @@ cmd_env() {
   echo "export CXLKV_E2E_CLUSTER=$HERE/cluster.sh"
   echo "export CXLKV_E2E_K8S_VERSION=$(cat "$DIR/version")"
   echo "export CXLKV_E2E_GATES=$(cat "$DIR/gates")"
+  [ -f "$DIR/real" ] && echo "export CXLKV_E2E_REAL_NODES=$(cat "$DIR/real")"
+  return 0
 }
 
 cmd_restart_apiserver() {
@@ -250,6 +289,9 @@ cmd_restart_apiserver() {
   start_apiserver
   log "kube-apiserver back"
 }
+
+# shellcheck source=realnodes/nodes.sh
+source "$HERE/realnodes/nodes.sh"
 
 case "${1:-}" in
   up)
@@ -262,5 +304,10 @@ case "${1:-}" in
   env) cmd_env ;;
   restart-apiserver) cmd_restart_apiserver ;;
   build) k8s_build "$VERSION" ;;
-  *) echo "usage: $0 up|down|env|restart-apiserver|build" >&2; exit 2 ;;
+  restart-node) [ $# -eq 3 ] || die "usage: $0 restart-node <node> kubelet|containerd"
+    realnode_restart "$2" "$3" ;;
+  node-exec) [ $# -ge 3 ] || die "usage: $0 node-exec <node> <cmd...>"
+    [ -f "$DIR/pids/$2-ns" ] || die "no real node $2"
+    n=$2; shift 2; real_in_node "$n" "$@" ;;
+  *) echo "usage: $0 up|down|env|restart-apiserver|build|restart-node|node-exec" >&2; exit 2 ;;
 esac
