@@ -58,12 +58,11 @@ real_cgroup_base() {
   echo "$p/cxlkv-e2e-$(basename "$DIR")"
 }
 
-real_cgroup_dirs() {  # every v1 hierarchy's directory for cgroup path $1
-  local h
+real_cgroup_dirs() {  # every hierarchy's directory for cgroup path $1 (runc also uses the
+  local h             # hybrid layout's cgroup2 "unified" one)
   for h in /sys/fs/cgroup/*/; do
     [ -e "$h/cgroup.procs" ] || continue
-    [ "$(stat -fc %T "$h")" = cgroupfs ] || continue
-    echo "${h%/}$1"
+    case $(stat -fc %T "$h") in cgroupfs|cgroup2fs) echo "${h%/}$1" ;; esac
   done
 }
 
@@ -126,6 +125,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
+  # This machine's root lacks CAP_SYS_RESOURCE: no oom_score_adj below
+  # containerd's own (runc fails "failed to update /proc/self/oom_score_adj").
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
@@ -182,6 +184,8 @@ nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 shutdownGracePeriod: 0s
 maxPods: 40
+# Lowering its own score needs CAP_SYS_RESOURCE, which this machine's root lacks.
+oomScoreAdj: 0
 YAML
 }
 
