@@ -182,8 +182,14 @@ else
   bad "chart pods not ready: plugin $(ready_count kubeletplugin), hostd $(ready_count hostd), controller $(ready_count controller)"
   kubectl get pods -n "$NS" -o wide; kubectl get events -n "$NS" | tail -20; exit 1
 fi
-plugin_pod() { kubectl get pods -n "$NS" -l app.kubernetes.io/component=kubeletplugin \
-  --field-selector "spec.nodeName=$1,status.phase=Running" -o jsonpath='{.items[0].metadata.name}'; }
+plugin_pod() {  # <node>: its plugin pod that runs and is not being deleted
+  kubectl get pods -n "$NS" -l app.kubernetes.io/component=kubeletplugin --field-selector "spec.nodeName=$1" \
+    -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"):
+        print(p["metadata"]["name"]); break'
+}
 registered() {  # <node> <plugin pod uid>: that kubelet's DRA manager registered the pod's socket
   grep -q "Registered DRA plugin.*dra-$2.sock" "$CXLKV_E2E_DIR/logs/$1-kubelet.log"
 }
