@@ -156,7 +156,9 @@ start_apiserver() {
       # kubectl logs/exec: the apiserver calls each kubelet as a client the
       # kubelets' webhook authorization lets in.
       --kubelet-client-certificate="$p/apiserver-kubelet-client.crt"
-      --kubelet-client-key="$p/apiserver-kubelet-client.key")
+      --kubelet-client-key="$p/apiserver-kubelet-client.key"
+      # Node names resolve nowhere here: dial the InternalIP.
+      --kubelet-preferred-address-types=InternalIP)
   fi
   start_proc kube-apiserver "$bin/kube-apiserver" \
     --bind-address="$bind" --advertise-address=127.0.0.1 \
