@@ -78,16 +78,19 @@ def belady(chains, slots):
     return hit
 
 
-def region(chains, slots, victim="prefix", ways=16, touch_duplicates=None):
+def region(chains, slots, victim="prefix", ways=16):
     """The engine's placement and victim choice, single-threaded, in trace
-    order; time is one tick per block used."""
-    if touch_duplicates is None:
-        touch_duplicates = victim != "lru32"
+    order; time is one tick per block used. victim "prefix": the engine's
+    EvictionRank (age, chain depth, uses; duplicates count as uses);
+    "lru32": the oldest candidate, duplicates not counted (the engine
+    before the prefix-aware policy)."""
+    prefix = victim != "lru32"
     nsets = max(1, slots // ways)
     n = nsets * ways
     key = [None] * n
     last = [0] * n
     depth = [0] * n
+    uses = [0] * n
     used = [0] * nsets
     where = {}
     now = 0
@@ -101,8 +104,9 @@ def region(chains, slots, victim="prefix", ways=16, touch_duplicates=None):
             now += 1
             s = where.get(h)
             if s is not None:
-                if d < k or touch_duplicates:
+                if d < k or prefix:
                     last[s] = now
+                    uses[s] += 1
                 continue
             a = _mix64(h * 0x9E3779B97F4A7C15 + 1)
             b = _mix64(a ^ h)
@@ -121,21 +125,21 @@ def region(chains, slots, victim="prefix", ways=16, touch_duplicates=None):
                     break
             if slot is None:
                 cand = [st * ways + w for st in sets for w in range(ways)]
-                if victim == "lru32":
-                    slot = min(cand, key=lambda c: last[c])
+                if prefix:
+                    slot = max(cand, key=lambda c: eviction_rank(now - last[c], depth[c], uses[c]))
                 else:
-                    slot = max(cand, key=lambda c: prefix_score(now - last[c], depth[c]))
+                    slot = min(cand, key=lambda c: last[c])
                 del where[key[slot]]
             key[slot] = h
             last[slot] = now
             depth[slot] = d
+            uses[slot] = 0
             where[h] = slot
     return hit
 
 
-def prefix_score(age, depth):
-    """The engine's eviction rank (bigger goes first), src/region/evict.cc's
-    EvictionRank: a chunk at depth d looks older by a factor growing with d,
-    so within a chain stored or read together the tail goes before the head,
-    and a young tail chunk before an old head chunk only within that factor."""
-    return age * (16 + min(depth, 255))
+def eviction_rank(age, depth, uses):
+    """The engine's EvictionRank (src/region/region_impl.h; bigger goes
+    first): age scaled up by chain depth (a chain leaves tail first) and
+    down by uses since the store."""
+    return (age + 1) * (256 + min(depth, 255)) * 12 // (1 + min(uses, 3))
