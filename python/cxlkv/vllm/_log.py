@@ -13,11 +13,13 @@ Thread-safety: ``logging`` is; the one-time set-up runs at import of the
 calling module (under the import lock).
 """
 
+from __future__ import annotations
+
 import logging
 import os
 
 
-def get(name):
+def get(name: str) -> logging.Logger:
     """``logging.getLogger(name)`` (``name`` under ``cxlkv``), wired to vLLM's handlers."""
     root = logging.getLogger("cxlkv")
     if not root.handlers and os.environ.get("VLLM_CONFIGURE_LOGGING", "1") != "0":

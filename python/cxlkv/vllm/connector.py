@@ -20,32 +20,36 @@ uses those, and in a replica that loads what others stored they would pile
 up for good.
 """
 
+from __future__ import annotations
+
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
     OffloadingConnector,
 )
+
+from typing import Any
 
 from . import compat
 from .worker import CxlkvWorker
 
 
 class CxlkvOffloadingConnector(OffloadingConnector):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         sched = getattr(self, "connector_scheduler", None)
         if sched is not None:
             compat.skip_lookup_snapshots(sched)
 
-    def register_kv_caches(self, kv_caches):
+    def register_kv_caches(self, kv_caches: Any) -> None:
         super().register_kv_caches(kv_caches)
         w = self._cxlkv_worker()
         if w is not None:
             w.report_load_errors = True
 
-    def _cxlkv_worker(self):
+    def _cxlkv_worker(self) -> CxlkvWorker | None:
         cw = getattr(self, "connector_worker", None)
         w = getattr(cw, "worker", None)
         return w if isinstance(w, CxlkvWorker) else None
 
-    def get_block_ids_with_load_errors(self):
+    def get_block_ids_with_load_errors(self) -> set[int]:
         w = self._cxlkv_worker()
         return w.take_failed_block_ids() if w is not None else set()

@@ -3,6 +3,10 @@
 get_stats; both run in vLLM's processes, the API server only reads the
 declarations)."""
 
+from __future__ import annotations
+
+from typing import Any
+
 CROSS_REPLICA_HITS = "cxlkv:cross_replica_hits"
 LOOKUP_HITS = "cxlkv:lookup_hits"
 LOADS = "cxlkv:loaded_chunks"
@@ -17,7 +21,7 @@ REGION_SLOTS = "cxlkv:region_slots"              # gauge
 MANAGER_SECONDS = "cxlkv:manager_seconds"        # label op: scheduler-side time per call kind
 
 
-def definitions():
+def definitions() -> dict[str, Any]:
     from . import compat
 
     return {

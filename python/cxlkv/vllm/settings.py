@@ -2,9 +2,13 @@
 environment the DRA driver injects. Parsed and checked without touching the
 region (the spec is constructed in every vLLM process)."""
 
+from __future__ import annotations
+
 import dataclasses
 import os
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 # Keys that vLLM itself reads from kv_connector_extra_config (0.26-0.33).
 VLLM_KEYS = frozenset({
@@ -36,7 +40,7 @@ DEFAULT_PATH = "/dev/shm/cxlkv/vllm"
 DEFAULT_SIZE = 1 << 30
 
 
-def _int(name, value):
+def _int(name: str, value: Any) -> int:
     try:
         v = int(value)
     except (TypeError, ValueError):
@@ -46,7 +50,8 @@ def _int(name, value):
     return v
 
 
-def _coherence(extra, env):
+def _coherence(extra: Mapping[str, Any], env: Mapping[str, str]
+               ) -> tuple[str, int, int, str]:
     """(mode, partitions, partition, host) from the extra config and the CDI
     environment; partition -1 in hardware mode. ValueError when software mode
     cannot tell which write partition this host holds."""
@@ -109,7 +114,8 @@ class Settings:
     host: str = ""                # software: this host's name (for messages)
 
     @classmethod
-    def from_extra_config(cls, extra, environ=None):
+    def from_extra_config(cls, extra: Mapping[str, Any] | None,
+                          environ: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if environ is None else environ
         extra = dict(extra or {})
         unknown = sorted(set(extra) - VLLM_KEYS - CXLKV_KEYS)

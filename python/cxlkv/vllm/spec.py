@@ -6,15 +6,22 @@ constructor only checks settings; the region is opened by get_manager and
 get_worker.
 """
 
+from __future__ import annotations
+
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from vllm.v1.kv_offload.base import OffloadingSpec
 
-from .. import NamespaceDesc, open_region, release_partition_lock
+from .. import NamespaceDesc, Region, open_region, release_partition_lock
 from ..errors import InvalidArgumentError, NotFoundError
 from . import _log, compat, keys, metrics
 from .settings import Settings
+
+if TYPE_CHECKING:  # imported where used: the API server never loads them
+    from .manager import CxlkvManager
+    from .worker import CxlkvWorker
 
 logger = _log.get(__name__)
 
@@ -31,14 +38,14 @@ class CxlkvOffloadingSpec(OffloadingSpec):
     "spec_module_path": "cxlkv.vllm", ...}; keys in cxlkv/vllm/settings.py."""
 
     @classmethod
-    def build_metric_definitions(cls, extra_config):
+    def build_metric_definitions(cls, extra_config: Any) -> dict[str, Any]:
         return metrics.definitions()
 
     @classmethod
-    def config_info_keys(cls, extra_config):  # 0.33
+    def config_info_keys(cls, extra_config: Any) -> tuple[str, ...]:  # 0.33
         return ("region", "slot_size", "num_slots", "parts")
 
-    def __init__(self, config):
+    def __init__(self, config: Any) -> None:
         self.vllm_version = compat.check_supported()
         super().__init__(config)
         self.settings = Settings.from_extra_config(config.extra_config)
@@ -59,10 +66,10 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         algo = getattr(getattr(vcfg, "cache_config", None), "prefix_caching_hash_algo",
                        None) or "sha256"
         self.hash_algorithm, self.hash_seed_fingerprint = keys.hash_identity(algo)
-        self._region = None
+        self._region: Region | None = None
 
     # ---- region ----
-    def _open(self, *, manager):
+    def _open(self, *, manager: bool) -> Region:
         s = self.settings
         if s.region_size and s.region_size < 4 * self.slot_size:
             raise ValueError(
@@ -100,7 +107,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
                     else "coherence=hardware")
         return region
 
-    def _open_software(self, path, kw, *, manager):
+    def _open_software(self, path: str, kw: dict[str, Any], *, manager: bool) -> Region:
         """coherence=software (docs/coherence.md): one process per host writes
         (holds the host's write partition): the manager, which reserves and
         commits every store (cxlkv/delegate.h); the workers fill parts of the
@@ -122,7 +129,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         release_partition_lock()  # and the node's partition lock, if open_region took it
         return open_region(path, **observer)
 
-    def _namespaces(self, region, fingerprint):
+    def _namespaces(self, region: Region, fingerprint: str) -> tuple[dict[int, int], str]:
         fmt = keys.page_format()
         model, dtype, layout = keys.namespace_fields(self.config, fingerprint, fmt)
         out = {}
@@ -130,7 +137,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
             out[g] = region.register_namespace(NamespaceDesc(model, dtype, layout, 0, g))
         return out, f"{model} {dtype} {layout}"
 
-    def get_manager(self):
+    def get_manager(self) -> CxlkvManager:
         from .manager import CxlkvManager
 
         region = self._open(manager=True)
@@ -153,7 +160,7 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         return CxlkvManager(region, namespaces, (self.parts, self.part_len), self.settings,
                             self.settings.region_path, kv_events=kv_events, claim=claim)
 
-    def get_worker(self, kv_caches):
+    def get_worker(self, kv_caches: Any) -> CxlkvWorker:
         # KV on a GPU: copies by the GPU's copy engines (worker_cuda.py);
         # on the CPU: memcpy (worker.py).
         on_gpu = any(t.tensor.device.type == "cuda" for t in kv_caches.tensors)
