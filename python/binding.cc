@@ -257,18 +257,21 @@ PYBIND11_MODULE(_cxlkv, m) {
            })
       .def(
           "store",
-          [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& data) {
+          [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& data,
+             uint32_t depth) {
             py::buffer_info b = Bytes(data, false);
             StoreOutcome out = StoreOutcome::kStored;
             Status s;
             {
               py::gil_scoped_release nogil;
-              s = r.Store(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), &out);
+              s = r.Store(ns, key, b.ptr, static_cast<size_t>(b.size * b.itemsize), &out, depth);
             }
             Raise(s);
             return out;
           },
-          py::arg("ns"), py::arg("key"), py::arg("data"))
+          py::arg("ns"), py::arg("key"), py::arg("data"), py::arg("depth") = 0,
+          "Stores one block. depth: its position in its prefix chain (0 = head), an eviction "
+          "hint: a chain's chunks leave tail first.")
       .def(
           "load",
           [](Region& r, NamespaceId ns, const BlockKey& key, const py::buffer& dst,

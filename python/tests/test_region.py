@@ -30,6 +30,16 @@ class RegionBindingTest(unittest.TestCase):
         self.assertEqual(bytes(out[:len(data)]), data)
         self.assertEqual(self.region.store(self.ns, cxlkv.as_key(1), data), cxlkv.StoreOutcome.DUPLICATE)
 
+    def test_store_takes_the_chunks_depth_in_its_chain(self):
+        # depth: an eviction hint (the engine's tests show its effect); the
+        # binding passes it, and refuses what is not a depth.
+        for d in range(4):
+            self.assertEqual(self.region.store(self.ns, cxlkv.as_key(100 + d), b"c%d" % d, depth=d),
+                             cxlkv.StoreOutcome.STORED)
+        self.assertEqual(self.region.lookup_prefix(self.ns, [cxlkv.as_key(100 + d) for d in range(4)]), 4)
+        with self.assertRaises(TypeError):
+            self.region.store(self.ns, cxlkv.as_key(200), b"x", depth=-1)
+
     def test_miss_raises_not_found_which_is_a_key_error(self):
         with self.assertRaises(cxlkv.NotFoundError) as cm:
             self.region.load(self.ns, cxlkv.as_key(99), bytearray(16))
