@@ -132,7 +132,8 @@ PYBIND11_MODULE(_cxlkv, m) {
   py::enum_<Prefault>(m, "Prefault")
       .value("NONE", Prefault::kNone)
       .value("AT_ATTACH", Prefault::kAtAttach)
-      .value("BACKGROUND", Prefault::kBackground);
+      .value("BACKGROUND", Prefault::kBackground)
+      .value("METADATA", Prefault::kMetadata);
   py::enum_<StoreOutcome>(m, "StoreOutcome")
       .value("STORED", StoreOutcome::kStored)
       .value("DUPLICATE", StoreOutcome::kDuplicate)

@@ -83,7 +83,8 @@ if sys.argv[1] != "contract":
     print(f"gpu-vllm: cxlkv {cxlkv.__version__} (CUDA), vLLM {vllm.__version__}")
 EOF
 K=()
-TESTS=(test/vllm/test_spec.py test/vllm/test_engines.py)
+TESTS=(test/vllm/test_spec.py test/vllm/test_late_joiner.py test/vllm/test_load_policy.py
+       test/vllm/test_engines.py)
 if [ "$MODE" = serve ]; then
   if ! command -v vllm > /dev/null 2>&1; then
     mkdir -p /tmp/cxlkv-bin

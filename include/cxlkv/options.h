@@ -34,7 +34,14 @@ const char* CoherenceModeName(CoherenceMode m);
 enum class Prefault : uint8_t {
   kNone = 0,        // fault lazily on first access (first load pays it)
   kAtAttach = 1,    // Region::Open returns after every page is populated
-  kBackground = 2,  // Open returns at once; a thread populates the mapping
+  kBackground = 2,  // Open returns at once; a thread populates the mapping.
+                    // Populating holds the process's memory map (mmap_lock):
+                    // while it runs, every mmap/munmap of the process waits
+                    // (docs/benchmarks.md, "A late joiner's first reads").
+  kMetadata = 3,    // Open returns after the region's metadata (everything
+                    // before the slot payloads: directory, pins, namespaces,
+                    // participants) is populated; payload pages fault on first
+                    // use. For processes that reach payloads by DMA or never.
 };
 
 // Region-level configuration. Persisted in the region header by the process

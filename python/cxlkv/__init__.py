@@ -50,7 +50,8 @@ from .errors import (  # noqa: F401
     UnsupportedError,
 )
 
-_PREFAULT = {"none": Prefault.NONE, "at_attach": Prefault.AT_ATTACH, "background": Prefault.BACKGROUND}
+_PREFAULT = {"none": Prefault.NONE, "at_attach": Prefault.AT_ATTACH, "background": Prefault.BACKGROUND,
+             "metadata": Prefault.METADATA}
 
 
 def as_key(key: "BlockKey | int | bytes | str") -> BlockKey:

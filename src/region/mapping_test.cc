@@ -11,11 +11,13 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "cxlkv/region.h"
+#include "region_internal.h"
 #include "testutil.h"
 
 namespace cxlkv::internal {
@@ -138,7 +140,7 @@ TEST(MappingTest, PrefaultDoesNotChangeBytes) {
     ASSERT_TRUE(r->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &ns).ok());
     ASSERT_TRUE(r->Store(ns, BlockKey::FromId(5), d.data(), d.size()).ok());
   }
-  for (Prefault p : {Prefault::kAtAttach, Prefault::kBackground}) {
+  for (Prefault p : {Prefault::kAtAttach, Prefault::kBackground, Prefault::kMetadata}) {
     o.prefault = p;
     auto r = test::MustOpen(sr.path(), o);
     NamespaceId ns;
@@ -146,6 +148,55 @@ TEST(MappingTest, PrefaultDoesNotChangeBytes) {
     std::vector<uint8_t> got(4096);
     ASSERT_TRUE(r->Load(ns, BlockKey::FromId(5), got.data(), got.size()).ok());
     EXPECT_EQ(got, d);
+  }
+}
+
+// kMetadata populates the metadata before Open returns and leaves every slot
+// page alone: the mapping's resident pages (page-table entries, /proc's Rss)
+// are about the metadata's, far fewer than the slot area's. kAtAttach, for
+// contrast, populates them all.
+uint64_t MappedBytes(const std::string& path) {  // Rss of this process's mappings of path
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (line.find('-') != std::string::npos && line.find(' ') != std::string::npos &&
+        line.find(':') != std::string::npos && std::isxdigit(line[0]) &&
+        line.find("Rss") == std::string::npos) {
+      in = line.size() >= path.size() &&
+           line.compare(line.size() - path.size(), path.size(), path) == 0;
+    } else if (in && line.rfind("Rss:", 0) == 0) {
+      kib += std::stoull(line.substr(4));
+    }
+  }
+  return kib << 10;
+}
+
+TEST(MappingTest, MetadataPrefaultPopulatesOnlyTheMetadata) {
+  const uint64_t size = 64 << 20;
+  for (Prefault p : {Prefault::kNone, Prefault::kMetadata, Prefault::kAtAttach}) {
+    test::ScratchRegion sr("prefault-metadata");
+    RegionOptions o = test::TestOptions(size, 4096);  // 16K slots: 2 MiB of metadata
+    test::MustOpen(sr.path(), o);                     // formatted, closed: no page mapped
+    o.prefault = p;
+    auto r = test::MustOpen(sr.path(), o);
+    uint8_t* base = nullptr;
+    uint64_t slot_area = 0;
+    RegionInternal::SlotArea(r.get(), &base, &slot_area);
+    const uint64_t metadata = size - slot_area;
+    const uint64_t mapped = MappedBytes(sr.path());
+    switch (p) {
+      case Prefault::kNone:  // only what attaching read
+        EXPECT_LT(mapped, metadata / 2);
+        break;
+      case Prefault::kMetadata:
+        EXPECT_GE(mapped, metadata - (64 << 10)) << "metadata " << metadata;
+        EXPECT_LT(mapped, metadata + (2 << 20)) << "slot pages populated too";
+        break;
+      default:
+        EXPECT_GE(mapped, size - (64 << 10));
+    }
   }
 }
 

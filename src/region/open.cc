@@ -564,6 +564,11 @@ Status RegionImpl::StartPrefault() {
   // In the background nobody can be told of a failure; the pages then
   // fault on first use (guarded: mapping.h).
   auto work = [this] { (void)map_->Prefault(0, geo_.region_size); };
+  if (opts_.prefault == Prefault::kMetadata) {
+    // Small (a few MiB for thousands of slots), so done here: nothing of it
+    // is left to run beside the first requests.
+    return map_->Prefault(0, geo_.data_off);
+  }
   if (opts_.prefault == Prefault::kAtAttach) {
     // Split across a few threads: populate is bound by page-table work,
     // which scales with cores.

@@ -31,6 +31,7 @@ from ..errors import BusyError, CorruptionError, NotFoundError
 from . import _log, compat, metrics
 from .events import SharedTierEvents
 from .keys import block_key, group_of
+from .policy import LoadPolicy
 
 logger = _log.get(__name__)
 
@@ -112,6 +113,11 @@ class CxlkvManager(OffloadingManager):
         self._flushing_leases = []            # cxlkv WriteLease of discarded store jobs
         self._flushing_pins = []              # PinSet of discarded load jobs
         self._software = region.info().config.coherence == _cxlkv.CoherenceMode.SOFTWARE
+        # Load or recompute (policy.py): fed by the connector's step hooks and
+        # by the loads themselves.
+        self.policy = LoadPolicy(settings.load_policy, settings.load_min_gain)
+        self._load_started = {}               # req_id -> (monotonic s, chunks) of a promised load
+        self._steps = collections.deque()     # (monotonic s, scheduled tokens) not yet done
 
     # ---- helpers ----
     def _ns(self, key):
@@ -201,15 +207,52 @@ class CxlkvManager(OffloadingManager):
         # its blocks and vLLM recomputes them. Counted as fallbacks.
         keys = list(keys)
         held = self._pins.get(req_context.req_id, {})
+        fell_back = False
         for key in keys:
             p = held.get(key)
             if p is None:
                 continue
             if len(p.pins) == 0:
                 self._count(metrics.LOAD_FALLBACKS, label="missing")
+                fell_back = True
             elif not self.region.lookup(self._ns(key), block_key(key)):
                 self._count(metrics.LOAD_FALLBACKS, label="crc")
+                fell_back = True
         self._release(req_context.req_id, keys)
+        started = self._load_started.pop(req_context.req_id, None)
+        if started is not None and not fell_back:  # what a load costs, seen from here
+            self.policy.observe_load(len(keys), time.monotonic() - started[0])
+
+    # ---- load or recompute (policy.py; called by CxlkvOffloadingConnector) ----
+    def decide_load(self, req_id, hit_tokens):
+        """After the lookups of a request found `hit_tokens` in the region:
+        True to load them, False to recompute them (its pins are let go)."""
+        held = self._pins.get(req_id, {})
+        chunks = max(1, len(held))
+        load, _why, load_s, recompute_s = self.policy.decide(hit_tokens, chunks)
+        if req_id not in self._load_started:  # vLLM may ask again (no room yet): count once
+            self._count(metrics.LOAD_DECISIONS, label="load" if load else "recompute")
+        if load:
+            if self._load_started.get(req_id) is None:
+                self._load_started[req_id] = (time.monotonic(), chunks)
+        else:
+            self._load_started[req_id] = None  # decided; nothing to time
+            self._release(req_id)
+            logger.debug("cxlkv: request %s: recomputing %d hit tokens (load %.1f ms, recompute "
+                         "%.1f ms predicted)", req_id, hit_tokens, load_s * 1e3,
+                         recompute_s * 1e3)
+        return load
+
+    def step_scheduled(self, tokens):
+        self._steps.append((time.monotonic(), int(tokens)))
+
+    def step_done(self):
+        while len(self._steps) > 2:  # an output that never came: pair with the newest again
+            self._steps.popleft()
+        if self._steps:
+            t0, tokens = self._steps.popleft()
+            if tokens > 0:
+                self.policy.observe_step(tokens, time.monotonic() - t0)
 
     if compat.manager_touch():  # 0.26-0.33 (0.34 dropped it)
         def touch(self, keys, req_context):
@@ -289,6 +332,7 @@ class CxlkvManager(OffloadingManager):
                 self._own.popitem(last=False)
 
     def on_request_finished(self, req_context):
+        self._load_started.pop(req_context.req_id, None)
         held = self._pins.get(req_context.req_id)
         if held:
             # Loading pins stay until complete_load (the job may still run).

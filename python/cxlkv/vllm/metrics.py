@@ -19,6 +19,7 @@ PIN_EXPIRIES = "cxlkv:pin_expiries"
 REGION_FILL = "cxlkv:region_fill"                # gauge, 0..1
 REGION_SLOTS = "cxlkv:region_slots"              # gauge
 MANAGER_SECONDS = "cxlkv:manager_seconds"        # label op: scheduler-side time per call kind
+LOAD_DECISIONS = "cxlkv:load_decisions"          # label decision: load | recompute (policy.py)
 
 
 def definitions() -> dict[str, Any]:
@@ -45,4 +46,7 @@ def definitions() -> dict[str, Any]:
             "Seconds spent in the manager on the scheduler's thread, by call "
             "(lookup, prepare_load, complete_load, prepare_store, complete_store, get_stats)",
             ("op",)),
+        LOAD_DECISIONS: compat.counter(
+            "Requests with a hit in the region, by what the manager chose from the costs it "
+            "measured: load the hit, or recompute it (decision)", ("decision",)),
     }

@@ -23,8 +23,13 @@ CXLKV_KEYS = frozenset({
     "region_offset",    # bytes into the file/device; default $CXL_DAX_OFFSET or 0
     "model_fingerprint",  # overrides the computed weights fingerprint
     "pin_ttl_s",        # how long a lookup HIT stays pinned without prepare_load (default 30)
-    "prefault",         # none | at_attach | background (default background)
+    "prefault",         # EngineCore's handle: metadata | none | at_attach | background
+                        # (default metadata; docs/vllm.md says why not background)
     "max_participants",  # region participants (default 64)
+    "load_policy",      # measured | always: load a hit only when this engine measured that
+                        # it beats recomputing it (default measured; policy.py)
+    "load_min_gain",    # measured: load when predicted load <= this x predicted recompute
+                        # (0 < x <= 1, default 0.9)
     # Memory shared by hosts without hardware coherence (docs/coherence.md):
     "coherence",        # hardware | software; default $CXL_COHERENCE, else hardware
     "software_partitions",  # write partitions (hosts that may write), 1..16;
@@ -37,6 +42,7 @@ CXLKV_KEYS = frozenset({
                         # the hostname
 })
 DEFAULT_PATH = "/dev/shm/cxlkv/vllm"
+PREFAULTS = ("metadata", "none", "at_attach", "background")
 DEFAULT_SIZE = 1 << 30
 
 
@@ -112,6 +118,8 @@ class Settings:
     software_partitions: int = 0  # software: write partitions (0 = accept the region's)
     software_partition: int = -1  # software: the partition this host holds
     host: str = ""                # software: this host's name (for messages)
+    load_policy: str = "measured"  # measured | always (policy.py)
+    load_min_gain: float = 0.9
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None,
@@ -135,9 +143,9 @@ class Settings:
         else:
             size = DEFAULT_SIZE
         offset = _int("region_offset", extra.get("region_offset", env.get("CXL_DAX_OFFSET", 0)))
-        prefault = str(extra.get("prefault", "background"))
-        if prefault not in ("none", "at_attach", "background"):
-            raise ValueError(f"cxlkv: prefault={prefault!r}: one of none, at_attach, background")
+        prefault = str(extra.get("prefault", "metadata"))
+        if prefault not in PREFAULTS:
+            raise ValueError(f"cxlkv: prefault={prefault!r}: one of {', '.join(PREFAULTS)}")
         try:
             ttl = float(extra.get("pin_ttl_s", 30.0))
         except (TypeError, ValueError):
@@ -145,8 +153,21 @@ class Settings:
         if ttl <= 0:
             raise ValueError("cxlkv: pin_ttl_s must be positive")
         mode, parts, part, host = _coherence(extra, env)
+        from .policy import MODES
+
+        load_policy = str(extra.get("load_policy", "measured"))
+        if load_policy not in MODES:
+            raise ValueError(f"cxlkv: load_policy={load_policy!r}: one of {', '.join(MODES)}")
+        try:
+            gain = float(extra.get("load_min_gain", 0.9))
+        except (TypeError, ValueError):
+            raise ValueError(f"cxlkv: load_min_gain={extra['load_min_gain']!r} is not a "
+                             "number") from None
+        if not 0 < gain <= 1:
+            raise ValueError(f"cxlkv: load_min_gain={gain}: above 0, at most 1")
         return cls(region_path=str(path), region_size=size, region_offset=offset,
                    model_fingerprint=extra.get("model_fingerprint"), pin_ttl_s=ttl,
                    prefault=prefault,
                    max_participants=_int("max_participants", extra.get("max_participants", 64)),
-                   coherence=mode, software_partitions=parts, software_partition=part, host=host)
+                   coherence=mode, software_partitions=parts, software_partition=part, host=host,
+                   load_policy=load_policy, load_min_gain=gain)

@@ -80,7 +80,9 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         if s.region_path.startswith("/dev/shm/"):
             os.makedirs(os.path.dirname(s.region_path), exist_ok=True)
         kw = dict(size=s.region_size, offset=s.region_offset, slot_size=self.slot_size,
-                  prefault=s.prefault if manager else "none",
+                  # Workers reach payloads by DMA (registered, so pinned) or
+                  # memcpy: their directory only is populated here.
+                  prefault=s.prefault if manager else "metadata",
                   max_participants=s.max_participants, hash_algorithm=self.hash_algorithm,
                   hash_seed_fingerprint=self.hash_seed_fingerprint)
         if s.coherence == "software":

@@ -1,0 +1,108 @@
+"""Load or recompute: whether loading a request's hit from the region pays,
+from what this engine measured (the manager's LoadPolicy).
+
+Two costs, each a line fitted to this engine's own recent observations:
+
+- a load of n chunks: from the scheduling decision that promised it (the
+  connector's get_num_new_matched_tokens) to its complete_load, in seconds:
+  the transfer, the worker's checks, the steps vLLM polls until it learns
+  the job finished. What a load adds to the request's time to first token.
+- a step of t scheduled tokens: from the step's build_connector_meta to its
+  update_connector_output (the model's forward pass and the bookkeeping
+  around it). The slope is what one more prompt token costs to compute.
+
+A hit of h tokens in n chunks is loaded when load(n) <= min_gain x slope x h,
+and recomputed otherwise: the request is then scheduled as if the region
+held nothing, and its lookups' pins are let go. Until both lines have an
+observation it loads (nothing else can teach it the load's cost). Old
+observations age out (the last `keep` of each), so a cost that changes is
+followed. With mode "always" every hit is loaded (the paper's behaviour).
+
+Nothing here touches the region or vLLM: the manager feeds it and asks it.
+"""
+
+import collections
+
+MODES = ("measured", "always")
+
+
+class LinearCost:
+    """t = a + b x over the last `keep` (x, t) observations, a >= 0, b >= 0.
+
+    With a single distinct x the line is unknown; predictions are then upper
+    bounds: t(x0) for x <= x0 (as if it were all fixed cost), t(x0) x / x0
+    above (as if all of it grew with x)."""
+
+    def __init__(self, keep=32):
+        self.obs = collections.deque(maxlen=keep)
+
+    def add(self, x, t):
+        if x > 0 and t >= 0:
+            self.obs.append((float(x), float(t)))
+
+    def __len__(self):
+        return len(self.obs)
+
+    def fit(self):
+        """(a, b), or None without observations."""
+        if not self.obs:
+            return None
+        n = len(self.obs)
+        mx = sum(x for x, _ in self.obs) / n
+        mt = sum(t for _, t in self.obs) / n
+        sxx = sum((x - mx) ** 2 for x, _ in self.obs)
+        if sxx <= 1e-9 * max(1.0, mx * mx):
+            return mt, None  # one distinct x: see predict
+        b = sum((x - mx) * (t - mt) for x, t in self.obs) / sxx
+        a = mt - b * mx
+        if b < 0:
+            return max(0.0, mt), 0.0
+        if a < 0:
+            return 0.0, sum(x * t for x, t in self.obs) / sum(x * x for x, _ in self.obs)
+        return a, b
+
+    def predict(self, x):
+        f = self.fit()
+        if f is None:
+            return None
+        a, b = f
+        if b is None:
+            x0 = self.obs[-1][0]
+            return a if x <= x0 else a * x / x0
+        return a + b * x
+
+    def slope(self):
+        """b, or None while it is unknown (fewer than two distinct x)."""
+        f = self.fit()
+        return None if f is None or f[1] is None else f[1]
+
+
+class LoadPolicy:
+    def __init__(self, mode="measured", min_gain=0.9, keep=32):
+        if mode not in MODES:
+            raise ValueError(f"cxlkv: load_policy={mode!r}: one of {', '.join(MODES)}")
+        if not 0 < min_gain <= 1:
+            raise ValueError(f"cxlkv: load_min_gain={min_gain!r}: above 0, at most 1")
+        self.mode = mode
+        self.min_gain = float(min_gain)
+        self.loads = LinearCost(keep)   # chunks -> seconds
+        self.steps = LinearCost(2 * keep)  # scheduled tokens -> seconds (decodes come often)
+
+    def observe_load(self, chunks, seconds):
+        self.loads.add(chunks, seconds)
+
+    def observe_step(self, tokens, seconds):
+        self.steps.add(tokens, seconds)
+
+    def decide(self, hit_tokens, chunks):
+        """(load?, why, predicted load s, predicted recompute s)."""
+        if self.mode == "always":
+            return True, "always", None, None
+        load_s = self.loads.predict(chunks)
+        per_token = self.steps.slope()
+        if load_s is None or per_token is None:
+            return True, "unmeasured", load_s, None
+        recompute_s = per_token * hit_tokens
+        if load_s <= self.min_gain * recompute_s:
+            return True, "cheaper", load_s, recompute_s
+        return False, "dearer", load_s, recompute_s
