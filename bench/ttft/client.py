@@ -16,14 +16,19 @@ class RequestError(RuntimeError):
     pass
 
 
-def complete(host, port, model, prompt, max_tokens, logprobs=False, timeout=600):
+def complete(host, port, model, prompt, max_tokens, logprobs=False, timeout=600, api="server"):
     """Streams one completion of ``prompt`` (a list of token ids).
+
+    api="offline": the replica is offline_server.py (LLM.generate); its own
+    clock gives the TTFT (complete_offline).
 
     Returns {"ttft_ms", "e2e_ms", "tokens" (generated token ids),
     "logprobs" (per token, when asked), "prompt_tokens", "cached_tokens"}.
     Raises RequestError with the server's answer on a non-200 status or a
     stream without any token.
     """
+    if api == "offline":
+        return complete_offline(host, port, prompt, max_tokens, logprobs, timeout)
     body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     if logprobs:
@@ -68,6 +73,31 @@ def complete(host, port, model, prompt, max_tokens, logprobs=False, timeout=600)
     return {"ttft_ms": round(ttft * 1e3, 3), "e2e_ms": round(e2e * 1e3, 3), "tokens": tokens,
             "logprobs": lps if logprobs else None, "prompt_tokens": usage.get("prompt_tokens"),
             "cached_tokens": details.get("cached_tokens")}
+
+
+def complete_offline(host, port, prompt, max_tokens, logprobs=False, timeout=600):
+    """One LLM.generate in offline_server.py: its "ttft_ms" is the generate
+    call's own time (one token: the time to the first token), measured in
+    the engine's process, without HTTP or the OpenAI server's own steps."""
+    body = json.dumps({"prompt": prompt, "max_tokens": int(max_tokens),
+                       "logprobs": bool(logprobs)})
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    t0 = time.perf_counter()
+    try:
+        conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        if resp.status != 200:
+            raise RequestError(f"HTTP {resp.status}: {raw[:2000]!r}")
+    except (OSError, http.client.HTTPException) as e:
+        raise RequestError(f"{type(e).__name__}: {e}") from e
+    finally:
+        conn.close()
+    out = json.loads(raw)
+    if not out.get("tokens"):
+        raise RequestError("generate returned no token")
+    out["client_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+    return out
 
 
 def _chunk_tokens(choice):
@@ -145,6 +175,9 @@ COUNTERS = {
     "cxlkv_cross_hits": ("cxlkv:cross_replica_hits_total", {}),
     "cxlkv_stored_chunks": ("cxlkv:stored_chunks_total", {}),
     "cxlkv_loaded_chunks": ("cxlkv:loaded_chunks_total", {}),
+    # The manager's load-or-recompute choice per request with a hit (policy.py).
+    "cxlkv_decided_load": ("cxlkv:load_decisions_total", {"decision": "load"}),
+    "cxlkv_decided_recompute": ("cxlkv:load_decisions_total", {"decision": "recompute"}),
     # Scheduler-side seconds in cxlkv's manager (lookup + pin, load bookkeeping).
     "cxlkv_lookup_s": ("cxlkv:manager_seconds_total", {"op": "lookup"}),
     "cxlkv_prepare_load_s": ("cxlkv:manager_seconds_total", {"op": "prepare_load"}),

@@ -6,6 +6,9 @@ token-id prompts).
   fields), no weights: served with --load-format dummy. The timing grid's
   model; TTFT and KV volume do not depend on weight values, outputs do, so
   no output of it is ever compared.
+- ``llama8b``: Llama-3.1-8B's architecture, the same way: the second KV
+  geometry (32 layers x 8 KV heads x 128: 128 KiB of KV per token, against
+  Qwen2.5-7B's 28 x 4 x 128, 56 KiB).
 - ``small``: a Qwen2-shaped model with seeded, normally initialised weights
   (transformers' own init, std = initializer_range), written as safetensors.
   The correctness oracle's model, and the CPU stage's: a wide init (0.2) so
@@ -28,18 +31,51 @@ QWEN25_7B = {
 }
 
 
+LLAMA31_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+    "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+    "initializer_range": 0.02, "bos_token_id": 128000, "eos_token_id": 128009,
+    "use_cache": True,
+}
+ARCHS = {"qwen7b": ("qwen2.5-7b-arch", QWEN25_7B), "llama8b": ("llama-3.1-8b-arch", LLAMA31_8B)}
+
+
 def kv_bytes_per_token(cfg, dtype_bytes=2):
     """K and V of every layer: layers x KV heads x head dim x 2 x bytes."""
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     return cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * 2 * dtype_bytes
 
 
-def write_qwen7b(out):
-    """A directory holding only Qwen2.5-7B's config.json (for load_format=dummy)."""
+def write_arch(name, models_dir):
+    """A directory holding only the named architecture's config.json (for
+    load_format=dummy). name: a key of ARCHS."""
+    sub, cfg = ARCHS[name]
+    out = os.path.join(models_dir, sub)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(QWEN25_7B, f, indent=1)
+        json.dump(cfg, f, indent=1)
     return out
+
+
+def write_qwen7b(out):
+    """A directory holding only Qwen2.5-7B's config.json (for load_format=dummy)."""
+    return write_arch("qwen7b", os.path.dirname(out))
+
+
+def weight_bytes(cfg, dtype_bytes=2):
+    """Parameters x bytes of a dense decoder (embeddings, attention, MLP, head)."""
+    h, i, L, v = (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"],
+                  cfg["vocab_size"])
+    head_dim = cfg.get("head_dim") or h // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * head_dim
+    per_layer = h * h + 2 * h * kv + h * h + 3 * h * i + 2 * h
+    return (L * per_layer + v * h * (1 if cfg.get("tie_word_embeddings") else 2)) * dtype_bytes
 
 
 def make_small(out, seed=0, layers=2, hidden=256, heads=4, kv_heads=2, vocab=1000,

@@ -54,7 +54,7 @@ class Replica:
                  n_replicas, gpus, log_dir, max_model_len, gpu_util=None, load_dummy=False,
                  eager=True, cpu_kv_bytes=256 << 20, gpu_kv_bytes=None, python=sys.executable,
                  extra_env=None,
-                 extra_flags=()):
+                 extra_flags=(), api="server"):
         self.name, self.tier = name, tier
         self.port = free_port()
         self.host = "127.0.0.1"
@@ -69,10 +69,17 @@ class Replica:
                     "PYTHONUNBUFFERED": "1"})
         here = os.path.dirname(os.path.abspath(__file__))  # poison.py for the oracle
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+        self.api = api
+        # offline: the same flags to offline_server.py, which builds vllm.LLM
+        # from them and answers /generate, /metrics and /health.
+        entry = ["-m", "vllm.entrypoints.openai.api_server"] if api == "server" else \
+            [os.path.join(here, "offline_server.py")]
+        cmd = [python] + entry + ["--model", model_dir,
                "--served-model-name", served_name, "--host", self.host, "--port", str(self.port),
                "--skip-tokenizer-init", "--dtype", "bfloat16", "--max-model-len",
                str(max_model_len), "--generation-config", "vllm", "--enable-prompt-tokens-details"]
+        if api == "offline":
+            cmd.remove("--enable-prompt-tokens-details")  # an API-server flag
         if eager:
             cmd.append("--enforce-eager")
         if platform == "gpu":
@@ -104,6 +111,7 @@ class Replica:
 
     def describe(self):
         return {"name": self.name, "tier": self.tier, "port": self.port, "gpu": self.gpu,
+                "api": self.api,
                 "cuda_visible_devices": self.env.get("CUDA_VISIBLE_DEVICES"),
                 "cpu_bind": self.env.get("VLLM_CPU_OMP_THREADS_BIND"),
                 "argv": self.cmd[1:], "log": os.path.basename(self.log_path)}

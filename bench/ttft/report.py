@@ -28,11 +28,14 @@ sys.path.insert(0, HERE)
 import paper  # noqa: E402
 from runlog import read  # noqa: E402
 
-TIERS = ("T0", "T1", "T2", "T4")
+TIERS = ("T0", "T1", "T2", "T4")          # the paper's (its tables, plots)
 # The peers run beside T4 (issue 28: LMCache, bench/ttft/lmcache_tier.py):
 # rows like every tier's, in a table of their own (the paper has none).
 PEERS = ("T5", "T6")
 ARMS = ("same", "cross")
+ALL_TIERS = TIERS + ("T4pc",)             # T4 with vLLM's prefix caching on
+ALL_ARMS = ARMS + ("late", "restarted")   # B started after what it reads was stored
+CROSS_ARMS = ("cross", "late", "restarted")
 
 
 def pct(v, q):
@@ -79,8 +82,8 @@ def build(records):
             continue
         cells.setdefault((r["tier"], r["arm"], r["prefix"], r["req"]), []).append(r)
     prefixes = sorted({k[2] for k in cells})
-    for t in TIERS + PEERS:
-        for arm in ARMS:
+    for t in ALL_TIERS + PEERS:
+        for arm in ALL_ARMS:
             for p in prefixes:
                 c = cells.get((t, arm, p, 2))
                 if not c:
@@ -90,6 +93,12 @@ def build(records):
                        "p90_ms": r1(pct(v, 90)),
                        "p99_ms": r1(pct(v, 99)) if len(v) >= 50 else None,
                        "hit_rate": round(sum(x["hit_rate"] for x in c) / len(c), 4), "n": len(v)}
+                # The manager's load-or-recompute choices in the cell (policy.py).
+                dec = [x["counters"][x["replica"]] for x in c]
+                if any("cxlkv_decided_load" in d for d in dec):
+                    row["decided_load"] = int(sum(d.get("cxlkv_decided_load", 0) for d in dec))
+                    row["decided_recompute"] = int(sum(d.get("cxlkv_decided_recompute", 0)
+                                                       for d in dec))
                 rows.append(row)
                 loads = [x["counters"][x["replica"]].get("kv_load_s") for x in c]
                 loads = [v * 1e3 for v in loads if v]
@@ -278,8 +287,33 @@ def derived(rows, kvpt, ceiling, gran, qlen, samples=None):
             targets.append({"target": "T4 cross hit rate at the alignment bound",
                             "ours": hit["hit_rate"], "limit": round(aligned / prompt, 4),
                             "met": hit["hit_rate"] >= aligned / prompt - 0.005})
-        d["targets"] = targets
+        d["targets"] = targets + gap_targets(g, p, kv, ceiling, t1s)
         out.append(d)
+    return out
+
+
+def gap_targets(g, p, kv, ceiling, t1s):
+    """The sharing gap's bounds for every cross arm (B there from the start,
+    late, restarted; prefix caching off and on): at >= 8K, arm - T1 same <=
+    1.1 x KV / ceiling + 5 ms; arm / T4 same <= 1.05; and T4 <= 1.02 x T0."""
+    out = []
+    t4s, t0 = g.get(("T4", "same")), g.get(("T0", "cross")) or g.get(("T0", "same"))
+    for t in ("T4", "T4pc"):
+        for arm in CROSS_ARMS:
+            v = g.get((t, arm))
+            if not v:
+                continue
+            name = f"{t} {arm}"
+            if p >= 8000 and t1s and ceiling:
+                lim = 1.1 * kv / ceiling / 1e6 + 5
+                out.append({"target": f"{name} - T1 same <= 1.1 x KV / ceiling + 5 ms",
+                            "ours": r1(v - t1s), "limit": r1(lim), "met": v - t1s <= lim})
+            if t4s:
+                out.append({"target": f"{name} / T4 same <= 1.05", "ours": r1(v / t4s, 3),
+                            "limit": 1.05, "met": v / t4s <= 1.05})
+            if t0:
+                out.append({"target": f"{name} <= 1.02 x T0", "ours": v, "limit": r1(1.02 * t0),
+                            "met": v <= 1.02 * t0})
     return out
 
 
@@ -463,7 +497,7 @@ def tables(s):
     w("|---|---|---|---|---|---|---|---|")
     for r in rows:
         i = paper.at(r["prefix"])
-        # The paper has no LMCache rows: a peer's paper cells stay empty.
+        # The paper has no LMCache or T4pc rows, nor late/restarted arms: empty.
         pt = paper.TABLE6.get((r["tier"], r["arm"]))
         pv = pt[i] if (i is not None and pt) else (None,) * 4
         w(f"| {r['tier']} | {r['arm']} | {_plabel(r['prefix'])} | {r['n']} | "
@@ -488,7 +522,7 @@ def tables(s):
             cells = " | ".join(_f(x["medians"].get(i)) for i in range(nrep))
             w(f"| {x['tier']} | {_plabel(x['prefix'])} | {cells} | "
               f"{_f(x['spread'] and x['spread'] * 100, 1, '%')} |")
-    w("\n## Targets (issue 12)\n")
+    w("\n## Targets (issues 12 and 23)\n")
     w("| prefix | target | ours | limit | met |\n|---|---|---|---|---|")
     for d in s["derived"]:
         for t in d["targets"]:
@@ -645,9 +679,10 @@ def plots(s, out):
                          if r["tier"] == t and r["arm"] == arm)
             if pts:
                 ax.plot(*zip(*pts), "o-", color=colors[t], label=f"{t} ours")
-            pp = paper.TABLE6[(t, arm)]
-            ax.plot(paper.PREFIXES, [x[0] for x in pp], "x--", color=colors[t], alpha=0.5,
-                    label=f"{t} paper")
+            pp = paper.TABLE6.get((t, arm))
+            if pp:
+                ax.plot(paper.PREFIXES, [x[0] for x in pp], "x--", color=colors[t], alpha=0.5,
+                        label=f"{t} paper")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"{arm} arm: TTFT of the reusing request, p50")
@@ -700,20 +735,50 @@ def plots(s, out):
     return made
 
 
+def split_variants(records):
+    """{variant: its records}: a variant is the model and API of a call
+    ("qwen7b/server", "llama8b/offline"; logs from before variants: the
+    call's model, server). Ceilings are the card's: every variant gets them."""
+    of_call = {r["call"]: r.get("variant") or f"{r['grid_model']['name']}/server"
+               for r in records if r.get("kind") == "call"}
+    names = list(dict.fromkeys(of_call.values()))
+    return {v: [r for r in records if r.get("kind") == "ceiling" or
+                of_call.get(r.get("call")) == v] for v in names}
+
+
 def main(run_dir, out):
     records, torn = read(os.path.join(run_dir, "log.jsonl"))
     if not records:
         print(f"report: {run_dir}/log.jsonl is missing or empty", file=sys.stderr)
         return 2
-    s = build(records)
-    s["torn_lines"] = torn
+    parts = split_variants(records)
+    if not parts:
+        raise SystemExit("report: the log has no call record (not a ttft.py run log)")
+    by = {v: build(recs) for v, recs in parts.items()}
+    names = list(by)
+    # The first variant at top level (as logs of one variant always were);
+    # every variant, the first included, under by_variant.
+    s = dict(by[names[0]], variant=names[0], variants=names, torn_lines=torn)
+    if len(names) > 1:
+        s["by_variant"] = by
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     with open(os.path.join(out, "tables.md"), "w") as f:
-        f.write(tables(s))
-    made = plots(s, out)
-    print(f"report: {len(s['rows'])} cells, oracle "
+        if len(names) == 1:
+            f.write(tables(s))
+        else:
+            f.write("Variants (model/API) in this run: " + ", ".join(names) + ".\n\n")
+            for v in names:
+                f.write(tables(by[v]).replace("# TTFT:", f"# {v}: TTFT:", 1) + "\n")
+    made = []
+    for i, v in enumerate(names):
+        sub = out if i == 0 else os.path.join(out, v.replace("/", "-"))
+        os.makedirs(sub, exist_ok=True)
+        made += [os.path.relpath(os.path.join(sub, m), out) for m in plots(by[v], sub)
+                 if not m.startswith("no plots")]
+    cells = sum(len(x["rows"]) for x in by.values())
+    print(f"report: {len(names)} variant(s), {cells} cells, oracle "
           f"{'-' if not s['oracle'] else ('pass' if s['oracle']['pass'] else 'FAIL')}, "
           f"{len(s['load'])} load cells -> {out}/summary.json, tables.md, {', '.join(made)}")
     return 0

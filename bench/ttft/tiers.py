@@ -7,6 +7,8 @@ paper's Table 2, on vLLM 0.26/0.32 flag names).
                                 --kv-offloading-size GiB, 256-token chunks
   T4  cxlkv shared region       --no-enable-prefix-caching, CxlkvOffloadingConnector,
                                 256-token chunks
+  T4pc  T4 with vLLM's default  --enable-prefix-caching, CxlkvOffloadingConnector:
+        prefix caching on       T1 and T4 together, as a deployment runs them
   T5  LMCache MP, L1 in DRAM    --no-enable-prefix-caching, LMCacheMPConnector to one
                                 `lmcache server` per tier run (lmcache_tier.py)
   T6  LMCache MP, devdax L1     the same, the server's L1 on a devdax path (a /dev/shm file)
@@ -22,15 +24,18 @@ import json
 
 import lmcache_tier
 
-TIERS = ("T0", "T1", "T2", "T4") + lmcache_tier.TIERS
+CXLKV_TIERS = ("T4", "T4pc")
+TIERS = ("T0", "T1", "T2") + CXLKV_TIERS + lmcache_tier.TIERS
 GRANULARITY = 256
 NAMES = {"T0": "recompute (no reuse)", "T1": "GPU prefix cache", "T2": "vLLM native CPU offload",
-         "T4": "cxlkv shared region", **lmcache_tier.NAMES}
+         "T4": "cxlkv shared region", "T4pc": "cxlkv shared region + GPU prefix cache",
+         **lmcache_tier.NAMES}
 # Tiers whose replicas share one store (the cross arm can hit).
 SHARED = ("T4",) + lmcache_tier.TIERS
 
 
-def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint=None):
+def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint=None,
+                       extra_config=None):
     extra = {"spec_name": "PoisonableSpec" if poison else "CxlkvOffloadingSpec",
              "spec_module_path": "poison" if poison else "cxlkv.vllm",
              "region_path": region_path, "region_size": int(region_size),
@@ -39,13 +44,14 @@ def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint
         # Dummy weights have no files for cxlkv to fingerprint (it refuses
         # rather than guess): the harness names the model's identity.
         extra["model_fingerprint"] = model_fingerprint
+    extra.update(extra_config or {})  # --t4-extra: e.g. prefault, load_policy
     return {"kv_connector": "CxlkvOffloadingConnector",
             "kv_connector_module_path": "cxlkv.vllm.connector", "kv_role": "kv_both",
             "kv_load_failure_policy": "recompute", "kv_connector_extra_config": extra}
 
 
 def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
-          model_fingerprint=None, lmcache_port=None):
+          model_fingerprint=None, lmcache_port=None, extra_config=None):
     """The tier's own server flags (the common ones are added by replica.py);
     T5/T6 name their `lmcache server`'s port."""
     if tier == "T0":
@@ -56,11 +62,13 @@ def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
         return ["--no-enable-prefix-caching", "--kv-offloading-backend", "native",
                 "--kv-offloading-size", str(t2_gib), "--kv-transfer-config",
                 json.dumps({"kv_connector_extra_config": {"block_size": GRANULARITY}})]
-    if tier == "T4":
+    if tier in CXLKV_TIERS:
         if not region_path or not region_size:
-            raise ValueError("T4 needs a region path and size")
-        return ["--no-enable-prefix-caching", "--kv-transfer-config",
-                json.dumps(t4_transfer_config(region_path, region_size, poison, model_fingerprint))]
+            raise ValueError(f"{tier} needs a region path and size")
+        pc = "--enable-prefix-caching" if tier == "T4pc" else "--no-enable-prefix-caching"
+        return [pc, "--kv-transfer-config",
+                json.dumps(t4_transfer_config(region_path, region_size, poison, model_fingerprint,
+                                              extra_config))]
     if tier in lmcache_tier.TIERS:
         if lmcache_port is None:
             raise ValueError(f"{tier} needs its lmcache server's port")

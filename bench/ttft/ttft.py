@@ -53,6 +53,7 @@ from replica import Replica, StartError  # noqa: E402
 from runlog import RunLog  # noqa: E402
 
 PAPER_PREFIXES = (2054, 8173, 16282, 32694)  # the paper's bucket medians (section 4.3)
+JOIN_ARMS = ("late", "restarted")  # B starts after the chunks it reads were stored
 STOP_MARGIN_S = 45  # engine shutdown plus slack, kept free before the budget ends
 
 
@@ -101,6 +102,40 @@ def vllm_version(python):
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout else None
 
 
+def gpu_total_bytes():
+    """GPU 0's memory as nvidia-smi reports it, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30)
+        return int(float(out.stdout.split()[0])) << 20
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+# What an engine holds on the GPU besides its weights and KV cache at a 32K
+# prompt in eager mode (activations, the sampler, CUDA context): an allowance,
+# and the share of the card the engines may take together.
+ENGINE_OVERHEAD = 6 << 30
+CARD_SHARE = 0.90
+KV_MAX = 32 << 30
+
+
+def gpu_kv_auto(total, replicas, weights):
+    """KV cache bytes per engine when `replicas` engines share one card of
+    `total` bytes: what is left of CARD_SHARE of it after each engine's weights
+    and ENGINE_OVERHEAD, split evenly, in whole GiB, at most KV_MAX (the
+    harness's long-standing 32 GiB). An 80 GB H100 with two 7-8B engines gets
+    13-14 GiB each; a 141 GB H200 the 32 GiB."""
+    if not total:
+        return KV_MAX
+    per = (CARD_SHARE * total - replicas * (weights + ENGINE_OVERHEAD)) / replicas
+    if per < 1 << 30:
+        raise SystemExit(f"ttft: {replicas} engines of {weights / 2**30:.1f} GiB of weights do not "
+                         f"fit a {total / 2**30:.0f} GiB GPU; use --replicas or a smaller model")
+    return min(KV_MAX, int(per) >> 30 << 30)
+
+
 class Budget:
     def __init__(self, seconds):
         self.t0 = time.monotonic()
@@ -134,12 +169,19 @@ class Harness:
         self.models_dir = a.models_dir or os.path.join(self.run_dir, "models")
         self.progress = {}
         self.failures = 0
+        self.dummy = a.model in models.ARCHS
+        # Which model and API this call measures. The paper's (Qwen2.5-7B or the
+        # small model, OpenAI server) keeps the keys of older logs; any other
+        # variant's keys carry its name, so variants share one run directory.
+        self.variant = f"{a.model}/{a.api}"
+        self.kv = "" if a.api == "server" and a.model in ("qwen7b", "small") else \
+            f"{a.model}-{a.api}/"
 
     # ---- setup ----
     def prepare_models(self):
         a = self.a
-        self.grid_model = (models.write_qwen7b(os.path.join(self.models_dir, "qwen2.5-7b-arch"))
-                           if a.model == "qwen7b" else self._small())
+        self.grid_model = (models.write_arch(a.model, self.models_dir)
+                           if a.model in models.ARCHS else self._small())
         # The seeded model costs a torch import and a few seconds: only when used.
         self.oracle_model = self._small() if ({"oracle", "integrity"} & set(a.phases)
                                              or a.model == "small") \
@@ -160,10 +202,16 @@ class Harness:
         return 0.85 if self.gpus >= self.a.replicas else min(0.85, 0.84 / self.a.replicas)
 
     def gpu_kv_bytes(self):
-        """A fixed KV cache per engine when replicas share a GPU (replica.py says why)."""
+        """A fixed KV cache per engine when replicas share a GPU (replica.py says
+        why): --gpu-kv-size, else sized from the card found (gpu_kv_auto)."""
         if self.platform != "gpu" or self.gpus >= self.a.replicas:
             return None
-        return self.a.gpu_kv_size
+        if self.a.gpu_kv_size:
+            return self.a.gpu_kv_size
+        if not hasattr(self, "_kv_auto"):
+            self._kv_auto = gpu_kv_auto(gpu_total_bytes(), self.a.replicas,
+                                        models.weight_bytes(models.load_config(self.grid_model)))
+        return self._kv_auto
 
     def call_record(self):
         a = self.a
@@ -171,7 +219,7 @@ class Harness:
                "replicas": a.replicas, "vllm_version": vllm_version(a.python),
                "python": a.python, "argv": sys.argv[1:], "budget_s": a.budget_s,
                "grid_model": {"name": a.model, "dir": self.grid_model,
-                              "load_format": "dummy" if a.model == "qwen7b" else "safetensors",
+                              "load_format": "dummy" if self.dummy else "safetensors",
                               "config": self.grid_cfg,
                               "kv_bytes_per_token": models.kv_bytes_per_token(self.grid_cfg)},
                "oracle_model": {"dir": self.oracle_model, "config": self.oracle_cfg,
@@ -186,9 +234,11 @@ class Harness:
                # is fresh per start; dummy weights name their fingerprint.
                "tier_flags": {t: tiermod.flags(
                    t, t2_gib=a.t2_gib, region_path="<region>", region_size=a.region_size,
-                   model_fingerprint="<dummy-sha256(config.json)>" if a.model == "qwen7b"
-                   else None, lmcache_port="<zmq-port>") for t in tiermod.TIERS},
+                   model_fingerprint="<dummy-sha256(config.json)>" if self.dummy
+                   else None, lmcache_port="<zmq-port>", extra_config=a.t4_extra)
+                   for t in tiermod.TIERS},
                "lmcache": self.lmcache_record(),
+               "variant": self.variant, "api": a.api, "arms": a.arms,
                "query_len": a.query_len, "max_tokens": a.max_tokens,
                "max_model_len": a.max_model_len, "granularity": tiermod.GRANULARITY}
         self.vllm = rec["vllm_version"]
@@ -235,7 +285,7 @@ class Harness:
             size = min(a.region_size, 1 << 30) if model_dir != self.grid_model else a.region_size
             self.lmc = self.start_lmcache(phase, rep, tier, size)
             flags = tiermod.flags(tier, lmcache_port=self.lmc.zmq_port)
-        if tier == "T4":
+        if tier in tiermod.CXLKV_TIERS:
             # A fresh region for every T4 start (the paper wipes it per
             # repetition; a restarted call starts a new one too).
             region = f"/dev/shm/cxlkv/ttft-{os.getpid()}-{phase}-r{rep}-c{self.call}"
@@ -254,11 +304,11 @@ class Harness:
                                  "tier": tier, "call": self.call, "error": msg, "log_tail": ""})
                 raise StartError(msg, "")
             fingerprint = None
-            if model_dir == self.grid_model and a.model == "qwen7b":  # load_format=dummy
+            if model_dir == self.grid_model and self.dummy:  # load_format=dummy
                 with open(os.path.join(model_dir, "config.json"), "rb") as f:
                     fingerprint = "dummy-" + hashlib.sha256(f.read()).hexdigest()[:24]
-            flags = tiermod.flags("T4", region_path=region, region_size=size, poison=poison,
-                                  model_fingerprint=fingerprint)
+            flags = tiermod.flags(tier, region_path=region, region_size=size, poison=poison,
+                                  model_fingerprint=fingerprint, extra_config=a.t4_extra)
         extra_env = lmcache_tier.site_env(a.lmcache_site) if tier in lmcache_tier.TIERS else {}
         if poison:
             extra_env["CXLKV_TTFT_POISON_FILE"] = self.poison_flag
@@ -268,10 +318,10 @@ class Harness:
                         index=i, n_replicas=n, gpus=self.gpus, log_dir=self.engines_dir,
                         max_model_len=self.max_len(model_dir),
                         gpu_util=self.gpu_util(), load_dummy=(model_dir == self.grid_model
-                                                              and a.model == "qwen7b"),
+                                                              and self.dummy),
                         eager=not a.cuda_graphs, cpu_kv_bytes=a.cpu_kv_bytes,
                         gpu_kv_bytes=self.gpu_kv_bytes(), python=a.python,
-                        extra_env=extra_env) for i, nm in enumerate(names)]
+                        extra_env=extra_env, api=a.api) for i, nm in enumerate(names)]
         for r, nm in zip(reps, names):
             r.role = nm
             r.first_read_seen = False
@@ -370,7 +420,7 @@ class Harness:
         allr = [rep_obj] + list(others)
         before = {r.role: client.counters(client.scrape(r.host, r.port)) for r in allr}
         res = client.complete(rep_obj.host, rep_obj.port, rep_obj.model, prompt, max_tokens,
-                              logprobs=logprobs)
+                              logprobs=logprobs, api=rep_obj.api)
         deadline = time.monotonic() + (0 if self.counter_silent >= 2 else 5)
         while True:
             after_self = client.counters(client.scrape(rep_obj.host, rep_obj.port))
@@ -450,7 +500,7 @@ class Harness:
         if lmc is not None:
             r1.update(lmc.wait_stored(l1_before, len(p1) // tiermod.GRANULARITY,
                                       self.a.store_wait_s))
-        if tier in ("T2", "T4"):
+        if tier in ("T2",) + tiermod.CXLKV_TIERS:
             g = tiermod.GRANULARITY
             r1.update(self.wait_stored(A, before_store, len(p1) // g,
                                        g * models.kv_bytes_per_token(cfg), observer,
@@ -473,16 +523,25 @@ class Harness:
     def grid_tasks(self, rep, tier):
         a = self.a
         tasks = []
+        kv = self.kv
+        base = [x for x in ("same", "cross") if x in a.arms]
         for p in a.prefixes:
             for i in range(a.sessions):
                 # Arms interleaved per session so drift cannot masquerade as an arm effect.
-                arms = ("same", "cross") if i % 2 == 0 else ("cross", "same")
+                arms = base if i % 2 == 0 else base[::-1]
                 for arm in arms:
-                    tasks.append(("grid", p, arm, i, f"grid/r{rep}/{tier}/{p}/{arm}/{i}"))
+                    tasks.append(("grid", p, arm, i, f"{kv}grid/r{rep}/{tier}/{p}/{arm}/{i}"))
+        joins = [x for x in JOIN_ARMS if x in a.arms]
+        if tier in tiermod.CXLKV_TIERS and joins:
+            # One restart of B serves every late and restarted session of the
+            # tier run (join_phase): listed as one task.
+            sessions = [(p, i, arm, f"{kv}grid/r{rep}/{tier}/{p}/{arm}/{i}")
+                        for p in a.prefixes for i in range(a.sessions) for arm in joins]
+            tasks.append(("join", max(a.prefixes), "join", len(sessions), sessions))
         if tier in tiermod.SHARED and "control" in a.phases:
             for p in a.prefixes:
                 for i in range(a.control_requests):
-                    tasks.append(("control", p, "control", i, f"control/r{rep}/{tier}/{p}/{i}"))
+                    tasks.append(("control", p, "control", i, f"control/{kv}r{rep}/{tier}/{p}/{i}"))
         return tasks
 
     def oracle_tasks(self, tier):
@@ -490,7 +549,7 @@ class Harness:
             return []
         return [("oracle", self.a.oracle_prefix, {"T0": "none", "T1": "same",
                                                   "T4": "cross"}[tier], j,
-                 f"oracle/{tier}/{j}") for j in range(self.a.oracle_prompts)]
+                 f"oracle/{tier}/{self.kv}{j}") for j in range(self.a.oracle_prompts)]
 
     def integrity_tasks(self, tier):
         if tier not in tiermod.SHARED or "integrity" not in self.a.phases:
@@ -593,6 +652,8 @@ class Harness:
         return 1 if self.failures else 0
 
     def _task_done(self, t, done):
+        if t[0] == "join":
+            return all(self.is_done(x[3], done) for x in t[4])
         if t[0] == "load":
             return any(r.get("kind") == "load_cell" and r.get("key") == t[3]
                        for r in self.log.records)
@@ -610,6 +671,8 @@ class Harness:
             return per_req * 2 * c * self.a.load_sessions * 2 + 30
         if phase == "integrity":  # three requests and two scans of the store
             return per_req * 4 + 5
+        if phase == "join":  # a restart of B and two requests per session
+            return self.start_estimate("T4") + per_req * 2 * task[3] + 5
         return per_req * (3 if phase == "oracle" else 2) + 2
 
     def tier_run(self, phase, rep, tier, model_dir, poison, todo):
@@ -644,6 +707,8 @@ class Harness:
                 kind = task[0]
                 if kind == "grid":
                     self.grid_session(reps, observer, rep, tier, cfg, task)
+                elif kind == "join":
+                    self.join_phase(reps, observer, rep, tier, cfg, task, done_keys=self.log.done_keys("req"))
                 elif kind == "control":
                     self.control(reps, tier, rep, cfg, task)
                 elif kind == "oracle":
@@ -680,6 +745,55 @@ class Harness:
         shared, q1, q2 = prompts.session(self.a.seed, rep, p, arm, i, q, cfg["vocab_size"])
         self.session(reps, observer, tier, key, shared, q1, q2, arm, cfg, self.a.max_tokens,
                      extra={"rep": rep, "prefix": p, "session": i, "query_len": q})
+
+    def join_phase(self, reps, observer, rep, tier, cfg, task, done_keys):
+        """B joins the region after its chunks were stored. "restarted": req1
+        -> B (B stores), then B restarts; "late": req1 -> A while B is down.
+        Then B starts again (a new process: its first attach saw a warm
+        region) and every session's req2 goes to it, arms interleaved.
+        Where the scale-out or restart of a deployment meets a warm region."""
+        a = self.a
+        A, B = reps[0], reps[1]
+        todo = [s for s in task[4] if not self.is_done(s[3], done_keys)]
+        if not todo:
+            return
+        prompts_of = {}
+        for p, i, arm, key in todo:
+            q = self.query_len(p)
+            prompts_of[key] = prompts.session(a.seed, rep, p, arm, i, q, cfg["vocab_size"]) + (q,)
+        # Restarted: B stores its own req1 first.
+        for p, i, arm, key in [s for s in todo if s[2] == "restarted"]:
+            shared, q1, q2, q = prompts_of[key]
+            self.session([B, A], observer, tier, key, shared, q1, q2, arm, cfg, a.max_tokens,
+                         extra={"rep": rep, "prefix": p, "session": i, "query_len": q},
+                         req1_only=True)
+        self.stop_replicas([B])
+        for p, i, arm, key in [s for s in todo if s[2] == "late"]:
+            shared, q1, q2, q = prompts_of[key]
+            self.session([A], observer, tier, key, shared, q1, q2, arm, cfg, a.max_tokens,
+                         extra={"rep": rep, "prefix": p, "session": i, "query_len": q},
+                         req1_only=True)
+        t0 = time.monotonic()
+        B.start()
+        B.wait_ready(a.start_timeout)
+        B.first_read_seen = False
+        self.log.append({"kind": "replica", "phase": "join", "rep": rep, "tier": tier,
+                         "role": B.role, "call": self.call, "ready_s": round(B.ready_s, 2),
+                         "all_ready_s": round(time.monotonic() - t0, 2), "joined": "after_store",
+                         "setup_lines": B.setup_lines(), **B.describe()})
+        pr = prompts.fresh(a.seed, f"warmup-join-{B.name}", min(512, a.max_model_len // 4),
+                           cfg["vocab_size"])
+        res = self.request(B, [A], pr, 1)
+        self.log.append({"kind": "warmup", "tier": tier, "replica": B.role, "call": self.call,
+                         "ttft_ms": res["ttft_ms"], "joined": "after_store"})
+        order = sorted(todo, key=lambda s: (s[0], s[1], s[2] if s[1] % 2 == 0 else
+                                            "".join(reversed(s[2]))))
+        for p, i, arm, key in order:
+            shared, q1, q2, q = prompts_of[key]
+            r2 = self.request(B, [A], shared + q2, a.max_tokens)
+            self.log.append(dict(kind="req", phase="grid", tier=tier, arm=arm, call=self.call,
+                                 rep=rep, prefix=p, session=i, query_len=q,
+                                 key=f"{key}/req2", req=2, **r2))
 
     def control(self, reps, tier, rep, cfg, task):
         """A never-stored prompt: any hit would be a false hit."""
@@ -895,8 +1009,18 @@ def main(argv=None):
     r.add_argument("--budget-s", type=float, default=0, help="stop cleanly before this (0: none)")
     r.add_argument("--platform", choices=("auto", "gpu", "cpu"), default="auto")
     r.add_argument("--python", default=sys.executable, help="interpreter that has vllm")
-    r.add_argument("--model", choices=("qwen7b", "small"), default=None,
-                   help="grid model (default: qwen7b on GPU, small on CPU)")
+    r.add_argument("--model", choices=tuple(models.ARCHS) + ("small",), default=None,
+                   help="grid model (default: qwen7b on GPU, small on CPU); qwen7b and "
+                        "llama8b are served with dummy weights")
+    r.add_argument("--api", choices=("server", "offline"), default="server",
+                   help="server: vLLM's OpenAI server, TTFT from the client's stream; offline: "
+                        "LLM.generate in offline_server.py, TTFT = one generate of one token")
+    r.add_argument("--arms", type=lambda s: s.split(","), default=["same", "cross"],
+                   help="same, cross, and for T4/T4pc late and restarted (B starts after "
+                        "the chunks it reads were stored)")
+    r.add_argument("--t4-extra", type=json.loads, default={},
+                   help="JSON merged into T4's kv_connector_extra_config (e.g. "
+                        "'{\"prefault\": \"background\"}')")
     r.add_argument("--models-dir", default=None)
     r.add_argument("--small-layers", type=int, default=2)
     r.add_argument("--replicas", type=int, default=2)
@@ -931,8 +1055,9 @@ def main(argv=None):
                    help="T4 region (default: 32GiB on GPU, 256MiB on CPU)")
     r.add_argument("--t2-gib", type=float, default=16)
     r.add_argument("--gpu-util", type=float, default=None)
-    r.add_argument("--gpu-kv-size", type=parse_size, default=parse_size("32GiB"),
-                   help="KV cache per engine when replicas share one GPU")
+    r.add_argument("--gpu-kv-size", type=parse_size, default=None,
+                   help="KV cache per engine when replicas share one GPU (default: sized from "
+                        "the card, gpu_kv_auto)")
     r.add_argument("--cpu-kv-bytes", type=parse_size, default=parse_size("256MiB"))
     r.add_argument("--cuda-graphs", action="store_true", help="no --enforce-eager")
     r.add_argument("--start-timeout", type=float, default=600)
@@ -955,6 +1080,11 @@ def main(argv=None):
     bad = [t for t in a.tiers if t not in tiermod.TIERS]
     if bad:
         ap.error(f"--tiers: unknown {bad}; from {', '.join(tiermod.TIERS)}")
+    bad = [x for x in a.arms if x not in ("same", "cross") + JOIN_ARMS]
+    if bad:
+        ap.error(f"--arms: unknown {bad}; from same, cross, {', '.join(JOIN_ARMS)}")
+    if a.api == "offline" and a.max_tokens != 1:
+        ap.error("--api offline measures TTFT as one LLM.generate of one token: --max-tokens 1")
     used = (a.prefixes if {"grid", "control"} & set(a.phases) else []) + \
         (a.load_prefixes if "load" in a.phases else [])
     for p in used:
