@@ -12,6 +12,7 @@ import sys
 TIERS = ("T0", "T1", "T4")
 ARMS = ("same", "cross")
 ROW_FIELDS = {"tier", "arm", "prefix", "p50_ms", "p90_ms", "p99_ms", "hit_rate", "n"}
+DECISION_FIELDS = {"decided_load", "decided_recompute"}  # T4 cells: the manager's choices
 TOP_FIELDS = {"replicas", "gpus", "vllm_version", "h2d_ceiling_gbps", "kv_bytes_per_token"}
 
 
@@ -28,7 +29,8 @@ def main(out):
     prefixes = sorted({r["prefix"] for r in s["rows"]})
     check("summary.json top-level fields", TOP_FIELDS <= set(s), sorted(TOP_FIELDS - set(s)))
     check("every row has exactly the issue's fields",
-          all(ROW_FIELDS == set(r) for r in s["rows"]) and s["rows"], len(s["rows"]))
+          all(ROW_FIELDS <= set(r) <= ROW_FIELDS | DECISION_FIELDS for r in s["rows"])
+          and s["rows"], len(s["rows"]))
     check("no session's req2 raced an unfinished store", not s["store_incomplete"],
           s["store_incomplete"])
     want = {(t, a, p) for t in TIERS for a in ARMS for p in prefixes}
@@ -110,6 +112,20 @@ def main(out):
           {"T4_cross_vs_T1_same", "T4_cross_vs_T0"} <= set(o.get("identical", {})),
           (o.get("identical"), o.get("max_logprob_diff")))
     check("oracle: passes", bool(o.get("pass")))
+    # Issue 23's scenarios, run as a second variant of the same directory:
+    # the offline API, T4 with prefix caching on, B joining after the store.
+    v = (s.get("by_variant") or {}).get("small/offline")
+    check("scenarios: an offline-API variant beside the server's", v is not None,
+          s.get("variants"))
+    if v:
+        vr = {(r["tier"], r["arm"]): r for r in v["rows"]}
+        for arm in ("late", "restarted"):
+            r = vr.get(("T4pc", arm))
+            check(f"scenarios: T4pc {arm}: B hits what was stored before it started",
+                  r is not None and r["hit_rate"] > 0.8 and r["p50_ms"] > 0, r)
+        check("scenarios: T4pc same and cross rows", ("T4pc", "same") in vr, sorted(vr))
+        check("scenarios: join restarts logged", any(
+            x.get("ready_s") for x in v["replica_setup"]), len(v["replica_setup"]))
     with open(os.path.join(out, "tables.md")) as f:
         md = f.read()
     check("tables.md has the paper's Tables 3-7 and the flags",

@@ -410,7 +410,15 @@ class Harness:
     def start_estimate(self, tier):
         seen = [r["all_ready_s"] for r in self.log.records
                 if r.get("kind") == "replica" and r.get("tier") == tier]
-        return max(seen) if seen else (120.0 if self.platform == "gpu" else 90.0)
+        if seen:
+            return max(seen)
+        # Another tier's start, this call's (the first start of a call imports
+        # vLLM cold), plus the region's attach and registration.
+        other = [r["all_ready_s"] for r in self.log.records
+                 if r.get("kind") == "replica" and r.get("call") == self.call]
+        if other:
+            return min(other) + 20
+        return 60.0 if self.platform == "gpu" else 90.0
 
     # ---- one request ----
     def request(self, rep_obj, others, prompt, max_tokens, logprobs=False):
@@ -533,11 +541,18 @@ class Harness:
                     tasks.append(("grid", p, arm, i, f"{kv}grid/r{rep}/{tier}/{p}/{arm}/{i}"))
         joins = [x for x in JOIN_ARMS if x in a.arms]
         if tier in tiermod.CXLKV_TIERS and joins:
-            # One restart of B serves every late and restarted session of the
-            # tier run (join_phase): listed as one task.
-            sessions = [(p, i, arm, f"{kv}grid/r{rep}/{tier}/{p}/{arm}/{i}")
-                        for p in a.prefixes for i in range(a.sessions) for arm in joins]
-            tasks.append(("join", max(a.prefixes), "join", len(sessions), sessions))
+            # One restart of B serves a group of late and restarted sessions
+            # (join_phase), listed as one task: per prefix, as many sessions as
+            # half the region holds, so that no chunk of a group is evicted by
+            # the group's own stores before B reads it.
+            chunk = tiermod.GRANULARITY * models.kv_bytes_per_token(self.grid_cfg)
+            room = max(1, a.region_size // chunk // 2)
+            for p in a.prefixes:
+                per = max(1, room // (max(1, p // tiermod.GRANULARITY) * len(joins)))
+                for g in range(0, a.sessions, per):
+                    sessions = [(p, i, arm, f"{kv}grid/r{rep}/{tier}/{p}/{arm}/{i}")
+                                for i in range(g, min(a.sessions, g + per)) for arm in joins]
+                    tasks.append(("join", p, "join", len(sessions), sessions))
         if tier in tiermod.SHARED and "control" in a.phases:
             for p in a.prefixes:
                 for i in range(a.control_requests):
@@ -1055,6 +1070,9 @@ def main(argv=None):
                    help="T4 region (default: 32GiB on GPU, 256MiB on CPU)")
     r.add_argument("--t2-gib", type=float, default=16)
     r.add_argument("--gpu-util", type=float, default=None)
+    r.add_argument("--load-policy", choices=("measured", "always"), default=None,
+                   help="T4's load_policy (cxlkv's default: measured; always: load every hit, "
+                        "the paper's behaviour)")
     r.add_argument("--gpu-kv-size", type=parse_size, default=None,
                    help="KV cache per engine when replicas share one GPU (default: sized from "
                         "the card, gpu_kv_auto)")
@@ -1083,6 +1101,8 @@ def main(argv=None):
     bad = [x for x in a.arms if x not in ("same", "cross") + JOIN_ARMS]
     if bad:
         ap.error(f"--arms: unknown {bad}; from same, cross, {', '.join(JOIN_ARMS)}")
+    if a.load_policy:
+        a.t4_extra = dict(a.t4_extra, load_policy=a.load_policy)
     if a.api == "offline" and a.max_tokens != 1:
         ap.error("--api offline measures TTFT as one LLM.generate of one token: --max-tokens 1")
     used = (a.prefixes if {"grid", "control"} & set(a.phases) else []) + \

@@ -103,7 +103,12 @@ def test_manager_recomputes_when_measured_loads_cost_more(region_path):  # noqa:
     assert [r.success for r in w.get_finished()] == [True]
     m.complete_load(keys, c2)
     assert m.pinned() == 0
-    assert len(m.policy.loads) == 5  # the load just made was observed
+    assert len(m.policy.loads) == 4  # a process's first load is not a rate (one-time costs)
+    c3, _ = lookups("r3")
+    assert m.decide_load("r3", 128) is True
+    m.prepare_load(keys, c3)
+    m.complete_load(keys, c3)  # the manager times the promise, not the copy
+    assert len(m.policy.loads) == 5  # the next load is
     assert all(torch.equal(t[8:12], t[0:4]) for t in kv)
     m.shutdown()
     w.shutdown()

@@ -118,6 +118,7 @@ class CxlkvManager(OffloadingManager):
         self.policy = LoadPolicy(settings.load_policy, settings.load_min_gain)
         self._load_started = {}               # req_id -> (monotonic s, chunks) of a promised load
         self._steps = collections.deque()     # (monotonic s, scheduled tokens) not yet done
+        self._loads_timed = 0
 
     # ---- helpers ----
     def _ns(self, key):
@@ -221,7 +222,11 @@ class CxlkvManager(OffloadingManager):
         self._release(req_context.req_id, keys)
         started = self._load_started.pop(req_context.req_id, None)
         if started is not None and not fell_back:  # what a load costs, seen from here
-            self.policy.observe_load(len(keys), time.monotonic() - started[0])
+            # A process's first load also pays its one-time costs (the worker's
+            # first kernel launches): not what the next load will cost.
+            if self._loads_timed:
+                self.policy.observe_load(len(keys), time.monotonic() - started[0])
+            self._loads_timed += 1
 
     # ---- load or recompute (policy.py; called by CxlkvOffloadingConnector) ----
     def decide_load(self, req_id, hit_tokens):

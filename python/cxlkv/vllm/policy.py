@@ -7,6 +7,7 @@ Two costs, each a line fitted to this engine's own recent observations:
   connector's get_num_new_matched_tokens) to its complete_load, in seconds:
   the transfer, the worker's checks, the steps vLLM polls until it learns
   the job finished. What a load adds to the request's time to first token.
+  A process's first load is left out (it also pays one-time costs).
 - a step of t scheduled tokens: from the step's build_connector_meta to its
   update_connector_output (the model's forward pass and the bookkeeping
   around it). The slope is what one more prompt token costs to compute.
