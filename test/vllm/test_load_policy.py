@@ -42,6 +42,11 @@ def test_decisions_follow_the_measured_costs():
     _measured(slow, 0.040, 0.0005, 0.010, 20e-6)
     assert slow.decide(2048, 8)[:2] == (False, "dearer")  # 44 ms load vs 0.9 x 41 ms
     assert slow.decide(32768, 128)[:2] == (True, "cheaper")
+    # After explore_every recomputes in a row one hit loads, to measure again.
+    again = LoadPolicy(explore_every=4)
+    _measured(again, 0.040, 0.0005, 0.010, 20e-6)
+    assert [again.decide(2048, 8)[1] for _ in range(10)] == ["dearer"] * 4 + ["explore"] + \
+        ["dearer"] * 4 + ["explore"]
     # Nothing measured yet: load (the only way to learn what a load costs).
     assert LoadPolicy().decide(2048, 8)[:2] == (True, "unmeasured")
     assert LoadPolicy(mode="always").decide(256, 1)[0] is True

@@ -17,7 +17,11 @@ and recomputed otherwise: the request is then scheduled as if the region
 held nothing, and its lookups' pins are let go. Until both lines have an
 observation it loads (nothing else can teach it the load's cost). Old
 observations age out (the last `keep` of each), so a cost that changes is
-followed. With mode "always" every hit is loaded (the paper's behaviour).
+followed; and since a hit that is recomputed teaches nothing about loads,
+after `explore_every` recomputes in a row the next hit is loaded anyway
+("explore"), so one slow early load cannot keep short hits recomputed for
+good (at most one request in explore_every pays the difference). With mode
+"always" every hit is loaded (the paper's behaviour).
 
 Nothing here touches the region or vLLM: the manager feeds it and asks it.
 """
@@ -79,7 +83,7 @@ class LinearCost:
 
 
 class LoadPolicy:
-    def __init__(self, mode="measured", min_gain=0.9, keep=32):
+    def __init__(self, mode="measured", min_gain=0.9, keep=32, explore_every=16):
         if mode not in MODES:
             raise ValueError(f"cxlkv: load_policy={mode!r}: one of {', '.join(MODES)}")
         if not 0 < min_gain <= 1:
@@ -88,6 +92,8 @@ class LoadPolicy:
         self.min_gain = float(min_gain)
         self.loads = LinearCost(keep)   # chunks -> seconds
         self.steps = LinearCost(2 * keep)  # scheduled tokens -> seconds (decodes come often)
+        self.explore_every = explore_every
+        self._recomputed_in_a_row = 0
 
     def observe_load(self, chunks, seconds):
         self.loads.add(chunks, seconds)
@@ -105,5 +111,10 @@ class LoadPolicy:
             return True, "unmeasured", load_s, None
         recompute_s = per_token * hit_tokens
         if load_s <= self.min_gain * recompute_s:
+            self._recomputed_in_a_row = 0
             return True, "cheaper", load_s, recompute_s
+        self._recomputed_in_a_row += 1
+        if self.explore_every and self._recomputed_in_a_row > self.explore_every:
+            self._recomputed_in_a_row = 0
+            return True, "explore", load_s, recompute_s
         return False, "dearer", load_s, recompute_s
