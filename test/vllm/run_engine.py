@@ -99,7 +99,10 @@ def main():
              "spec_module_path": "probe" if spec.get("spec", "ProbeSpec") == "ProbeSpec"
              else "cxlkv.vllm",
              "region_path": spec["region"], "region_size": spec.get("region_size", 256 << 20),
-             "prefault": "none"}
+             # The tests check what moves: every hit loads (a tiny model on
+             # these cores recomputes faster, and load_policy=measured would
+             # say so; test_load_policy.py tests that choice).
+             "prefault": "none", "load_policy": "always"}
     extra.update(spec.get("extra", {}))
     if spec.get("events_format", "legacy") == "self_describing":
         extra["self_describing_kv_events"] = True

@@ -305,7 +305,8 @@ def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(worl
            "kv_connector_extra_config": {"spec_name": "CxlkvOffloadingSpec",
                                          "spec_module_path": "cxlkv.vllm",
                                          "region_path": world["region"],
-                                         "region_size": 256 << 20, "prefault": "none"}}
+                                         "region_size": 256 << 20, "prefault": "none",
+                                         "load_policy": "always"}}
     log = open(os.path.join(world["tmp"], "server.log"), "w")
     p = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", world["model"],
