@@ -11,8 +11,10 @@
 # runs on this CPU class: scripts/lmcache-site.sh) with its own never-stored
 # control; the integrity step on T4 and T5 (stored KV damaged from outside
 # between store and load, byte flips and zeroes); then a second call of the
-# same run, which must find nothing left (resume), and the report command on
-# the log, whose output is checked;
+# same run, which must find nothing left (resume); issue 23's scenarios as a
+# second variant of the run (the offline API, T4pc, B started after the
+# store: late and restarted; one more pair of engine starts and a restart);
+# and the report command on the log, whose output is checked;
 # before that, the report's arithmetic on synthetic logs (test_report.py) and the
 # prompt shapes (test_prompts.py: every request fits the model's positions) and
 # the LMCache tiers' command lines, parsed by LMCache's own parser, a real
