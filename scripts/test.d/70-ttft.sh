@@ -20,9 +20,10 @@
 # the LMCache tiers' command lines, parsed by LMCache's own parser, a real
 # lmcache server's start and stop for T5 and T6, and the damage step's page
 # digests (test_lmcache.py).
-# Warm: 441 s on 2 busy cores with T5 (four pairs of engine starts and the
-# lmcache server's, which takes about 13 s); about 150 s on quiet cores
-# before T5 was added. Engine starts dominate (each 25-35 s when the machine
+# Warm: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
+# of engine starts, a restart and the lmcache server's, which takes about
+# 13 s); 441 s before the scenarios, about 150 s on quiet cores before T5.
+# Engine starts dominate (each 25-35 s when the machine
 # is quiet, 60-100 s when busy). The report and the checks take about 2 s.
 # The report runs under /usr/bin/python3: Debian's python3-matplotlib
 # (scripts/setup.sh) draws the plots.
