@@ -116,8 +116,9 @@ class CxlkvManager(OffloadingManager):
         # Load or recompute (policy.py): fed by the connector's step hooks and
         # by the loads themselves.
         self.policy = LoadPolicy(settings.load_policy, settings.load_min_gain)
-        self._load_started = {}               # req_id -> (monotonic s, chunks) of a promised load
-        self._steps = collections.deque()     # (monotonic s, scheduled tokens) not yet done
+        # req_id -> (monotonic s, chunks) of a promised load; None: recomputed
+        self._load_started: dict[str, tuple[float, int] | None] = {}
+        self._steps: collections.deque[tuple[float, int]] = collections.deque()  # not yet done
         self._loads_timed = 0
 
     # ---- helpers ----
@@ -229,7 +230,7 @@ class CxlkvManager(OffloadingManager):
             self._loads_timed += 1
 
     # ---- load or recompute (policy.py; called by CxlkvOffloadingConnector) ----
-    def decide_load(self, req_id, hit_tokens):
+    def decide_load(self, req_id: str, hit_tokens: int) -> bool:
         """After the lookups of a request found `hit_tokens` in the region:
         True to load them, False to recompute them (its pins are let go)."""
         held = self._pins.get(req_id, {})
@@ -244,14 +245,14 @@ class CxlkvManager(OffloadingManager):
             self._load_started[req_id] = None  # decided; nothing to time
             self._release(req_id)
             logger.debug("cxlkv: request %s: recomputing %d hit tokens (load %.1f ms, recompute "
-                         "%.1f ms predicted)", req_id, hit_tokens, load_s * 1e3,
-                         recompute_s * 1e3)
+                         "%.1f ms predicted)", req_id, hit_tokens, (load_s or 0) * 1e3,
+                         (recompute_s or 0) * 1e3)
         return load
 
-    def step_scheduled(self, tokens):
+    def step_scheduled(self, tokens: int) -> None:
         self._steps.append((time.monotonic(), int(tokens)))
 
-    def step_done(self):
+    def step_done(self) -> None:
         while len(self._steps) > 2:  # an output that never came: pair with the newest again
             self._steps.popleft()
         if self._steps:

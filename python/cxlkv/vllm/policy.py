@@ -27,6 +27,7 @@ Nothing here touches the region or vLLM: the manager feeds it and asks it.
 """
 
 import collections
+from typing import Deque, Optional, Tuple
 
 MODES = ("measured", "always")
 
@@ -38,17 +39,17 @@ class LinearCost:
     bounds: t(x0) for x <= x0 (as if it were all fixed cost), t(x0) x / x0
     above (as if all of it grew with x)."""
 
-    def __init__(self, keep=32):
-        self.obs = collections.deque(maxlen=keep)
+    def __init__(self, keep: int = 32) -> None:
+        self.obs: Deque[Tuple[float, float]] = collections.deque(maxlen=keep)
 
-    def add(self, x, t):
+    def add(self, x: float, t: float) -> None:
         if x > 0 and t >= 0:
             self.obs.append((float(x), float(t)))
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.obs)
 
-    def fit(self):
+    def fit(self) -> Optional[Tuple[float, Optional[float]]]:
         """(a, b), or None without observations."""
         if not self.obs:
             return None
@@ -66,7 +67,7 @@ class LinearCost:
             return 0.0, sum(x * t for x, t in self.obs) / sum(x * x for x, _ in self.obs)
         return a, b
 
-    def predict(self, x):
+    def predict(self, x: float) -> Optional[float]:
         f = self.fit()
         if f is None:
             return None
@@ -76,14 +77,15 @@ class LinearCost:
             return a if x <= x0 else a * x / x0
         return a + b * x
 
-    def slope(self):
+    def slope(self) -> Optional[float]:
         """b, or None while it is unknown (fewer than two distinct x)."""
         f = self.fit()
         return None if f is None or f[1] is None else f[1]
 
 
 class LoadPolicy:
-    def __init__(self, mode="measured", min_gain=0.9, keep=32, explore_every=16):
+    def __init__(self, mode: str = "measured", min_gain: float = 0.9, keep: int = 32,
+                 explore_every: int = 16) -> None:
         if mode not in MODES:
             raise ValueError(f"cxlkv: load_policy={mode!r}: one of {', '.join(MODES)}")
         if not 0 < min_gain <= 1:
@@ -95,13 +97,14 @@ class LoadPolicy:
         self.explore_every = explore_every
         self._recomputed_in_a_row = 0
 
-    def observe_load(self, chunks, seconds):
+    def observe_load(self, chunks: int, seconds: float) -> None:
         self.loads.add(chunks, seconds)
 
-    def observe_step(self, tokens, seconds):
+    def observe_step(self, tokens: int, seconds: float) -> None:
         self.steps.add(tokens, seconds)
 
-    def decide(self, hit_tokens, chunks):
+    def decide(self, hit_tokens: int,
+               chunks: int) -> Tuple[bool, str, Optional[float], Optional[float]]:
         """(load?, why, predicted load s, predicted recompute s)."""
         if self.mode == "always":
             return True, "always", None, None
