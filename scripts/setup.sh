@@ -6,6 +6,7 @@ set -euo pipefail
 # One list per room, so each room's dependencies are visible at a glance.
 ENGINE_PKGS=(
   build-essential cmake ninja-build pkg-config git
+  ccache                 # the stages' compiler launcher (scripts/lib/stage.sh): a new clone reuses objects
   libisal-dev            # CRC32C per slot (crc32_iscsi)
   libgtest-dev libgmock-dev
   libbenchmark-dev       # cxlkv bench micro-benchmarks
