@@ -1,5 +1,5 @@
 # Helpers shared by the DRA e2e scripts (scripts/test.d/55-dra.sh, test/e2e/dra-demo.sh,
-# dra-bench.sh, dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
+# bench/dra/dra-bench.sh, bench/dra/dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
 # dra-noncoherent.sh, dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
 # dir, with E/logs) and the array PIDS (what the caller's trap stops), or to call
 # dra_standalone, which sets both. Uses ROOT (the checkout); BIN and CLUSTER default from it.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Plots what test/e2e/dra-tenants-bench.sh --json wrote.
+"""Plots what bench/dra/dra-tenants-bench.sh --json wrote.
 
-    test/e2e/dra-tenants-plot.py RESULT.json OUT.png
+    bench/dra/dra-tenants-plot.py RESULT.json OUT.png
 
 Three panels, one group per mode: time to ready p50 and p99 (s), capacity
 utilisation (mean composed bytes / blade bytes) and failed composes per

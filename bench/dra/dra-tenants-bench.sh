@@ -3,7 +3,7 @@
 # §6, "no multi-tenant scheduling experiment"): three namespaces' claims
 # competing for one appliance, per mode, all modes in one run.
 #
-#   test/e2e/dra-tenants-bench.sh [--claims N] [--hold S] [--modes LIST] [--json FILE]
+#   bench/dra/dra-tenants-bench.sh [--claims N] [--hold S] [--modes LIST] [--json FILE]
 #
 # Real kube-apiserver + scheduler + controller-manager (test/e2e/cluster.sh,
 # 3 fake nodes), the kubelet's own plugin and DRA managers per node

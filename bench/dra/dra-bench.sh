@@ -2,7 +2,7 @@
 # dra-bench: how long a claim takes from allocated to usable, per flow, with
 # the paper's flow run as the baseline in the same run.
 #
-#   test/e2e/dra-bench.sh [--claims N] [--json FILE]
+#   bench/dra/dra-bench.sh [--claims N] [--json FILE]
 #
 # Real kube-apiserver + scheduler (test/e2e/cluster.sh, 2 fake nodes), the
 # kubelet's own plugin and DRA managers per node (cxlkv-fakekubelet, prepare
