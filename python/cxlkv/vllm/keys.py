@@ -20,23 +20,29 @@ NONE_HASH seed: replicas whose block hashes can never agree are refused when
 they attach (the paper's and LMCache's silent zero-hit bug).
 """
 
+from __future__ import annotations
+
 import glob
 import hashlib
 import json
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .. import BlockKey, PinSet, Region
 
 _SAMPLES = 16
 _SAMPLE_BYTES = 64 << 10
 
 
-def _weight_files(model_dir):
+def _weight_files(model_dir: str) -> list[str]:
     files = []
     for pattern in ("*.safetensors", "*.bin", "*.pt", "*.gguf"):
         files += glob.glob(os.path.join(model_dir, pattern))
     return sorted(files)
 
 
-def _digest_file(h, path):
+def _digest_file(h: Any, path: str) -> None:  # h: a hashlib hash
     size = os.path.getsize(path)
     h.update(f"{os.path.basename(path)}:{size}\n".encode())
     with open(path, "rb") as f:
@@ -49,7 +55,7 @@ def _digest_file(h, path):
             h.update(f.read(_SAMPLE_BYTES))
 
 
-def resolve_model_dir(name):
+def resolve_model_dir(name: str) -> str | None:
     """The local directory of a model given by path or by hub id (if cached), or None."""
     if os.path.isdir(name):
         return name
@@ -64,7 +70,7 @@ def resolve_model_dir(name):
     return None
 
 
-def model_fingerprint(name, override=None):
+def model_fingerprint(name: str, override: str | None = None) -> str:
     """A 128-bit hex digest identifying the model's weights and config.
 
     ``override`` (extra-config ``model_fingerprint``) is used as given, for
@@ -103,7 +109,7 @@ def model_fingerprint(name, override=None):
     return h.hexdigest()[:32]
 
 
-def hash_identity(algorithm):
+def hash_identity(algorithm: str) -> tuple[str, int]:
     """(algorithm, 64-bit fingerprint of NONE_HASH) of this process's block hashing.
 
     Computed the way vLLM's init_none_hash will (that runs after the connector
@@ -133,7 +139,7 @@ def hash_identity(algorithm):
     return algorithm, fp
 
 
-def page_format():
+def page_format() -> str:
     """The attention backend's page byte order on this platform (see module doc)."""
     try:
         from vllm.platforms import current_platform
@@ -155,7 +161,7 @@ def page_format():
         return "unknown"
 
 
-def namespace_fields(config, fingerprint, fmt):
+def namespace_fields(config: Any, fingerprint: str, fmt: str) -> tuple[str, str, str]:
     """(model, dtype, kv_layout) of the namespace for this engine (limits of key.h)."""
     from .compat import kv_cache_layout_name
 
@@ -168,14 +174,15 @@ def namespace_fields(config, fingerprint, fmt):
     return f"{fingerprint} {name}"[:127], str(config.model.dtype)[:23], layout[:63]
 
 
-def block_key(offload_key):
+def block_key(offload_key: bytes) -> BlockKey:
     """cxlkv.BlockKey of vLLM's OffloadKey: the block hash's first 128 bits."""
     from .. import BlockKey
 
     return BlockKey.from_bytes(bytes(offload_key[:-4]))
 
 
-def group_of(offload_key):
+def group_of(offload_key: bytes) -> int:
+    """The KV group of vLLM's OffloadKey (its last 4 bytes, big-endian)."""
     return int.from_bytes(offload_key[-4:], "big")
 
 
@@ -189,7 +196,7 @@ CLAIM_NAMESPACE = ("cxlkv:served-model-names", "", "claim/v1")
 _CLAIM_CAP = 256
 
 
-def claim_model_name(region, name, fingerprint):
+def claim_model_name(region: Region, name: str, fingerprint: str) -> PinSet:
     """Pins this engine's claim on model name `name` in the region; returns the PinSet.
 
     Replicas behind one model name are interchangeable to a router: it sends a
@@ -212,7 +219,7 @@ def claim_model_name(region, name, fingerprint):
         if len(pins):
             buf = bytearray(_CLAIM_CAP)
             try:
-                theirs = bytes(buf[:region.load(ns, key, buf)])
+                theirs: bytes | None = bytes(buf[:region.load(ns, key, buf)])
             except (CorruptionError, NotFoundError, InvalidArgumentError):
                 theirs = None  # damaged (dropped by load) or not a claim: replace it
             if theirs == mine:

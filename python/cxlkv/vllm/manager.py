@@ -13,10 +13,14 @@ announces the chunks it committed and withdraws them when they leave the
 region, whoever evicted them (events.py, SharedTierEvents).
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import functools
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from vllm.v1.kv_offload.base import (
     LoadStoreSpec,
@@ -26,33 +30,37 @@ from vllm.v1.kv_offload.base import (
     RequestOffloadingContext,
 )
 
-from .. import _cxlkv
+from .. import PinSet, Region, _cxlkv
 from ..errors import BusyError, CorruptionError, NotFoundError
 from . import _log, compat, metrics
 from .events import SharedTierEvents
 from .keys import block_key, group_of
 from .policy import LoadPolicy
+from .settings import Settings
 
 logger = _log.get(__name__)
 
 _OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
 
 
-def _timed(op):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _timed(op: str) -> Callable[[_F], _F]:
     """Adds the wall seconds of each call to cxlkv:manager_seconds{op}: the
     scheduler-side share of a request's TTFT (lookup and pin, load and store
     bookkeeping), which the TTFT report sets beside the worker's copy time."""
 
-    def wrap(fn):
+    def wrap(fn: _F) -> _F:
         @functools.wraps(fn)
-        def timed(self, *args, **kwargs):
+        def timed(self: CxlkvManager, *args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return fn(self, *args, **kwargs)
             finally:
                 self._count(metrics.MANAGER_SECONDS, time.perf_counter() - t0, op)
 
-        return timed
+        return timed  # type: ignore[return-value]  # wraps keeps fn's signature
 
     return wrap
 
@@ -60,7 +68,7 @@ def _timed(op):
 class _Pin:
     __slots__ = ("pins", "deadline", "loading")
 
-    def __init__(self, pins, deadline):
+    def __init__(self, pins: PinSet | _Unpinned, deadline: float | None) -> None:
         self.pins = pins          # cxlkv.PinSet holding one slot
         self.deadline = deadline  # monotonic seconds; None while a load holds it
         self.loading = False
@@ -74,21 +82,22 @@ class _Unpinned:
 
     __slots__ = ("_n",)
 
-    def __init__(self, hit):
+    def __init__(self, hit: bool) -> None:
         self._n = 1 if hit else 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._n
 
-    def release(self):
+    def release(self) -> None:
         self._n = 0
 
 
 class CxlkvManager(OffloadingManager):
     """Built by CxlkvOffloadingSpec.get_manager."""
 
-    def __init__(self, region, namespaces, layout, settings, region_label, kv_events=False,
-                 claim=None):
+    def __init__(self, region: Region, namespaces: dict[int, int],
+                 layout: tuple[int, int], settings: Settings, region_label: str,
+                 kv_events: bool = False, claim: PinSet | None = None) -> None:
         self.region = region
         self._claim = claim                   # PinSet on the model-name claim (keys.py)
         self.namespaces = namespaces          # KV group index -> NamespaceId
@@ -96,22 +105,26 @@ class CxlkvManager(OffloadingManager):
         self.payload_len = _cxlkv.parted_payload_len(self.parts, self.part_len)
         self.ttl = settings.pin_ttl_s
         self.region_label = region_label
-        self._pins = {}                       # req_id -> {OffloadKey: _Pin}
-        self._leases = {}                     # OffloadKey -> cxlkv WriteLease
-        self._own = collections.OrderedDict()  # OffloadKey -> None, keys we committed
-        # (metric, label) -> increment since get_stats; totals: since start (tests, tools)
-        self._counts: collections.Counter = collections.Counter()
-        self.totals: collections.Counter = collections.Counter()
+        self._pins: dict[str, dict[bytes, _Pin]] = {}  # req_id -> {OffloadKey: _Pin}
+        self._leases: dict[bytes, _cxlkv.WriteLease] = {}  # OffloadKey -> its reservation
+        # OffloadKey -> None, keys we committed
+        self._own: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        # (metric, label) -> increment since get_stats; totals: since start (tests,
+        # tools). Counts stay ints, manager_seconds is a float.
+        self._counts: collections.defaultdict[tuple[str, str | None], float] = \
+            collections.defaultdict(int)
+        self.totals: collections.defaultdict[tuple[str, str | None], float] = \
+            collections.defaultdict(int)
         self._region_base = self._region_counters()
         self._num_slots = region.info().num_slots
         # KV events (module doc). Only when vLLM drains them (take_events is
         # called only with KV events on), else they would pile up.
         self._kv_events = bool(kv_events)
-        self._lease_slot = {}                 # OffloadKey -> slot of its open reservation
+        self._lease_slot: dict[bytes, int] = {}  # OffloadKey -> slot of its open reservation
         self._shared_events = SharedTierEvents(region, self._ns)
         # What the last reset_cache left to on_reset_flushed (0.33, reset_cache).
-        self._flushing_leases = []            # cxlkv WriteLease of discarded store jobs
-        self._flushing_pins = []              # PinSet of discarded load jobs
+        self._flushing_leases: list[_cxlkv.WriteLease] = []  # of discarded store jobs
+        self._flushing_pins: list[PinSet | _Unpinned] = []   # of discarded load jobs
         self._software = region.info().config.coherence == _cxlkv.CoherenceMode.SOFTWARE
         # Load or recompute (policy.py): fed by the connector's step hooks and
         # by the loads themselves.
@@ -122,23 +135,23 @@ class CxlkvManager(OffloadingManager):
         self._loads_timed = 0
 
     # ---- helpers ----
-    def _ns(self, key):
+    def _ns(self, key: bytes) -> int:
         return self.namespaces[group_of(key)]
 
-    def _pin(self, key):
+    def _pin(self, key: bytes) -> PinSet | _Unpinned:
         if self._software:
             return _Unpinned(self.region.lookup(self._ns(key), block_key(key)))
         return self.region.pin_prefix(self._ns(key), [block_key(key)])
 
-    def _count(self, name, n=1, label=None):
+    def _count(self, name: str, n: float = 1, label: str | None = None) -> None:
         self._counts[(name, label)] += n
         self.totals[(name, label)] += n
 
-    def _region_counters(self):
+    def _region_counters(self) -> dict[str, int]:
         c = self.region.region_counters()
         return {k: c.get(k, 0) for k in ("stores", "evictions", "crc_failures")}
 
-    def _release(self, req_id, keys=None):
+    def _release(self, req_id: str, keys: Iterable[bytes] | None = None) -> None:
         held = self._pins.get(req_id)
         if not held:
             return
@@ -151,14 +164,15 @@ class CxlkvManager(OffloadingManager):
 
     # ---- OffloadingManager ----
     @property
-    def lock(self):  # 0.33: every call already runs on the scheduler thread
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """0.33+: none needed, every call already runs on the scheduler thread."""
         return contextlib.nullcontext()
 
-    def on_new_request(self, req_context):
+    def on_new_request(self, req_context: Any) -> Any:
         return RequestOffloadingContext()
 
     @_timed("lookup")
-    def lookup(self, key, req_context):
+    def lookup(self, key: bytes, req_context: Any) -> Any:  # a LookupResult
         held = self._pins.setdefault(req_context.req_id, {})
         p = held.get(key)
         if p is not None:
@@ -177,7 +191,7 @@ class CxlkvManager(OffloadingManager):
         return LookupResult.HIT
 
     @_timed("prepare_load")
-    def prepare_load(self, keys, req_context):
+    def prepare_load(self, keys: Iterable[bytes], req_context: Any) -> CxlkvLoadSpec:
         held = self._pins.setdefault(req_context.req_id, {})
         keys = list(keys)
         wanted = set(keys)
@@ -202,7 +216,7 @@ class CxlkvManager(OffloadingManager):
         return CxlkvLoadSpec(entries)
 
     @_timed("complete_load")
-    def complete_load(self, keys, req_context):
+    def complete_load(self, keys: Iterable[bytes], req_context: Any) -> None:
         # Still pinned here, so a chunk that left the region since
         # prepare_load was dropped by a reader's failed check (LoadPart drops
         # a slot whose CRC fails), or was gone already: the worker reported
@@ -261,12 +275,15 @@ class CxlkvManager(OffloadingManager):
                 self.policy.observe_step(tokens, time.monotonic() - t0)
 
     if compat.manager_touch():  # 0.26-0.33 (0.34 dropped it)
-        def touch(self, keys, req_context):
+        def touch(self, keys: Iterable[bytes], req_context: Any) -> None:
             return  # recency comes from lookups (the region's CLOCK bit)
 
     @_timed("prepare_store")
-    def prepare_store(self, keys, req_context):
-        to_store, tokens, ids, full = [], [], [], False
+    def prepare_store(self, keys: Iterable[bytes], req_context: Any) -> Any:
+        to_store: list[bytes] = []
+        tokens: list[_cxlkv.WriteToken] = []
+        ids: list[tuple[int, int, int]] = []
+        full = False
         for key in keys:
             if key in self._leases:
                 continue  # this replica is already storing it
@@ -307,7 +324,8 @@ class CxlkvManager(OffloadingManager):
                                   evicted_keys=[])
 
     @_timed("complete_store")
-    def complete_store(self, keys, req_context, success=True):
+    def complete_store(self, keys: Iterable[bytes], req_context: Any,
+                       success: bool = True) -> None:
         for key in keys:
             w = self._leases.pop(key, None)
             slot = self._lease_slot.pop(key, None)
@@ -337,14 +355,14 @@ class CxlkvManager(OffloadingManager):
             if len(self._own) > _OWN_KEYS_CAP:
                 self._own.popitem(last=False)
 
-    def on_request_finished(self, req_context):
+    def on_request_finished(self, req_context: Any) -> None:
         self._load_started.pop(req_context.req_id, None)
         held = self._pins.get(req_context.req_id)
         if held:
             # Loading pins stay until complete_load (the job may still run).
             self._release(req_context.req_id, [k for k, p in held.items() if not p.loading])
 
-    def on_schedule_end(self, context):
+    def on_schedule_end(self, context: Any) -> None:
         now = time.monotonic()
         for req_id, held in list(self._pins.items()):
             stale = [k for k, p in held.items() if p.deadline is not None and p.deadline < now]
@@ -352,15 +370,15 @@ class CxlkvManager(OffloadingManager):
                 self._count(metrics.PIN_EXPIRIES, len(stale))
                 self._release(req_id, stale)
 
-    def has_pending_work(self):
+    def has_pending_work(self) -> bool:
         return False
 
-    def take_events(self):
+    def take_events(self) -> Iterable[Any]:
         if not self._kv_events:
             return ()
         return self._shared_events.take()
 
-    def reset_cache(self):
+    def reset_cache(self) -> None:
         """The region is shared with other replicas: a local reset drops only
         what this replica holds (pins, reservations), never others' blocks.
 
@@ -395,7 +413,7 @@ class CxlkvManager(OffloadingManager):
                     p.pins.release()
         self._pins.clear()
 
-    def on_reset_flushed(self):  # 0.33
+    def on_reset_flushed(self) -> None:  # 0.33
         """The workers reported every job of the last reset: nothing copies
         into or out of those slots any more."""
         for w in self._flushing_leases:
@@ -406,7 +424,7 @@ class CxlkvManager(OffloadingManager):
         self._flushing_pins = []
 
     @_timed("get_stats")
-    def get_stats(self):
+    def get_stats(self) -> Any:  # OffloadingConnectorStats
         st = compat.stats()
         for (name, label), n in self._counts.items():
             st.increase_counter(name, n, () if label is None else (label,))
@@ -421,12 +439,12 @@ class CxlkvManager(OffloadingManager):
         st.set_gauge(metrics.REGION_SLOTS, self._num_slots)
         return st
 
-    def config_info(self):  # 0.33
+    def config_info(self) -> list[dict[str, Any]]:  # 0.33
         i = self.region.info()
         return [{"region": self.region_label, "slot_size": int(i.slot_size),
                  "num_slots": int(i.num_slots), "parts": int(self.parts)}]
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self.on_reset_flushed()  # vLLM is stopping: its workers with it
         for w in self._leases.values():
             _cxlkv.abort_write(self.region, w)
@@ -438,7 +456,7 @@ class CxlkvManager(OffloadingManager):
             self._claim.release()
 
     # For tests and tools.
-    def pinned(self):
+    def pinned(self) -> int:
         return sum(len(h) for h in self._pins.values()) + len(self._flushing_pins)
 
 
@@ -446,10 +464,10 @@ class CxlkvLoadSpec(LoadStoreSpec):
     """Where a load job's chunks are: (namespace id, key hi, key lo) each, in
     the order of the GPU blocks (by group, then chunk). Picklable."""
 
-    def __init__(self, entries):
+    def __init__(self, entries: list[tuple[int, int, int]]) -> None:
         self.entries = entries
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CxlkvLoadSpec({len(self.entries)} chunks)"
 
 
@@ -458,12 +476,13 @@ class CxlkvStoreSpec(LoadStoreSpec):
     the GPU blocks, the parted layout the workers fill, and (for logs and
     tests) each chunk's (namespace id, key hi, key lo). Picklable."""
 
-    def __init__(self, tokens, parts, part_len, keys=()):
+    def __init__(self, tokens: list[_cxlkv.WriteToken], parts: int, part_len: int,
+                 keys: Iterable[tuple[int, int, int]] = ()) -> None:
         self.tokens = tokens
         self.parts = parts
         self.part_len = part_len
         self.keys = list(keys)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CxlkvStoreSpec({len(self.tokens)} chunks)"
 

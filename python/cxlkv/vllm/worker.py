@@ -17,17 +17,23 @@ the job fails, which vLLM treats as fatal (it asserts), rather than letting
 the model read unverified KV.
 """
 
+from __future__ import annotations
+
 import concurrent.futures
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult
 
-from .. import BlockKey, _cxlkv
+from .. import BlockKey, Region, _cxlkv
 from ..errors import CorruptionError, Error, NotFoundError
 from . import _log, compat
+
+if TYPE_CHECKING:
+    from .manager import CxlkvLoadSpec, CxlkvStoreSpec
 
 logger = _log.get(__name__)
 
@@ -40,18 +46,20 @@ class _Blocks:
 
     __slots__ = ("block_ids", "group_sizes", "block_indices")
 
-    def __init__(self, block_ids, group_sizes, block_indices):
+    def __init__(self, block_ids: Any, group_sizes: Sequence[int] | None,
+                 block_indices: Sequence[int] | None) -> None:
         self.block_ids = block_ids
         self.group_sizes = group_sizes
         self.block_indices = block_indices
 
     @classmethod
-    def of_spec(cls, spec):
+    def of_spec(cls, spec: Any) -> _Blocks:
         return cls(spec.block_ids, spec.group_sizes, spec.block_indices)
 
 
 class CxlkvWorker(OffloadingWorker):
-    def __init__(self, region, kv_caches, rank, layout, blocks_per_chunk):
+    def __init__(self, region: Region, kv_caches: Any, rank: int, layout: tuple[int, int],
+                 blocks_per_chunk: int) -> None:
         self.region = region
         self.rank = int(rank)
         self.parts, self.part_len = layout
@@ -60,18 +68,18 @@ class CxlkvWorker(OffloadingWorker):
         self._kv_caches = kv_caches  # keeps the tensors (and so the pointers) alive
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                            thread_name_prefix="cxlkv-xfer")
-        self._jobs = {}  # job_id -> Future of TransferResult
+        self._jobs: dict[int, concurrent.futures.Future[Any]] = {}  # job_id -> TransferResult
         self._mu = threading.Lock()
-        self._failed_blocks = set()
+        self._failed_blocks: set[int] = set()
         # Blocks of load jobs not yet reported finished: they reach vLLM
         # (get_block_ids_with_load_errors) only with their job's result, so
         # the scheduler never sees a failure before the load it belongs to.
-        self._job_failed = {}  # job_id -> set of GPU block ids
+        self._job_failed: dict[int, set[int]] = {}  # job_id -> GPU block ids
         # Set by CxlkvOffloadingConnector: failed loads become recomputes.
         self.report_load_errors = False
         self.counts = {"stored": 0, "store_lost": 0, "loaded": 0, "load_failed": 0}
 
-    def _build_groups(self, kv_caches):
+    def _build_groups(self, kv_caches: Any) -> list[Any]:
         """Per KV group: (base, block stride, page bytes, num blocks) per layer ref."""
         groups = []
         for refs in kv_caches.group_data_refs:
@@ -87,7 +95,7 @@ class CxlkvWorker(OffloadingWorker):
             groups.append(group)
         return groups
 
-    def _check_part(self, row_bytes):
+    def _check_part(self, row_bytes: int) -> None:
         need = row_bytes * self.bpc
         if need > self.part_len:
             raise ValueError(f"cxlkv: a chunk of this rank's KV is {need} bytes, more than the "
@@ -100,34 +108,39 @@ class CxlkvWorker(OffloadingWorker):
     # order and wait() covers it). Both forms become (block ids per group)
     # before the transfer thread sees them.
     if compat.worker_takes_device_pointers():
-        def submit_store(self, job_id, device_ptrs, dst_spec):
+        def submit_store(self, job_id: int, device_ptrs: Any, dst_spec: CxlkvStoreSpec) -> bool:
             return self._submit_store(job_id, self._blocks_of(device_ptrs), dst_spec)
 
-        def submit_load(self, job_id, src_spec, device_ptrs, expedited=False):
+        def submit_load(self, job_id: int, src_spec: CxlkvLoadSpec, device_ptrs: Any,
+                        expedited: bool = False) -> bool:
             return self._submit_load(job_id, src_spec, self._blocks_of(device_ptrs))
     elif compat.load_is_expedited():
-        def submit_store(self, job_id, src_spec, dst_spec):
+        def submit_store(  # type: ignore[misc]  # 0.26-0.33 name it src_spec
+                self, job_id: int, src_spec: Any, dst_spec: CxlkvStoreSpec) -> bool:
             return self._submit_store(job_id, _Blocks.of_spec(src_spec), dst_spec)
 
-        def submit_load(self, job_id, src_spec, dst_spec, expedited=False):
+        def submit_load(  # type: ignore[misc]  # 0.33 names it dst_spec
+                self, job_id: int, src_spec: CxlkvLoadSpec, dst_spec: Any,
+                expedited: bool = False) -> bool:
             return self._submit_load(job_id, src_spec, _Blocks.of_spec(dst_spec))
     else:
-        def submit_store(self, job_id, src_spec, dst_spec):
+        def submit_store(  # type: ignore[misc]  # 0.26-0.33 name it src_spec
+                self, job_id: int, src_spec: Any, dst_spec: CxlkvStoreSpec) -> bool:
             return self._submit_store(job_id, _Blocks.of_spec(src_spec), dst_spec)
 
-        def submit_load(  # type: ignore[misc]  # each vLLM's own signature
-                self, job_id, src_spec, dst_spec):
+        def submit_load(  # type: ignore[misc]  # 0.26-0.32: no expedited
+                self, job_id: int, src_spec: CxlkvLoadSpec, dst_spec: Any) -> bool:
             return self._submit_load(job_id, src_spec, _Blocks.of_spec(dst_spec))
 
-    def _submit_store(self, job_id, blocks, dst_spec):
+    def _submit_store(self, job_id: int, blocks: _Blocks, dst_spec: CxlkvStoreSpec) -> bool:
         self._jobs[job_id] = self._pool.submit(self._store, job_id, blocks, dst_spec)
         return True
 
-    def _submit_load(self, job_id, src_spec, blocks):
+    def _submit_load(self, job_id: int, src_spec: CxlkvLoadSpec, blocks: _Blocks) -> bool:
         self._jobs[job_id] = self._pool.submit(self._load, job_id, src_spec, blocks)
         return True
 
-    def _blocks_of(self, device_ptrs):
+    def _blocks_of(self, device_ptrs: Any) -> _Blocks:
         """The block ids a DevicePointers (0.34+) addresses, checked against
         this worker's KV tensors: every pointer must be the start of a page of
         the tensor its data ref names (base + block id x row stride, inside the
@@ -147,7 +160,8 @@ class CxlkvWorker(OffloadingWorker):
                 f"{len(starts)} block indices); this worker has {len(self.groups)} KV group(s)")
         if len(ptrs) != len(sizes):
             raise ValueError(f"cxlkv: DevicePointers: {len(ptrs)} pointers, {len(sizes)} sizes")
-        ids, off = [], 0
+        ids: list[Any] = []
+        off = 0
         for g, (n, r) in enumerate(zip(counts, nrefs)):
             if n == 0:
                 continue  # vLLM lists no pointer for an empty group
@@ -186,7 +200,7 @@ class CxlkvWorker(OffloadingWorker):
                              f"for {off}")
         return _Blocks(np.concatenate(ids) if ids else np.zeros(0, np.int32), counts, starts)
 
-    def get_finished(self):
+    def get_finished(self) -> list[TransferResult]:
         done = [j for j, f in self._jobs.items() if f.done()]
         out = [self._jobs.pop(j).result() for j in done]
         with self._mu:
@@ -194,24 +208,24 @@ class CxlkvWorker(OffloadingWorker):
                 self._failed_blocks |= self._job_failed.pop(j, set())
         return out
 
-    def wait(self, job_ids):
+    def wait(self, job_ids: set[int]) -> None:
         futures = [self._jobs[j] for j in job_ids if j in self._jobs]
         concurrent.futures.wait(futures)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def take_failed_block_ids(self):
+    def take_failed_block_ids(self) -> set[int]:
         with self._mu:
             out, self._failed_blocks = self._failed_blocks, set()
         return out
 
-    def _fail_blocks(self, job_id, ids):
+    def _fail_blocks(self, job_id: int, ids: Any) -> None:
         with self._mu:
             self._job_failed.setdefault(job_id, set()).update(int(b) for b in ids)
 
     # ---- transfers (on the transfer thread) ----
-    def _chunks(self, blocks):
+    def _chunks(self, blocks: _Blocks) -> Iterator[tuple[int, Any, int]]:
         """(group index, block ids, skip) per chunk, in the order of the blocks (_Blocks)."""
         ids = np.ascontiguousarray(blocks.block_ids, dtype=np.int32)
         sizes = list(blocks.group_sizes) if blocks.group_sizes is not None else [len(ids)]
@@ -228,7 +242,7 @@ class CxlkvWorker(OffloadingWorker):
                 left -= take
                 skip = 0
 
-    def _store(self, job_id, blocks, dst_spec):
+    def _store(self, job_id: int, blocks: _Blocks, dst_spec: CxlkvStoreSpec) -> TransferResult:
         t0 = time.perf_counter()
         size = 0
         tokens = dst_spec.tokens
@@ -249,7 +263,7 @@ class CxlkvWorker(OffloadingWorker):
         return TransferResult(job_id=job_id, success=True, transfer_size=size,
                               transfer_time=time.perf_counter() - t0)
 
-    def _load(self, job_id, src_spec, blocks):
+    def _load(self, job_id: int, src_spec: CxlkvLoadSpec, blocks: _Blocks) -> TransferResult:
         t0 = time.perf_counter()
         size, ok = 0, True
         entries = src_spec.entries

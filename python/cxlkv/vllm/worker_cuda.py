@@ -24,7 +24,10 @@ mid-way) still have their bytes copied, into a device scratch buffer, so the
 part's CRC covers every byte.
 """
 
+from __future__ import annotations
+
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +36,10 @@ from vllm.v1.kv_offload.base import TransferResult
 from .. import BlockKey, _cxlkv
 from ..errors import Error
 from . import _log
-from .worker import CxlkvWorker
+from .worker import CxlkvWorker, _Blocks
+
+if TYPE_CHECKING:
+    from .manager import CxlkvLoadSpec, CxlkvStoreSpec
 
 logger = _log.get(__name__)
 
@@ -41,7 +47,7 @@ _FAILED_LOAD = ("NotFound", "Corruption")  # the chunk is recomputed (or the job
 
 
 class CxlkvCudaWorker(CxlkvWorker):
-    def _build_groups(self, kv_caches):
+    def _build_groups(self, kv_caches: Any) -> list[Any]:
         if not getattr(_cxlkv, "HAVE_CUDA", False):
             raise Error("cxlkv.vllm: KV tensors are on a GPU but this cxlkv was built without the "
                         "GPU data path; rebuild with pip install . -Ccmake.define.CXLKV_CUDA=ON")
@@ -60,9 +66,12 @@ class CxlkvCudaWorker(CxlkvWorker):
         logger.info("cxlkv: rank %d: region %s registered with CUDA device %d in %.2f s (%s path, "
                     "%.1f GiB)", self.rank, info.path, index, self.register_s,
                     "direct" if self.gpu.direct else "staged", info.size / 2**30)
-        groups, self.row_bytes, self.group_tensors = [], [], []
+        groups: list[list[Any]] = []  # per group: a KvTensor per layer ref
+        self.row_bytes: list[int] = []
+        self.group_tensors: list[list[tuple[Any, int]]] = []  # (tensor, page bytes)
         for refs in kv_caches.group_data_refs:
-            group, tensors = [], []
+            group: list[Any] = []
+            tensors: list[tuple[Any, int]] = []
             for ref in refs:
                 t = kv_caches.tensors[ref.tensor_idx].tensor
                 group.append(_cxlkv.KvTensor(t.data_ptr(), t.stride(0) * t.element_size(),
@@ -79,42 +88,44 @@ class CxlkvCudaWorker(CxlkvWorker):
         logger.info("cxlkv: rank %d: KV layout %s: %d tensor(s) in %d group(s), %s B per block "
                     "row", self.rank, "cross-layer" if n_tensors == len(groups) else "per-layer",
                     n_tensors, len(groups), "/".join(str(r) for r in self.row_bytes))
-        self._scratch = None
-        self._ready = {}  # store job id -> CUDA event recorded when it was submitted
-        self.first_load_s = None  # the first load of this process (first touch of the mapping)
+        self._scratch: Any = None  # torch.uint8 tensor on the device, or None
+        self._ready: dict[int, Any] = {}  # store job id -> CUDA event recorded at submit
+        # The first load of this process (first touch of the mapping), seconds.
+        self.first_load_s: float | None = None
         return groups
 
     # ---- OffloadingWorker (submit_store/submit_load: worker.py, per version) ----
-    def _submit_store(self, job_id, blocks, dst_spec):
+    def _submit_store(self, job_id: int, blocks: _Blocks, dst_spec: CxlkvStoreSpec) -> bool:
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(self.device))
         self._ready[job_id] = ready
         return super()._submit_store(job_id, blocks, dst_spec)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         super().shutdown()
         self._scratch = None
 
     # ---- transfers (on the transfer thread) ----
-    def _scratch_ptr(self, nbytes):
+    def _scratch_ptr(self, nbytes: int) -> int:
         if nbytes == 0:
             return 0
         if self._scratch is None or self._scratch.numel() < nbytes:
             self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         return self._scratch.data_ptr()
 
-    def _store(self, job_id, blocks, dst_spec):
+    def _store(self, job_id: int, blocks: _Blocks, dst_spec: CxlkvStoreSpec) -> TransferResult:
         t0 = time.perf_counter()
         self._ready.pop(job_id).synchronize()
         tokens = dst_spec.tokens
-        by_group: dict[int, tuple[list, list]] = {}  # group -> ([token], [ids])
+        # group -> ([write token], [block ids]) of its whole chunks
+        by_group: dict[int, tuple[list[_cxlkv.WriteToken], list[Any]]] = {}
         for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             if i >= len(tokens):
                 break
             if skip or len(ids) != self.bpc:
                 continue  # a partial chunk cannot be stored; its commit is refused
             tok, flat = by_group.setdefault(g, ([], []))
-            tok.append(tuple(tokens[i]))
+            tok.append(tokens[i])
             flat.append(ids)
         size = 0
         for g, (tok, flat) in by_group.items():
@@ -133,12 +144,13 @@ class CxlkvCudaWorker(CxlkvWorker):
         return TransferResult(job_id=job_id, success=True, transfer_size=size,
                               transfer_time=time.perf_counter() - t0)
 
-    def _load(self, job_id, src_spec, blocks):
+    def _load(self, job_id: int, src_spec: CxlkvLoadSpec, blocks: _Blocks) -> TransferResult:
         t0 = time.perf_counter()
         entries = src_spec.entries
         bpc = self.bpc
         # (group, ns) -> ([BlockKey], [padded ids], [gpu ids], missing blocks)
-        by_key: dict[tuple[int, int], tuple] = {}
+        by_key: dict[tuple[int, int],
+                     tuple[list[BlockKey], list[Any], list[Any], list[int]]] = {}
         for i, (g, ids, skip) in enumerate(self._chunks(blocks)):
             ns, hi, lo = entries[i]
             keys, padded, real, missing = by_key.setdefault((g, ns), ([], [], [], [0]))
