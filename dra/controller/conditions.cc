@@ -30,7 +30,7 @@ StatusUpdate ClaimStatusUpdate(const json& claim, const json& ours, const Region
     u.hosts[m.host_id] = {{"state", state}, {"cdiDevice", "cxlkv.dev/region=" + region.id}};
     if (!m.error.empty()) u.hosts[m.host_id]["error"] = m.error;
     if (!m.device.empty()) u.hosts[m.host_id]["device"] = m.device;
-    // The fabric manager's assignment epoch of this host (docs/dra.md,
+    // The fabric manager's assignment epoch of this host (docs/dra-design.md,
     // "Release protocol"): larger after a release and an add-host.
     if (m.assign_epoch > 0) u.hosts[m.host_id]["assignEpoch"] = m.assign_epoch;
     if (m.materialization != fabric::Materialization::kMaterialized) {

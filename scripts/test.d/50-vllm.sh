@@ -24,20 +24,16 @@
 # First run: installs the venv (scripts/vllm-venv.sh, about 3 min and 6 GB)
 # and compiles the binding (about 3 min; scripts/lib/vllm-site.sh). The
 # contract tests of each vLLM release without an engine (test_contract.py,
-# test_v033.py) are the vllmapi stage's. Warm: about 300 s on 2 idle cores, estimated
-# (13 engine starts, two at a time where they can be: 201 s measured with the
-# first 10 in the whole default run; the kill/events scenario adds 3 starts
-# and runs its engines side by side), far more when other work shares the
-# cores (measured 656 s at a load average of 7-10, 2116 s at 13-30). Since then, with no new
-# engine start: the kill scenario's K2 serving PK a second time to be SIGKILLed mid-load, about 10 s more
-# (its checkpoint waits 3 s for KV events, the pins' reclaim about 5 s); measured with them:
-# 1602 s at a load average of 14-24 (34 passed, 1 skipped). The 30 s two-engine soak
-# runs only under scripts/test.sh --full (CXLKV_FULL=1).
+# test_v033.py) are the vllmapi stage's. Warm: about 300 s on 2 idle cores
+# (13 engine starts, two at a time where they can be; one start about 25 s
+# with engine core and worker in one process, about 50 s split), far more
+# when other work shares the cores (CHANGELOG.md, "Measured test runs").
+# The 30 s two-engine soak runs only under scripts/test.sh --full
+# (CXLKV_FULL=1).
 # Engine processes (test/vllm/test_engines.py's docstring): most engines run
 # vLLM's engine core and worker in their own process
 # (VLLM_ENABLE_V1_MULTIPROCESSING=0); A, B, Bcorrupt and the OpenAI server
-# keep vLLM's default split. One engine start measured 50.8 s split, 25.3 s
-# in one process, at a load average of 8 (2026-12-01 23:00).
+# keep vLLM's default split.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 source "$(dirname "$0")/../lib/vllm-site.sh"

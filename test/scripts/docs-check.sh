@@ -5,8 +5,9 @@
 #     points into the "shared" directory beside the clone (dot-dot-slash
 #     "shared"); what the tree needs from there is written into it
 #     (third_party/reference/, docs/upstream/);
-#   - history: the reference docs (README.md, test/README.md, docs/**/*.md
-#     except docs/results/, whose run folders keep their history) carry no
+#   - history: the reference docs (README.md, every other README.md of the
+#     tree, e.g. test/, bench/ttft/, the chart's, and docs/**/*.md, all except
+#     docs/results/, whose run folders keep their history) carry no
 #     run history and no words about how the work was organised: no commit
 #     hash, no load average ("at load 15", "load 9-13"), no date or UTC time
 #     of a run, no engineer, sprint, teammate, team member, worktree, work
@@ -46,7 +47,7 @@ reference_docs() {
   for f in "$@"; do
     case "$f" in
       docs/results/*) ;;
-      README.md | test/README.md | docs/*.md) echo "$f" ;;
+      README.md | */README.md | docs/*.md) echo "$f" ;;
     esac
   done
 }
@@ -83,7 +84,7 @@ history_words() {
 planted=$(mktemp -d /tmp/cxlkv-docs-check.XXXXXX)
 trap 'rm -rf "$planted"' EXIT
 mkdir -p "$planted/docs/results/run-2026-12-01" "$planted/docs/sub" "$planted/test" \
-         "$planted/src"
+         "$planted/src" "$planted/bench/x"
 cat >"$planted/README.md" <<'TXT'
 Measured at 9195e6a on main.
 Warm, at a load average of 12.
@@ -103,6 +104,8 @@ TXT
 echo "a sprint of work" >"$planted/docs/sub/deep.md"
 echo "Rerun at a26b6be, load average 3." >"$planted/docs/results/run-2026-12-01/README.md"
 echo "the worktree of the lead" >"$planted/test/README.md"
+echo "Measured at a load average of 9." >"$planted/bench/x/README.md"
+echo "Measured at a load average of 9." >"$planted/bench/x/notes.txt"
 echo "Rerun at a26b6be, load average 3." >"$planted/CHANGELOG.md"
 echo "see ${outside_dir}/reference/x.md" >"$planted/docs/clean2.md"
 printf 'int x;  // from %s/tools\n' "$outside_dir" >"$planted/src/a.cc"
@@ -115,7 +118,7 @@ echo "ok" >"$planted/src/b.cc"
   outside_pointers "${all[@]}" | cut -d: -f1,2 | sort >pointers.out
 )
 want_history="README.md:1 README.md:2 README.md:3 README.md:4 README.md:5 README.md:6 README.md:7"
-want_history+=" docs/sub/deep.md:1 test/README.md:1"
+want_history+=" bench/x/README.md:1 docs/sub/deep.md:1 test/README.md:1"
 got=$(tr '\n' ' ' <"$planted/history.out" | sed 's/ $//')
 if [ "$got" = "$want_history" ]; then
   ok "history check finds exactly the planted lines"

@@ -7,10 +7,15 @@ engines and SM copies (src/transfer/region_gpu.h, ``RegionGpu.fill_parts`` /
 ``load_parts``). The region is registered with CUDA once, when the worker is
 built; the GPU checksums every part, so the CPU never reads the KV bytes.
 
-Tensors: vLLM 0.26 with FlashAttention hands over one cross-layer int8
-tensor ``(num_blocks, layers x page)``; 0.32/0.33 one ``(num_blocks, page)``
-tensor per layer. Either is a list of (base, row stride, page bytes, rows)
-per KV group, the same description the CPU worker uses.
+Tensors: vLLM's CanonicalKVCaches. 0.26-0.28 hand over one cross-layer
+int8 tensor ``(num_blocks, layers x page)`` with one data ref when the model
+has a single KV group whose attention backend keeps num_blocks outermost
+(their OffloadingConnector prefers cross-layer blocks); otherwise, and in
+every release from 0.29, one ``(num_blocks, page)`` int8 tensor per layer,
+whose row stride can exceed the page (layouts that pack layers into a
+block). Either way each KV group becomes a list of ``KvTensor`` (base, row
+stride, the data ref's page bytes, rows), one per data ref: the values the
+CPU worker keeps as tuples.
 
 Ordering: a store is submitted at the start of the step after the one that
 computed its KV (vLLM defers it); the worker records a CUDA event on the
@@ -82,8 +87,8 @@ class CxlkvCudaWorker(CxlkvWorker):
             self._check_part(row)
             groups.append(group)
             self.row_bytes.append(row)
-        # Which form this vLLM hands over (0.26 + FlashAttention: one
-        # cross-layer tensor per group; 0.32/0.33: one tensor per layer).
+        # Which form this vLLM handed over (module doc): one cross-layer
+        # tensor for the group, or one per layer.
         n_tensors = sum(len(t) for t in self.group_tensors)
         logger.info("cxlkv: rank %d: KV layout %s: %d tensor(s) in %d group(s), %s B per block "
                     "row", self.rank, "cross-layer" if n_tensors == len(groups) else "per-layer",
