@@ -1,8 +1,9 @@
 // Copyright cxlkv authors.
 //
-// Internal HTTPS transport over libcurl: one request, either buffered or
-// streamed to a callback. Owns a small pool of curl handles so connections
-// and TLS sessions are reused between requests.
+// Internal HTTPS transport to the apiserver: one request, either buffered or
+// streamed to a callback, with the kubeconfig's credentials, over the tree's
+// one HTTP client (cxlkv/base/http.h), which reuses connections and TLS
+// sessions between requests.
 //
 // Thread-safety: Transport methods may be called concurrently.
 #ifndef CXLKV_KUBE_SRC_HTTP_H_
@@ -14,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cxlkv/base/mutex.h"
+#include "cxlkv/base/http.h"
 #include "cxlkv/kube/client.h"
 #include "cxlkv/kube/config.h"
 #include "cxlkv/kube/status.h"
@@ -47,14 +48,11 @@ class Transport {
   Status Do(const HttpRequest& req, HttpResponse* resp);
 
  private:
-  void* Acquire();
-  void Release(void* handle);
   Status AuthHeader(std::string* out) const;
 
   const Config config_;
   const ClientOptions options_;
-  base::Mutex mu_;
-  std::vector<void*> idle_ CXLKV_GUARDED_BY(mu_);  // CURL* handles ready for reuse
+  base::HttpClient http_;
 };
 
 // Turns a non-2xx response into a Status carrying the apiserver's reason and

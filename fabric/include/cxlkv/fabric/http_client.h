@@ -1,13 +1,13 @@
 // Copyright cxlkv authors.
 //
-// HttpDo: one blocking HTTP request over libcurl. The one HTTP client of the
-// fabric side: FabricClient's calls to the fabric manager, and the hostd
-// client (cxlkv/hostd/client.h) that the fabric manager, the DRA controller
-// and the DRA kubelet plugin use to reach a host agent. (The apiserver's
-// client, kube/, keeps its own pooled, streaming transport.)
+// HttpDo: one blocking JSON request of the fabric side — FabricClient's calls
+// to the fabric manager, and the hostd client (cxlkv/hostd/client.h) that the
+// fabric manager, the DRA controller and the DRA kubelet plugin use to reach
+// a host agent — sent through the tree's one HTTP client
+// (cxlkv/base/http.h), which the apiserver client (kube/) uses too.
 //
-// Thread-safety: HttpDo may be called concurrently (one curl handle per
-// call; libcurl's global init runs once).
+// Thread-safety: HttpDo may be called concurrently (each call takes its own
+// handle from a process-wide client that keeps idle connections).
 #ifndef CXLKV_FABRIC_HTTP_CLIENT_H_
 #define CXLKV_FABRIC_HTTP_CLIENT_H_
 
