@@ -439,7 +439,14 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   };
   pid_t victims[2] = {spawn_victim(), spawn_victim()};
   int kills = 0, long_pauses = 0, short_pauses = 0;
-  while (std::chrono::steady_clock::now() < end) {
+  // Ten seconds, and then on until the run has had the disturbances it is
+  // meant to have: on a loaded machine ten seconds can hold too few of them
+  // (seen: 3 long pauses), and the checks below would test less. The cap
+  // keeps a starved run finite; the counts are then checked below.
+  const auto cap = end + 50s;
+  auto enough = [&] { return kills > (pauses ? 3 : 10) && (!pauses || long_pauses > 3); };
+  while (std::chrono::steady_clock::now() < end ||
+         (!enough() && std::chrono::steady_clock::now() < cap)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
     const int v = rng() % 2;
     const int action = pauses ? rng() % 3 : 0;
