@@ -4,23 +4,27 @@ its write partition from kv_connector_extra_config's software_hosts and its
 host name ($NODE_NAME, as a pod gets it), engine A (host-a, partition 0,
 which formats) stores a prompt into its partition, engine B (host-b,
 partition 1) loads every full chunk from A's partition without pins, and
-the loaded KV pages equal A's computed ones byte for byte. One host runs
+the loaded KV pages equal A's computed ones byte for byte. While A runs, a
+second engine on A's node (A2, host-a, the node's partition lock
+$CXL_PARTITION_LOCK as the DRA driver's CDI spec gives every pod there) is
+refused at start, naming the lock file and A's process, and A keeps its
+partition to the end. One host runs
 both, so its caches are coherent: this shows the backend drives the
 software-mode protocol end to end, not behaviour under non-coherence (the
 engine's emulator suites do, src/region/noncoherent_test.cc).
-Warm: about 40 s on 2 idle cores (two engine starts, one after the other,
-at the stage's ~15 s per start); measured 390 s at a load average of 17.
+Warm: about 60 s on 2 idle cores (three engine starts, A2 beside A).
 """
 import os
 import random
 import sys
+import time
 
 import cxlkv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_engines import (BLOCK, manager_state, probe_files,  # noqa: E402
-                          run_engine)
+from test_engines import (BLOCK, _finish, _launch, manager_state,  # noqa: E402
+                          probe_files, run_engine)
 
 PROMPT_LEN = 1024
 
@@ -35,8 +39,27 @@ def test_two_hosts_share_a_software_region_byte_equal(tmp_path):
     extra = {"coherence": "software", "software_hosts": ["host-a", "host-b"]}
     base = {"model": model, "region": region, "prompts": [prompt], "extra": extra}
     try:
-        a, probe_a, text_a, _ = run_engine(tmp, "swA", dict(base, rounds=[[0], [0]], reset=False),
-                                           env={"NODE_NAME": "host-a"})
+        # Host A's node: one partition lock for every engine there.
+        lock = os.path.join(tmp, "host-a.lock")
+        open(lock, "w").close()
+        node_a = {"NODE_NAME": "host-a", "CXL_PARTITION_LOCK": lock}
+        done, go = os.path.join(tmp, "swA-done"), os.path.join(tmp, "swA-go")
+        ha = _launch(tmp, "swA", dict(base, rounds=[[0], [0]], reset=False,
+                                      drain={"signal": done, "wait": go}), env=node_a)
+        try:
+            while not os.path.exists(done):
+                assert ha["proc"].poll() is None, open(ha["log"].name).read()[-4000:]
+                time.sleep(0.5)
+            # A holds host-a's partition: a second engine on that node is
+            # refused before it attaches, naming the lock and its holder.
+            _, _, text_a2, rc = run_engine(tmp, "swA2", dict(base, rounds=[[0]]), env=node_a,
+                                           check=False)
+            assert rc != 0, "a second writer of host-a's partition must not start"
+            assert (f"{lock} ($CXL_PARTITION_LOCK) is locked by pid {ha['proc'].pid} ("
+                    in text_a2), text_a2[-4000:]
+        finally:
+            open(go, "w").close()
+        a, probe_a, text_a, _ = _finish(ha)
         assert "coherence=software, host host-a partition 0 of 2" in text_a
         b, probe_b, text_b, _ = run_engine(tmp, "swB", dict(base, rounds=[[0]]),
                                            env={"NODE_NAME": "host-b"})
