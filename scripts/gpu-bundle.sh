@@ -11,10 +11,18 @@
 # defines SET_WHEELS (pinned wheels to take as they are), optionally
 # SET_TREE_WHEEL (one pinned wheel to unpack, trim with the function
 # set_trim and pack as an xz tree: for wheels too big to carry whole),
-# SET_ENV (NAME=value lines the installer exports) and SET_NEEDS (sets whose
-# install must come first; their exports are included). Wheels are fetched
-# for CPython 3.12 on manylinux x86-64 with no dependencies resolved: a set
-# names every package the image lacks.
+# SET_ENV (NAME=value lines the installer exports; @DIR@ in a value is the
+# set's install directory) and SET_NEEDS (sets whose install must come first;
+# their exports are included). Wheels are fetched for CPython 3.12 on
+# manylinux x86-64 with no dependencies resolved: a set names every package
+# the image lacks. Shared libraries the image may lack: SET_DEBS (Debian
+# packages, fetched here with `apt-get download` and unpacked into a private
+# prefix, never into /) and SET_ELVES (globs, relative to the install
+# directory, of the ELF files that need them): `install` links into
+# @DIR@/lib only the libraries ldd says those files cannot find on the
+# machine (scripts/lib/private-libs.sh), looking in the prefix and in the
+# directories the optional function set_libdirs prints (e.g. the image's CUDA
+# runtime), so the image's own libraries are never shadowed.
 #
 # OUTDIR gets p0, p1, ... : each holds one part (at most PART_MB MiB, default 39) of
 # one tar stream and a copy of MANIFEST (part names, sizes, SHA-256). A call
@@ -35,6 +43,8 @@ SETS=$HERE/gpu-bundle.d
 STORE=${GPU_BUNDLE_STORE:-/tmp/gpu-bundle}   # kept parts, on the GPU machine
 SITE=${GPU_BUNDLE_SITE:-/tmp/gpu-site}       # installed sets, on the GPU machine
 PART_MB=${PART_MB:-39}
+# shellcheck source=lib/private-libs.sh
+. "$HERE/lib/private-libs.sh"
 
 die() { echo "gpu-bundle: $*" >&2; exit 2; }
 usage() { sed -n '2,8p' "$0" >&2; exit 2; }
@@ -43,8 +53,8 @@ load_set() {
   local s=$1
   [[ $s =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "bad set name '$s' (lower-case letters, digits, - and _)"
   [ -f "$SETS/$s.sh" ] || die "no set '$s': sets here are: $(list_sets | tr '\n' ' ')(add $SETS/$s.sh)"
-  SET_WHEELS=(); SET_TREE_WHEEL=""; SET_ENV=(); SET_NEEDS=()
-  unset -f set_trim
+  SET_WHEELS=(); SET_TREE_WHEEL=""; SET_ENV=(); SET_NEEDS=(); SET_DEBS=(); SET_ELVES=()
+  unset -f set_trim set_libdirs
   # shellcheck disable=SC1090
   . "$SETS/$s.sh"
 }
@@ -75,6 +85,18 @@ build() {
     python3 -m zipfile -e "$w"/tw/*.whl "$w/tree"
     if declare -F set_trim >/dev/null; then set_trim "$w/tree"; fi
     tar cf - -C "$w/tree" . | xz -T2 -6 > "$w/b/tree.tar.xz"
+  fi
+  if [ ${#SET_DEBS[@]} -gt 0 ]; then
+    # Only the libraries of the packages (their lib directories), packed as
+    # one xz tree; the packages' names and versions beside it.
+    debs_fetch "$w/debs" "${SET_DEBS[@]}"
+    debs_unpack "$w/sysroot" "$w"/debs/*.deb
+    local dd
+    for dd in "$w"/debs/*.deb; do dpkg-deb -f "$dd" Package Version | paste -sd' '; done \
+      > "$w/b/debs.txt"
+    (cd "$w/sysroot" && find . -path './usr/share' -prune -o -path './etc' -prune -o \
+       \( -type f -o -type l \) -print | grep -E '/lib/' | tar cf - -T - | xz -T2 -6) \
+      > "$w/b/debs.tar.xz"
   fi
   printf '%s\n' "${SET_ENV[@]}" > "$w/b/env"
   printf '%s\n' "${SET_NEEDS[@]}" > "$w/b/needs"
@@ -135,6 +157,27 @@ missing() {
 }
 
 # ---- there: install (prints the exports) ----
+# Links into $d/lib the libraries that the set's ELF files (SET_ELVES) cannot
+# find on this machine, from the unpacked packages ($d/sysroot) or the
+# directories set_libdirs names; says which are still missing.
+expose_set_libs() {
+  local s=$1 d=$2 g f elves=() extra=() left
+  [ -f "$SETS/$s.sh" ] || return 0
+  load_set "$s"
+  [ ${#SET_ELVES[@]} -gt 0 ] || return 0
+  for g in "${SET_ELVES[@]}"; do
+    for f in "$d"/$g; do [ -f "$f" ] && elves+=("$f"); done
+  done
+  [ ${#elves[@]} -gt 0 ] || die "set $s: none of its ELF files (${SET_ELVES[*]}) under $d"
+  if declare -F set_libdirs >/dev/null; then mapfile -t extra < <(set_libdirs); fi
+  left=$(expose_missing_libs "$d/lib" "$d/sysroot" "${extra[@]}" -- "${elves[@]}")
+  echo "gpu-bundle: set $s: linked into $d/lib: $(ls "$d/lib" 2>/dev/null | tr '\n' ' ')" >&2
+  if [ -n "$left" ]; then
+    echo "gpu-bundle: set $s: still not found by ldd: $(echo "$left" | tr '\n' ' ')" >&2
+    echo "$left" > "$d/missing-libs"
+  fi
+}
+
 install_set() {
   local s=$1 d=$SITE/$1
   [[ $s =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "bad set name '$s'"
@@ -153,19 +196,25 @@ install_set() {
         "$STORE/$s/x"/wheels/*.whl >&2
     fi
     cp "$STORE/$s/x/env" "$STORE/$s/x/needs" "$d/"
+    if [ -f "$STORE/$s/x/debs.tar.xz" ]; then
+      mkdir -p "$d/sysroot"
+      xz -dc "$STORE/$s/x/debs.tar.xz" | tar x -C "$d/sysroot"
+      cp "$STORE/$s/x/debs.txt" "$d/"
+    fi
+    expose_set_libs "$s" "$d"
     touch "$d/.done"
     echo "gpu-bundle: set $s installed in $d, $((SECONDS - t0)) s" >&2
   fi
-  local n path=$d envs=()
+  local n path=$d envs=() e
   while read -r n; do
     [ -n "$n" ] || continue
     [ -f "$SITE/$n/.done" ] || die "set $s needs set $n installed first: scripts/gpu-bundle.sh install $n"
     path=$path:$SITE/$n
-    mapfile -t -O ${#envs[@]} envs < "$SITE/$n/env"
+    while IFS= read -r e; do [ -z "$e" ] || envs+=("${e//@DIR@/$SITE/$n}"); done < "$SITE/$n/env"
   done < "$d/needs"
-  mapfile -t -O ${#envs[@]} envs < "$d/env"
-  local e line="export PYTHONPATH=$path\${PYTHONPATH:+:\$PYTHONPATH}"
-  for e in "${envs[@]}"; do [ -z "$e" ] || line+=" $e"; done
+  while IFS= read -r e; do [ -z "$e" ] || envs+=("${e//@DIR@/$d}"); done < "$d/env"
+  local line="export PYTHONPATH=$path\${PYTHONPATH:+:\$PYTHONPATH}"
+  for e in "${envs[@]}"; do line+=" $e"; done
   echo "$line"
 }
 

@@ -8,6 +8,11 @@
 #   scripts/gpu-vllm.sh [pytest -k expression]
 #   scripts/gpu-vllm.sh --contract TREE [pytest -k expression]
 #   scripts/gpu-vllm.sh --serve
+#   scripts/gpu-vllm.sh --build-only   # install cxlkv into $CXLKV_SITE (/tmp/cxlkv-site), no test
+#
+# --build-only: what bench/ttft/gpu-run.sh calls when a T4 tier is asked
+# for and cxlkv does not import: the install and its import check, then a
+# stamp ($CXLKV_SITE/.built) and exit 0.
 #
 # --serve: `vllm serve` with cxlkv's flags (test/vllm/serve_smoke.py): the
 # `vllm` console command (when the bundle installed none, one made as pip
@@ -52,6 +57,7 @@ case "${1:-}" in
       tree=/tmp/cxlkv-contract
     fi ;;
   --serve) MODE=serve; shift ;;
+  --build-only) MODE=build; shift ;;
 esac
 # The contract test brings its vLLM (the tree); the other modes use 0.26's.
 if [ "$MODE" != contract ] && ! python3 -c 'import vllm' 2>/dev/null; then
@@ -82,6 +88,11 @@ if sys.argv[1] != "contract":
     import vllm
     print(f"gpu-vllm: cxlkv {cxlkv.__version__} (CUDA), vLLM {vllm.__version__}")
 EOF
+if [ "$MODE" = build ]; then
+  touch "$SITE/.built"
+  echo "gpu-vllm: cxlkv built into $SITE"
+  exit 0
+fi
 K=()
 TESTS=(test/vllm/test_spec.py test/vllm/test_late_joiner.py test/vllm/test_load_policy.py
        test/vllm/test_engines.py)

@@ -73,6 +73,14 @@ def main(out):
           all(x.get("manager_p50_ms") is not None and x["manager_p50_ms"] >= 0
               for x in s.get("load_time", []) if x["tier"] == "T4") and
           any(x["tier"] == "T4" for x in s.get("load_time", [])), s.get("load_time"))
+    pc = (s.get("pairs_complete") or {}).get("T4", {})
+    check("replica pairs: T4's cross arm over both ordered pairs (A>B, B>A), each at the bound",
+          all(pc.get(str(p), {}).get("complete") for p in prefixes), pc)
+    rc = [x for x in s.get("region_counters", []) if x["tier"] == "T4" and x["phase"] == "grid"]
+    check("region-wide counters logged per T4 run: the region's stores, each replica's hits",
+          rc and all((x["store"] or {}).get("stores", 0) > 0 and
+                     set(x["per_replica"]) == {"A", "B"} for x in rc),
+          [(x["store"], sorted(x["per_replica"])) for x in rc])
     c = s["control"]
     check("never-stored control: queried, zero hits",
           c["requests"] > 0 and c["queried_tokens"] > 0 and c["hit_tokens"] == 0, c)

@@ -8,8 +8,10 @@
 # the region. vLLM 0.26: when python3 cannot import it, the bundle set
 # "vllm" (scripts/gpu-bundle.sh, parts kept on this machine earlier) is
 # installed and used; likewise the set "lmcache" (LMCache 0.5.3) when the
-# tiers asked for (--tiers, default all) include T5 or T6. cxlkv is needed
-# only when they include T4.
+# tiers asked for (--tiers, default all) include T5 or T6, and the set
+# "mooncake" (Mooncake 0.3.14 and the system libraries it links that the
+# image lacks) when they include T3. cxlkv is needed only when they include
+# T4.
 # RUN_DIR lives in the checkout (e.g. docs/results/h200-<date>), so the log
 # travels back in with the working tree on the next call: the run resumes
 # from RUN_DIR/log.jsonl and stops cleanly before BUDGET_SECONDS. Defaults:
@@ -32,7 +34,7 @@ if ! "$PY" -c 'import vllm' 2>/dev/null; then
   env_line=$("$HERE/../../scripts/gpu-bundle.sh" install vllm) || exit 2
   eval "$env_line"
 fi
-tiers=T0,T1,T2,T4,T5,T6
+tiers=T0,T1,T2,T3,T4,T5,T6
 for ((i = 1; i <= $#; i++)); do
   case ${!i} in
     --tiers=*) tiers=${!i#--tiers=} ;;
@@ -40,7 +42,21 @@ for ((i = 1; i <= $#; i++)); do
   esac
 done
 mods=vllm
-case ",$tiers," in *,T4,*) mods+=", cxlkv" ;; esac
+case ",$tiers," in
+  *,T4,*|*,T4pc,*)
+    # cxlkv with the CUDA data path, built here once (scripts/gpu-vllm.sh
+    # --build-only: needs .deps/ carried, scripts/gpu-deps.sh) when the image
+    # cannot import it.
+    if ! "$PY" -c 'import cxlkv' 2>/dev/null; then
+      site=${CXLKV_SITE:-/tmp/cxlkv-site}
+      if [ ! -f "$site/.built" ]; then
+        "$HERE/../../scripts/gpu-vllm.sh" --build-only | tail -3
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-run: building cxlkv failed"; exit 2; }
+      fi
+      export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    mods+=", cxlkv" ;;
+esac
 case ",$tiers," in
   *,T5,*|*,T6,*)
     if ! "$PY" -c 'import lmcache' 2>/dev/null; then
@@ -49,6 +65,15 @@ case ",$tiers," in
       eval "$env_line"
     fi
     mods+=", lmcache" ;;
+esac
+case ",$tiers," in
+  *,T3,*)
+    if ! "$PY" -c 'import torch, mooncake.store' 2>/dev/null; then
+      "$HERE/../../scripts/gpu-bundle.sh" take mooncake 2>/dev/null || true
+      env_line=$("$HERE/../../scripts/gpu-bundle.sh" install mooncake) || exit 2
+      eval "$env_line"
+    fi
+    mods+=", torch, mooncake.store" ;;
 esac
 if ! "$PY" -c "import $mods, torch; assert torch.cuda.is_available()" 2>"$RUN/.import-err"; then
   echo "gpu-run: $mods and a CUDA torch must import (PYTHONPATH=${PYTHONPATH:-}):"

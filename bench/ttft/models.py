@@ -9,6 +9,9 @@ token-id prompts).
 - ``llama8b``: Llama-3.1-8B's architecture, the same way: the second KV
   geometry (32 layers x 8 KV heads x 128: 128 KiB of KV per token, against
   Qwen2.5-7B's 28 x 4 x 128, 56 KiB).
+- ``qwen1.5b``: Qwen2.5-1.5B-Instruct's architecture, the same way: small
+  enough that four engines share one GPU (3 GB of weights each; 28 layers x
+  2 KV heads x 128: 28 KiB of KV per token), for the four-replica runs.
 - ``small``: a Qwen2-shaped model with seeded, normally initialised weights
   (transformers' own init, std = initializer_range), written as safetensors.
   The correctness oracle's model, and the CPU stage's: a wide init (0.2) so
@@ -43,7 +46,19 @@ LLAMA31_8B = {
     "initializer_range": 0.02, "bos_token_id": 128000, "eos_token_id": 128009,
     "use_cache": True,
 }
-ARCHS = {"qwen7b": ("qwen2.5-7b-arch", QWEN25_7B), "llama8b": ("llama-3.1-8b-arch", LLAMA31_8B)}
+# Qwen2.5-1.5B-Instruct's public config.json (fields as for the 7B above).
+QWEN25_1_5B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "torch_dtype": "bfloat16",
+    "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
+    "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+    "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "hidden_act": "silu", "tie_word_embeddings": True, "use_sliding_window": False,
+    "sliding_window": 32768, "max_window_layers": 21, "attention_dropout": 0.0,
+    "initializer_range": 0.02, "bos_token_id": 151643, "eos_token_id": 151645,
+    "use_cache": True,
+}
+ARCHS = {"qwen7b": ("qwen2.5-7b-arch", QWEN25_7B), "llama8b": ("llama-3.1-8b-arch", LLAMA31_8B),
+         "qwen1.5b": ("qwen2.5-1.5b-arch", QWEN25_1_5B)}
 
 
 def kv_bytes_per_token(cfg, dtype_bytes=2):

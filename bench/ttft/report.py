@@ -7,7 +7,9 @@ transcribed by hand (as the paper's section 4 does it):
   kv_bytes_per_token; plus the validity controls, first reads, oracle, load
   runs, projection and targets;
 - tables.md: the paper's Tables 3-7 with the paper's numbers beside ours,
-  each tier's exact flags and every memory size;
+  each tier's exact flags and every memory size; with several replicas, the
+  hits of every ordered pair (pairs in summary.json) and each shared store's
+  region-wide counters (region_counters);
 - ttft.png, read_rate.png, load.png (when matplotlib imports).
 
 Statistics: percentiles by linear interpolation between order statistics
@@ -29,9 +31,10 @@ import paper  # noqa: E402
 from runlog import read  # noqa: E402
 
 TIERS = ("T0", "T1", "T2", "T4")          # the paper's (its tables, plots)
-# The peers run beside T4 (issue 28: LMCache, bench/ttft/lmcache_tier.py):
-# rows like every tier's, in a table of their own (the paper has none).
-PEERS = ("T5", "T6")
+# The peers run beside T4 (issue 28: LMCache, bench/ttft/lmcache_tier.py;
+# issue 29: Mooncake Store, mooncake_tier.py): rows like every tier's, in a
+# table of their own (the paper has none).
+PEERS = ("T3", "T5", "T6")
 ARMS = ("same", "cross")
 ALL_TIERS = TIERS + ("T4pc",)             # T4 with vLLM's prefix caching on
 ALL_ARMS = ARMS + ("late", "restarted")   # B started after what it reads was stored
@@ -204,6 +207,11 @@ def build(records):
     summary["derived"] = derived(rows, kvpt, ceiling, last.get("granularity") or 256,
                                  {r["prefix"]: r.get("query_len", last.get("query_len") or 0)
                                   for r in grid}, samples)
+    summary["pairs"], summary["pairs_complete"] = pairs(grid, summary["derived"],
+                                                        last["replicas"])
+    summary["region_counters"] = [{k: r.get(k) for k in ("tier", "phase", "rep", "call",
+                                                         "replicas", "store", "per_replica")}
+                                  for r in records if r.get("kind") == "region_counters"]
     return summary
 
 
@@ -392,6 +400,37 @@ def integrity(records):
             "clean_hit_tokens", "damaged_hit_tokens", "output_equal", "tier_load_fallbacks",
             "tier_crc_failures", "error")})
     return out
+
+
+def pairs(grid, derived, n):
+    """Hits per ordered pair of replicas (storing>reading, e.g. "C>A"), per
+    shared tier and prefix, from the reusing requests (first reads
+    included: the hit, not the time, is the point here; the TTFT median
+    leaves them out). pairs_complete: per tier and prefix, whether every
+    ordered pair of the n replicas has a session and all of them hit at the
+    alignment bound."""
+    bound = {d["prefix"]: d["alignment_bound"] for d in derived}
+    by = {}
+    for r in grid:
+        if r["req"] == 2 and r.get("pair") and r["arm"] == "cross":
+            by.setdefault((r["tier"], r["prefix"], r["pair"]), []).append(r)
+    rows = []
+    for (t, p, pr), v in sorted(by.items()):
+        hits = [x["hit_rate"] for x in v]
+        steady = [x["ttft_ms"] for x in v if not x.get("first_read")]
+        rows.append({"tier": t, "prefix": p, "pair": pr, "n": len(v),
+                     "hit_rate": round(sum(hits) / len(hits), 4),
+                     "min_hit_rate": round(min(hits), 4), "p50_ms": r1(pct(steady, 50)),
+                     "at_bound": bound.get(p) is not None and min(hits) >= bound[p] - 0.005})
+    want = {f"{chr(65 + a)}>{chr(65 + b)}" for a in range(n) for b in range(n) if a != b}
+    complete = {}
+    for t, p in sorted({(x["tier"], x["prefix"]) for x in rows}):
+        got = {x["pair"]: x["at_bound"] for x in rows if (x["tier"], x["prefix"]) == (t, p)}
+        complete.setdefault(t, {})[str(p)] = {
+            "pairs": len(want), "with_sessions": len(want & set(got)),
+            "at_bound": sum(1 for k in want if got.get(k)),
+            "complete": want <= set(got) and all(got[k] for k in want)}
+    return rows, complete
 
 
 def load(records):
@@ -596,9 +635,49 @@ def tables(s):
         for r in s["load"]:
             w(f"| {r['tier']} | {r['arm']} | {_plabel(r['prefix'])} | {r['concurrency']} | "
               f"{r['n']} | {_f(r['p50_ms'])} | {_f(r['p90_ms'])} | {_f(r['hit_rate'] * 100, 1)} |")
+    shared_pairs = [r for r in s.get("pairs", []) if r["tier"] not in ("T0", "T1")]
+    if shared_pairs:
+        w(f"\n## Replica pairs: cross-arm hits per ordered pair ({s['replicas']} replicas)\n")
+        w("The storing replica's prefix read by another (`C>A`: C stored, A read); hit % over "
+          "every session of the pair (first reads included), p50 without first reads. On one "
+          "shared GPU the TTFT mostly shows contention between the engines.\n")
+        w("| tier | prefix | pair | n | hit % | min hit % | at bound | p50 ms |")
+        w("|---|---|---|---|---|---|---|---|")
+        for r in shared_pairs:
+            w(f"| {r['tier']} | {_plabel(r['prefix'])} | {r['pair']} | {r['n']} | "
+              f"{_f(r['hit_rate'] * 100, 1)} | {_f(r['min_hit_rate'] * 100, 1)} | "
+              f"{'yes' if r['at_bound'] else '**no**'} | {_f(r['p50_ms'])} |")
+        for t, by in sorted(s.get("pairs_complete", {}).items()):
+            if t in ("T0", "T1"):
+                continue
+            w(f"\n{t}: " + "; ".join(
+                f"{_plabel(int(p))}: {c['at_bound']} of {c['pairs']} ordered pairs at the bound "
+                f"({c['with_sessions']} with sessions)" for p, c in sorted(
+                    by.items(), key=lambda kv: int(kv[0]))) + ".")
+    if s.get("region_counters"):
+        w("\n## Region-wide counters at the end of each shared tier run\n")
+        w("The store's own counters (T4: the region's; T3: mooncake_master's; T5/T6: the L1 "
+          "object count) and each replica's external hits and KV bytes (vLLM's /metrics).\n")
+        w("| tier | phase | call | replicas | store | per replica: external hit tokens / "
+          "loaded MiB / stored MiB |")
+        w("|---|---|---|---|---|---|")
+        for x in s["region_counters"]:
+            st = x.get("store") or {}
+            keys = ("stores", "loads", "evictions", "crc_failures", "master_key_count",
+                    "master_evicted_key_count", "master_allocated_bytes", "l1_objects")
+            stt = ", ".join(f"{k} {int(st[k]) if isinstance(st[k], (int, float)) else st[k]}"
+                            for k in keys if k in st) or str(st)[:120]
+            per = "; ".join(
+                f"{role} {int(c.get('external_hit', 0))} / "
+                f"{c.get('kv_load_bytes', 0) / 2**20:.0f} / {c.get('kv_store_bytes', 0) / 2**20:.0f}"
+                if "error" not in c else f"{role} {c['error'][:60]}"
+                for role, c in sorted((x.get("per_replica") or {}).items()))
+            w(f"| {x['tier']} | {x['phase']} | {x.get('call')} | {x.get('replicas')} | {stt} | "
+              f"{per} |")
     peers = [r for r in rows if r["tier"] in ("T4",) + PEERS]
     if any(r["tier"] in PEERS for r in peers):
-        w("\n## T4 beside LMCache (T5: L1 in DRAM, T6: devdax L1)\n")
+        w("\n## T4 beside its peers (T3: Mooncake Store, T5: LMCache with L1 in DRAM, "
+          "T6: LMCache with a devdax L1)\n")
         w("| prefix | arm | tier | n | p50 ms | p90 ms | hit % | alignment bound % |")
         w("|---|---|---|---|---|---|---|---|")
         bound = {d["prefix"]: d["alignment_bound"] for d in s["derived"]}

@@ -185,6 +185,41 @@ def test_lmcache_rows_and_integrity_verdicts_get_their_own_tables():
         ("T4", "detected, recomputed"), ("T5", "served, output unchanged"),
         ("T5", "served, output changed")]
     md = report.tables(s)
-    assert "## T4 beside LMCache" in md and "| 8K | cross | T5 | 2 | 70.0 |" in md
+    assert "## T4 beside its peers" in md and "| 8K | cross | T5 | 2 | 70.0 |" in md
     assert "| T5 | 1 | zero | 8 | 2097152 | 2048 → 2048 | 0 | False | served, output changed |" \
         in md
+
+
+def test_pairs_of_four_replicas_every_ordered_pair_at_the_bound():
+    import ttft
+
+    recs = [dict(call(), replicas=4)]
+    bound = round(7936 / (8173 + 64), 4)
+    for i in range(12):
+        s, d = ttft.session_pair(4, "cross", i)
+        pair = f"{'ABCD'[s]}>{'ABCD'[d]}"
+        # The first pair's only session misses one chunk: below the bound.
+        hit = bound - 256 / (8173 + 64) if i == 0 else bound
+        recs.append(req("T4", "cross", 8173, i, 2, 50.0 + i, hit, "ABCD"[d], pair=pair,
+                        first=(i < 4)))
+    s = report.build(recs)
+    rows = {r["pair"]: r for r in s["pairs"] if r["tier"] == "T4"}
+    assert sorted(rows) == sorted(f"{a}>{b}" for a in "ABCD" for b in "ABCD" if a != b)
+    assert not rows["A>B"]["at_bound"] and all(r["at_bound"] for k, r in rows.items()
+                                               if k != "A>B")
+    assert rows["A>B"]["p50_ms"] is None and rows["D>C"]["p50_ms"] == 61.0  # first reads out
+    c = s["pairs_complete"]["T4"]["8173"]
+    assert (c["pairs"], c["with_sessions"], c["at_bound"], c["complete"]) == (12, 12, 11, False)
+    md = report.tables(s)
+    assert "## Replica pairs: cross-arm hits per ordered pair (4 replicas)" in md
+    assert "| T4 | 8K | A>B | 1 |" in md and "11 of 12 ordered pairs at the bound" in md
+
+
+def test_session_pairs_cover_every_ordered_pair_once_per_round():
+    import ttft
+
+    for n in (2, 3, 4):
+        cross = [ttft.session_pair(n, "cross", i) for i in range(n * (n - 1))]
+        assert len(set(cross)) == n * (n - 1) and all(a != b for a, b in cross)
+        assert [ttft.session_pair(n, "same", i) for i in range(n)] == [(i, i) for i in range(n)]
+    assert ttft.session_pair(2, "cross", 0) == (0, 1)  # session 0 is the paper's A>B

@@ -5,6 +5,9 @@ paper's Table 2, on vLLM 0.26/0.32 flag names).
   T1  GPU prefix cache          --enable-prefix-caching
   T2  vLLM native CPU offload   --no-enable-prefix-caching --kv-offloading-backend native
                                 --kv-offloading-size GiB, 256-token chunks
+  T3  Mooncake Store            --no-enable-prefix-caching, MooncakeStoreConnector to one
+                                `mooncake_master` per tier run, tcp, each replica's
+                                segment T4's region / replicas (mooncake_tier.py)
   T4  cxlkv shared region       --no-enable-prefix-caching, CxlkvOffloadingConnector,
                                 256-token chunks
   T4pc  T4 with vLLM's default  --enable-prefix-caching, CxlkvOffloadingConnector:
@@ -23,15 +26,16 @@ cpu_bytes_to_use and keeps the extra keys).
 import json
 
 import lmcache_tier
+import mooncake_tier
 
 CXLKV_TIERS = ("T4", "T4pc")
-TIERS = ("T0", "T1", "T2") + CXLKV_TIERS + lmcache_tier.TIERS
+TIERS = ("T0", "T1", "T2") + mooncake_tier.TIERS + CXLKV_TIERS + lmcache_tier.TIERS
 GRANULARITY = 256
 NAMES = {"T0": "recompute (no reuse)", "T1": "GPU prefix cache", "T2": "vLLM native CPU offload",
          "T4": "cxlkv shared region", "T4pc": "cxlkv shared region + GPU prefix cache",
-         **lmcache_tier.NAMES}
+         **mooncake_tier.NAMES, **lmcache_tier.NAMES}
 # Tiers whose replicas share one store (the cross arm can hit).
-SHARED = ("T4",) + lmcache_tier.TIERS
+SHARED = mooncake_tier.TIERS + ("T4",) + lmcache_tier.TIERS
 
 
 def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint=None,
@@ -51,9 +55,11 @@ def t4_transfer_config(region_path, region_size, poison=False, model_fingerprint
 
 
 def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
-          model_fingerprint=None, lmcache_port=None, extra_config=None):
+          model_fingerprint=None, lmcache_port=None, mooncake_lookup_port=None,
+          extra_config=None):
     """The tier's own server flags (the common ones are added by replica.py);
-    T5/T6 name their `lmcache server`'s port."""
+    T5/T6 name their `lmcache server`'s port, T3 the replica's own lookup
+    port."""
     if tier == "T0":
         return ["--no-enable-prefix-caching"]
     if tier == "T1":
@@ -69,6 +75,10 @@ def flags(tier, *, t2_gib=16, region_path=None, region_size=None, poison=False,
         return [pc, "--kv-transfer-config",
                 json.dumps(t4_transfer_config(region_path, region_size, poison, model_fingerprint,
                                               extra_config))]
+    if tier in mooncake_tier.TIERS:
+        if mooncake_lookup_port is None:
+            raise ValueError(f"{tier} needs the replica's lookup_rpc_port")
+        return mooncake_tier.flags(tier, mooncake_lookup_port)
     if tier in lmcache_tier.TIERS:
         if lmcache_port is None:
             raise ValueError(f"{tier} needs its lmcache server's port")

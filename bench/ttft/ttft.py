@@ -23,7 +23,16 @@ measured) and the next call resumes. Phases (--phases):
            T4/T5/T6 on the oracle's model: detected, recomputed or served.
 
 T5/T6 are LMCache's multiprocess mode (lmcache_tier.py): one `lmcache server`
-per tier run, started before and stopped after its replicas.
+per tier run, started before and stopped after its replicas. T3 is Mooncake
+Store (mooncake_tier.py): one `mooncake_master` per tier run, each replica's
+vLLM worker contributing its share of the pool.
+
+Replicas (--replicas N, default 2): every one serves; the same arm of session
+i goes to replica i mod N, the cross arm to the ordered pair i mod N(N-1)
+(A>B, A>C, ..., B>A, ...), so with at least N(N-1) sessions per prefix every
+replica reads what every other stored. Each request records its pair; at the
+end of a tier run the store's own region-wide counters and every replica's
+are logged (kind region_counters).
 
 Exit status: 0 when the asked grid is complete or the budget stopped it
 cleanly (RUN_DIR/state.json says which and what is left), 2 on bad
@@ -47,9 +56,10 @@ import client  # noqa: E402
 import damage  # noqa: E402
 import lmcache_tier  # noqa: E402
 import models  # noqa: E402
+import mooncake_tier  # noqa: E402
 import prompts  # noqa: E402
 import tiers as tiermod  # noqa: E402
-from replica import Replica, StartError  # noqa: E402
+from replica import Replica, StartError, free_port  # noqa: E402
 from runlog import RunLog  # noqa: E402
 
 PAPER_PREFIXES = (2054, 8173, 16282, 32694)  # the paper's bucket medians (section 4.3)
@@ -235,9 +245,11 @@ class Harness:
                "tier_flags": {t: tiermod.flags(
                    t, t2_gib=a.t2_gib, region_path="<region>", region_size=a.region_size,
                    model_fingerprint="<dummy-sha256(config.json)>" if self.dummy
-                   else None, lmcache_port="<zmq-port>", extra_config=a.t4_extra)
+                   else None, lmcache_port="<zmq-port>", mooncake_lookup_port="<lookup-port>",
+                   extra_config=a.t4_extra)
                    for t in tiermod.TIERS},
                "lmcache": self.lmcache_record(),
+               "mooncake": self.mooncake_record(),
                "variant": self.variant, "api": a.api, "arms": a.arms,
                "query_len": a.query_len, "max_tokens": a.max_tokens,
                "max_model_len": a.max_model_len, "granularity": tiermod.GRANULARITY}
@@ -258,6 +270,30 @@ class Harness:
                     l1_bytes=self.a.region_size, clients=max(2, self.a.replicas),
                     devdax_path="<devdax-file>",
                     extra=self.a.lmcache_arg)[1:] for t in asked}}
+
+    def mooncake_record(self):
+        """Mooncake's version, master command line and config (templates),
+        when T3 is asked for."""
+        if "T3" not in self.a.tiers:
+            return None
+        return {"version": mooncake_tier.installed_version(self.a.python, self.a.mooncake_site),
+                "site": self.a.mooncake_site, "wanted_version": mooncake_tier.VERSION,
+                "master_argv": mooncake_tier.master_argv(
+                    "<python>", rpc_port="<rpc-port>", metrics_port="<metrics-port>",
+                    extra=self.a.mooncake_arg)[1:],
+                "config": mooncake_tier.config("<rpc-port>", self.mooncake_segment(),
+                                               self.a.mooncake_local_buffer),
+                "replica_env": mooncake_tier.replica_env("<config.json>"),
+                "engine_block_tokens": self.engine_block()}
+
+    def mooncake_segment(self, total=None):
+        """Each replica's global_segment_size: T4's region split evenly."""
+        return (total or self.a.region_size) // max(2, self.a.replicas)
+
+    def engine_block(self):
+        """Tokens per engine KV block (replica.py: --block-size 32 on CPU;
+        vLLM's default 16 on CUDA): Mooncake stores one key per block."""
+        return 32 if self.platform == "cpu" else 16
 
     def ceiling(self):
         """Pinned host -> GPU copy ceiling, measured in this call (ceiling.py)."""
@@ -309,11 +345,26 @@ class Harness:
                     fingerprint = "dummy-" + hashlib.sha256(f.read()).hexdigest()[:24]
             flags = tiermod.flags(tier, region_path=region, region_size=size, poison=poison,
                                   model_fingerprint=fingerprint, extra_config=a.t4_extra)
+        self.mc = None
+        per_flags = None
+        if tier in mooncake_tier.TIERS:
+            # The same total memory as T4's region, split over the replicas
+            # (the oracle's small model: the same 1 GiB cap).
+            total = min(a.region_size, 1 << 30) if model_dir != self.grid_model else a.region_size
+            self.mc = self.start_mooncake(phase, rep, self.mooncake_segment(total))
+            lookup = [free_port() for _ in range(n)]
+            while len(set(lookup)) < n:
+                lookup = [free_port() for _ in range(n)]
+            per_flags = [tiermod.flags(tier, mooncake_lookup_port=p) for p in lookup]
         extra_env = lmcache_tier.site_env(a.lmcache_site) if tier in lmcache_tier.TIERS else {}
+        if self.mc is not None:
+            extra_env = dict(mooncake_tier.site_env(a.mooncake_site),
+                             **mooncake_tier.replica_env(self.mc.config_path))
         if poison:
             extra_env["CXLKV_TTFT_POISON_FILE"] = self.poison_flag
         names = [chr(ord("A") + i) for i in range(n)]
-        reps = [Replica(f"{phase}-r{rep}-{tier}-{nm}-c{self.call}", tier, flags,
+        reps = [Replica(f"{phase}-r{rep}-{tier}-{nm}-c{self.call}", tier,
+                        per_flags[i] if per_flags else flags,
                         model_dir=model_dir, served_name="ttft", platform=self.platform,
                         index=i, n_replicas=n, gpus=self.gpus, log_dir=self.engines_dir,
                         max_model_len=self.max_len(model_dir),
@@ -342,6 +393,10 @@ class Harness:
                 rec.update(lmcache_cause=self.lmc.root_cause(),
                            lmcache_log_tail=self.lmc.log_tail(3000))
                 self.stop_lmcache()
+            if self.mc is not None:
+                rec.update(mooncake_cause=self.mc.root_cause(),
+                           mooncake_log_tail=self.mc.log_tail(3000))
+                self.stop_mooncake()
             self.log.append(rec)
             if region and os.path.exists(region):
                 os.unlink(region)
@@ -384,6 +439,62 @@ class Harness:
                          "call": self.call, "ready_s": round(srv.ready_s, 2),
                          "l1_objects": objs, **srv.describe()})
         return srv
+
+    def start_mooncake(self, phase, rep, segment_bytes):
+        """T3: this tier run's mooncake_master, ready (its /health says
+        service_ready) before any replica starts; logged as kind
+        mooncake_master."""
+        a = self.a
+        m = mooncake_tier.Master(f"{phase}-r{rep}-T3-master-c{self.call}", python=a.python,
+                                 log_dir=self.engines_dir, segment_bytes=segment_bytes,
+                                 local_buffer_bytes=a.mooncake_local_buffer,
+                                 site=a.mooncake_site, extra=a.mooncake_arg)
+        try:
+            m.start()
+            m.wait_ready(a.start_timeout)
+        except StartError as e:
+            m.stop(grace=5)
+            self.log.append({"kind": "start_failed", "phase": phase, "rep": rep, "tier": "T3",
+                             "call": self.call, "error": str(e), "cause": m.root_cause(),
+                             "log_tail": e.log_tail[-4000:], "master": m.describe()})
+            raise
+        self.log.append({"kind": "mooncake_master", "phase": phase, "rep": rep, "tier": "T3",
+                         "call": self.call, "ready_s": round(m.ready_s, 2), **m.describe()})
+        return m
+
+    def stop_mooncake(self):
+        m, self.mc = getattr(self, "mc", None), None
+        if m is None:
+            return
+        alive = m.alive()
+        m.stop()
+        self.log.append({"kind": "mooncake_stopped", "name": m.name, "tier": "T3",
+                         "call": self.call, "alive_at_stop": alive})
+
+    def region_counters(self, reps, tier, phase, rep, observer):
+        """At the end of a tier run: the shared store's own counters (T4's
+        region, T3's master, T5/T6's L1) and every replica's, so hits add up
+        per replica and region-wide."""
+        store = None
+        try:
+            if observer is not None:
+                store = dict(observer.region_counters())
+            elif getattr(self, "mc", None) is not None:
+                store = self.mc.counters()
+            elif getattr(self, "lmc", None) is not None:
+                objs, _ = self.lmc.l1_counts()
+                store = {"l1_objects": objs}
+        except Exception as e:  # noqa: BLE001 - a report field, never fatal
+            store = {"error": f"{type(e).__name__}: {e}"[:300]}
+        per = {}
+        for r in reps:
+            try:
+                per[r.role] = client.counters(client.scrape(r.host, r.port))
+            except Exception as e:  # noqa: BLE001
+                per[r.role] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        self.log.append({"kind": "region_counters", "tier": tier, "phase": phase, "rep": rep,
+                         "call": self.call, "replicas": len(reps), "store": store,
+                         "per_replica": per})
 
     def stop_lmcache(self):
         srv, self.lmc = getattr(self, "lmc", None), None
@@ -493,21 +604,30 @@ class Harness:
                 (reg is not None and reg >= chunks)}
 
     def session(self, reps, observer, tier, key, shared, q1, q2, arm, cfg, max_tokens,
-                extra=None, logprobs=False, req1_only=False, phase="grid"):
-        """One session: req1 -> A, then req2 -> A (same) or B (cross); appends both."""
-        A = reps[0]
-        B = reps[1] if len(reps) > 1 else reps[0]
+                extra=None, logprobs=False, req1_only=False, phase="grid", pair=(0, 1)):
+        """One session: req1 -> reps[pair[0]] (A by default), then req2 -> the
+        same replica (same arm) or reps[pair[1]] (cross arm); appends both,
+        each naming its pair (e.g. "C>A")."""
+        A = reps[pair[0]]
+        B = reps[pair[1]] if len(reps) > 1 else reps[0]
         others_a = [r for r in reps if r is not A]
         base = dict(extra or {}, kind="req", phase=phase, tier=tier, arm=arm, call=self.call)
+        if arm in ("same", "cross"):
+            base["pair"] = f"{A.role}>{A.role if arm == 'same' else B.role}"
         p1 = shared + q1
         before_store = client.counters(client.scrape(A.host, A.port))["kv_store_bytes"]
         region_before = observer.region_counters()["stores"] if observer is not None else 0
         lmc = getattr(self, "lmc", None) if tier in lmcache_tier.TIERS else None
         l1_before = lmc.l1_counts()[0] if lmc is not None else None
+        mc = getattr(self, "mc", None) if tier in mooncake_tier.TIERS else None
+        keys_before = mc.key_count() if mc is not None else None
         r1 = self.request(A, others_a, p1, max_tokens, logprobs)
         if lmc is not None:
             r1.update(lmc.wait_stored(l1_before, len(p1) // tiermod.GRANULARITY,
                                       self.a.store_wait_s))
+        if mc is not None:
+            r1.update(mc.wait_stored(keys_before, len(p1) // self.engine_block(),
+                                     self.a.store_wait_s))
         if tier in ("T2",) + tiermod.CXLKV_TIERS:
             g = tiermod.GRANULARITY
             r1.update(self.wait_stored(A, before_store, len(p1) // g,
@@ -569,6 +689,8 @@ class Harness:
     def integrity_tasks(self, tier):
         if tier not in tiermod.SHARED or "integrity" not in self.a.phases:
             return []
+        if tier in mooncake_tier.TIERS:
+            return []  # not reachable from outside: run() logs why (MOONCAKE_DAMAGE_REASON)
         return [("integrity", self.a.oracle_prefix, damage.MODES[j % len(damage.MODES)], j,
                  f"integrity/{tier}/{j}") for j in range(self.a.integrity_prompts)]
 
@@ -590,7 +712,7 @@ class Harness:
         if "grid" in a.phases or "control" in a.phases:
             for rep in range(a.reps):
                 for tier in self.tier_order(rep):
-                    if tier == "T2" and self.platform == "cpu":
+                    if tier in ("T2", "T3") and self.platform == "cpu":
                         continue  # recorded as skipped in run()
                     tasks = self.grid_tasks(rep, tier) if "grid" in a.phases else \
                         [t for t in self.grid_tasks(rep, tier) if t[0] == "control"]
@@ -616,7 +738,7 @@ class Harness:
                                 self.integrity_tasks(tier)))
         if "load" in a.phases:
             for tier in ("T2",) + tiermod.SHARED:
-                if tier not in a.tiers or (tier == "T2" and self.platform == "cpu"):
+                if tier not in a.tiers or (tier in ("T2", "T3") and self.platform == "cpu"):
                     continue
                 cells = [("load", p, c, f"load/{tier}/{p}/c{c}") for p in a.load_prefixes
                          for c in a.load_concurrency]
@@ -635,6 +757,21 @@ class Harness:
             if key not in self.log.done_keys("skip"):
                 self.log.append({"kind": "skip", "key": key, "tier": "T2", "call": self.call,
                                  "reason": T2_CPU_REASON})
+        if self.platform == "cpu" and ("T3" in a.tiers):
+            key = "skip/T3/cpu"
+            if key not in self.log.done_keys("skip"):
+                self.log.append({"kind": "skip", "key": key, "tier": "T3", "call": self.call,
+                                 "reason": T3_CPU_REASON})
+        if "T3" in a.tiers and "integrity" in a.phases:
+            key = "skip/T3/integrity"
+            if key not in self.log.done_keys("skip"):
+                self.log.append({"kind": "skip", "key": key, "tier": "T3", "call": self.call,
+                                 "phase": "integrity", "reason": MOONCAKE_DAMAGE_REASON})
+        pairs = a.replicas * (a.replicas - 1)
+        if "cross" in a.arms and {"grid"} & set(a.phases) and a.sessions < pairs:
+            print(f"ttft: note: {a.sessions} sessions per prefix cover {a.sessions} of the "
+                  f"{pairs} ordered pairs of {a.replicas} replicas (--sessions {pairs} covers "
+                  "every pair)", flush=True)
         self.ceiling()
         done = self.log.done_keys("req") | self.log.done_keys("control") | \
             self.log.done_keys("oracle") | self.log.done_keys("integrity")
@@ -733,7 +870,11 @@ class Harness:
                 elif kind == "integrity":
                     self.integrity(reps, observer, tier, cfg, task)
                 self.progress[(phase, tier)] = self.progress.get((phase, tier), 0) + 1
+            if tier in tiermod.SHARED:
+                self.region_counters(reps, tier, phase, rep, observer)
         except BudgetStop:
+            if tier in tiermod.SHARED:
+                self.region_counters(reps, tier, phase, rep, observer)
             raise
         except Exception as e:  # noqa: BLE001 - logged, the next tier still runs
             self.failures += 1
@@ -743,6 +884,7 @@ class Harness:
         finally:
             self.stop_replicas(reps)
             self.stop_lmcache()
+            self.stop_mooncake()
             observer = None
             if region and os.path.exists(region):
                 os.unlink(region)  # the next T4 start gets a fresh one
@@ -759,7 +901,8 @@ class Harness:
         q = self.query_len(p)
         shared, q1, q2 = prompts.session(self.a.seed, rep, p, arm, i, q, cfg["vocab_size"])
         self.session(reps, observer, tier, key, shared, q1, q2, arm, cfg, self.a.max_tokens,
-                     extra={"rep": rep, "prefix": p, "session": i, "query_len": q})
+                     extra={"rep": rep, "prefix": p, "session": i, "query_len": q},
+                     pair=session_pair(len(reps), arm, i))
 
     def join_phase(self, reps, observer, rep, tier, cfg, task, done_keys):
         """B joins the region after its chunks were stored. "restarted": req1
@@ -938,8 +1081,10 @@ class Harness:
         t0 = time.monotonic()
 
         def worker(home, w):
-            other = reps[(home + 1) % len(reps)]
+            n = len(reps)
             for s in range(a.load_sessions):
+                # The cross target rotates over the other replicas.
+                other = reps[(home + 1 + (w + s) % (n - 1)) % n]
                 shared, q1, q2 = prompts.session(a.seed, f"load-{self.call}", p, f"{home}-{w}", s,
                                                  q, cfg["vocab_size"])
                 try:
@@ -1007,6 +1152,31 @@ T2_CPU_REASON = ("vLLM refuses native CPU offloading on the CPU platform: \"CPU 
                  "(vllm/v1/kv_offload/cpu/spec.py, CPUOffloadingSpec.get_worker)")
 
 
+# Why T3 does not run on the CPU platform (mooncake_tier.py's docstring).
+T3_CPU_REASON = ("Mooncake Store needs the NVIDIA driver: mooncake.store's extension links "
+                 "libcuda.so.1 (\"ImportError: libcuda.so.1: cannot open shared object file\"), "
+                 "and vLLM's MooncakeStoreConnector records a torch.cuda.Event() for every store "
+                 "(kv_connector/v1/mooncake/store/worker.py), which a CPU torch refuses")
+# Why T3's integrity step has nothing to damage (issue 29: where reachable).
+MOONCAKE_DAMAGE_REASON = (
+    "not reachable from outside: Mooncake's embedded segments are anonymous memory that each "
+    "vLLM worker allocates in its own address space (MooncakeDistributedStore.setup, "
+    "global_segment_size), and its transfers go over sockets; no file or shared mapping holds "
+    "the stored KV, so damaging it would take another process's memory (ptrace), not a store "
+    "any tenant maps")
+
+
+def session_pair(n, arm, i):
+    """(storing replica, reading replica) of grid session i among n
+    replicas: the same arm on replica i mod n; the cross arm on ordered pair
+    i mod n(n-1), in the order A>B, A>C, ..., B>A, B>C, ... (n = 2: A>B, B>A)."""
+    if arm == "same":
+        h = i % n
+        return h, h
+    pairs = [(s, d) for s in range(n) for d in range(n) if s != d]
+    return pairs[i % len(pairs)]
+
+
 def _fs_size(path):
     try:
         st = os.statvfs(path)
@@ -1062,6 +1232,17 @@ def main(argv=None):
                    help="a directory holding lmcache, put on the path of T5/T6's server and "
                         "replicas only (default $CXLKV_TTFT_LMCACHE_SITE; on the GPU machine "
                         "the bundle's install is on PYTHONPATH already)")
+    r.add_argument("--mooncake-site", default=os.environ.get("CXLKV_TTFT_MOONCAKE_SITE") or None,
+                   help="a directory holding mooncake (scripts/mooncake-site.sh), put on the "
+                        "path of T3's master and replicas only (default "
+                        "$CXLKV_TTFT_MOONCAKE_SITE; on the GPU machine the bundle's install is "
+                        "on the path already)")
+    r.add_argument("--mooncake-local-buffer", type=parse_size, default=None,
+                   help="T3's local_buffer_size per replica (default: 4GiB on GPU, vLLM's "
+                        "guide; 64MiB on CPU)")
+    r.add_argument("--mooncake-arg", action="append", default=[],
+                   help="one more mooncake_master argument for T3 (repeatable, "
+                        "--mooncake-arg=--flag=value)")
     r.add_argument("--load-prefixes", type=ints, default=[8173, 32694])
     r.add_argument("--load-concurrency", type=ints, default=[1, 2, 4, 8])
     r.add_argument("--load-sessions", type=int, default=3)
@@ -1115,6 +1296,8 @@ def main(argv=None):
         a.model = "small" if on_cpu else "qwen7b"
     if a.region_size is None:
         a.region_size = parse_size("256MiB" if on_cpu else "32GiB")
+    if a.mooncake_local_buffer is None:
+        a.mooncake_local_buffer = parse_size("64MiB" if on_cpu else "4GiB")
     return Harness(a).run()
 
 

@@ -1,0 +1,142 @@
+"""CPU tests of the Mooncake tier's plumbing (mooncake_tier.py, issue 29): the
+replicas' flags and config, read back by vLLM's own MooncakeStoreConfig;
+a real mooncake_master started, read and stopped; and the two facts that
+keep T3 off the CPU platform, checked so that the skip reason cannot go
+stale. No engine (T3 needs the NVIDIA driver: mooncake_tier.py). Run by the
+ttft stage (scripts/test.d/70-ttft.sh) with the vLLM venv's python:
+
+    CXLKV_TTFT_MOONCAKE_SITE=$(PYTHON=<venv python> scripts/mooncake-site.sh) \\
+        python -m pytest -q bench/ttft/test_mooncake.py
+
+The tests that start mooncake_master need the site; they fail, not skip,
+when CXLKV_TTFT_MOONCAKE_SITE is set and the master does not start.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import mooncake_tier  # noqa: E402
+import tiers  # noqa: E402
+import ttft  # noqa: E402
+from replica import StartError  # noqa: E402
+
+SITE = os.environ.get("CXLKV_TTFT_MOONCAKE_SITE")
+needs_site = pytest.mark.skipif(not SITE, reason="CXLKV_TTFT_MOONCAKE_SITE not set "
+                                                 "(scripts/mooncake-site.sh)")
+
+
+def test_replica_flags_are_the_store_connector_with_a_lookup_port_each():
+    f = tiers.flags("T3", mooncake_lookup_port=5801)
+    assert f[:2] == ["--no-enable-prefix-caching", "--kv-transfer-config"]
+    assert json.loads(f[2]) == {
+        "kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"lookup_rpc_port": 5801}}
+    assert tiers.flags("T3", mooncake_lookup_port=5802) != f
+    with pytest.raises(ValueError):
+        tiers.flags("T3")
+    assert "T3" in tiers.SHARED and "T3" in tiers.TIERS
+
+
+def test_config_splits_t4s_memory_over_the_replicas():
+    c = mooncake_tier.config(50051, (32 << 30) // 4, 4 << 30)
+    assert c == {"mode": "embedded", "metadata_server": "P2PHANDSHAKE",
+                 "master_server_address": "127.0.0.1:50051", "global_segment_size": 8 << 30,
+                 "local_buffer_size": 4 << 30, "protocol": "tcp", "device_name": ""}
+    for bad in ((1, 0, 1 << 30), (1, 1 << 30, 0)):
+        with pytest.raises(ValueError):
+            mooncake_tier.config(*bad)
+    env = mooncake_tier.replica_env("/x/m.json")
+    assert env == {"MOONCAKE_CONFIG_PATH": "/x/m.json",
+                   "MOONCAKE_REQUESTER_LOCAL_HOSTNAME": "127.0.0.1"}
+
+
+def test_master_argv_names_the_rpc_and_metrics_ports():
+    argv = mooncake_tier.master_argv("py", rpc_port=7001, metrics_port=7002, extra=["--x=1"])
+    assert argv[:3] == ["py", "-m", "mooncake.cli"]
+    assert argv[argv.index("--rpc_port") + 1] == "7001"
+    assert argv[argv.index("--metrics_port") + 1] == "7002"
+    assert argv[argv.index("--rpc_address") + 1] == "127.0.0.1" and argv[-1] == "--x=1"
+
+
+def test_vllms_own_parser_reads_our_config(tmp_path):
+    """vLLM's MooncakeStoreConfig.from_file (the class its connector's worker
+    builds from MOONCAKE_CONFIG_PATH) and its connector registry."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker import (
+            MooncakeStoreConfig)
+    except ImportError as e:
+        pytest.skip(f"vllm not importable here: {e}")
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps(mooncake_tier.config(50051, 128 << 20, 64 << 20)))
+    c = MooncakeStoreConfig.from_file(str(p))
+    assert (c.mode, c.metadata_server, c.master_server_address, c.protocol, c.device_name) == \
+        ("embedded", "P2PHANDSHAKE", "127.0.0.1:50051", "tcp", "")
+    assert (c.global_segment_size, c.local_buffer_size) == (128 << 20, 64 << 20)
+    assert "MooncakeStoreConnector" in KVConnectorFactory._registry
+
+
+def test_t3_is_skipped_on_cpu_and_its_damage_step_says_why():
+    assert "libcuda.so.1" in ttft.T3_CPU_REASON and "torch.cuda.Event" in ttft.T3_CPU_REASON
+    assert "not reachable" in ttft.MOONCAKE_DAMAGE_REASON
+
+
+@needs_site
+def test_mooncake_store_needs_the_driver_here():
+    """The CPU skip's first reason, as this machine class says it."""
+    env = dict(os.environ, **mooncake_tier.site_env(SITE))
+    out = subprocess.run([sys.executable, "-c", "from mooncake.store import "
+                          "MooncakeDistributedStore"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    if out.returncode == 0:
+        pytest.fail("mooncake.store imports without the NVIDIA driver now: T3 may run on CPU; "
+                    "revisit T3_CPU_REASON in ttft.py")
+    assert "libcuda.so.1: cannot open shared object file" in out.stderr, out.stderr[-500:]
+
+
+@needs_site
+def test_a_real_master_starts_counts_and_stops(tmp_path):
+    a = mooncake_tier.Master("t3-a", python=sys.executable, log_dir=str(tmp_path),
+                             segment_bytes=64 << 20, local_buffer_bytes=16 << 20, site=SITE)
+    b = mooncake_tier.Master("t3-b", python=sys.executable, log_dir=str(tmp_path),
+                             segment_bytes=64 << 20, local_buffer_bytes=16 << 20, site=SITE)
+    try:
+        a.start()
+        b.start()
+        assert a.wait_ready(60) > 0 and b.wait_ready(60) > 0
+        assert {a.rpc_port, a.metrics_port}.isdisjoint({b.rpc_port, b.metrics_port})
+        c = a.counters()
+        assert c["master_key_count"] == 0 and c["master_active_clients"] == 0, c
+        assert {"master_allocated_bytes", "master_evicted_key_count"} <= set(c)
+        with open(a.config_path) as f:
+            assert json.load(f)["master_server_address"] == f"127.0.0.1:{a.rpc_port}"
+        w = a.wait_stored(0, 1, 0.2)  # nothing is put: not complete, and says so
+        assert w["store_complete"] is False and w["master_keys"] == 0
+        with open(a.log_path) as f:
+            assert "Mooncake master version: 0.3.14" in f.read()
+    finally:
+        a.stop()
+        b.stop()
+    assert not a.alive() and not b.alive()
+    assert a.counters() == {}
+
+
+@needs_site
+def test_a_master_that_cannot_start_says_why(tmp_path):
+    m = mooncake_tier.Master("t3-bad", python=sys.executable, log_dir=str(tmp_path),
+                             segment_bytes=64 << 20, local_buffer_bytes=16 << 20, site=SITE,
+                             extra=["--rpc_port=not-a-port"])
+    try:
+        m.start()
+        with pytest.raises(StartError) as e:
+            m.wait_ready(60)
+        assert "exited with" in str(e.value) and "rpc_port" in str(e.value), str(e.value)
+    finally:
+        m.stop()
