@@ -678,6 +678,13 @@ def tables(s):
     if any(r["tier"] in PEERS for r in peers):
         w("\n## T4 beside its peers (T3: Mooncake Store, T5: LMCache with L1 in DRAM, "
           "T6: LMCache with a devdax L1)\n")
+        if any(r["tier"] == "T3" for r in peers):
+            w("T3 is Mooncake Store over TCP on loopback: Mooncake is deployed with RDMA "
+              "between hosts (a one-sided NIC read into GPU memory), so every T3 load here "
+              "crosses the kernel's TCP stack and its TTFT is an upper bound of Mooncake's cost "
+              "on one host; its hit rates and eviction are its own. It stores one key per engine "
+              "block (16 tokens on the GPU), so its hits may pass the 256-token alignment bound "
+              "of T4 and T5.\n")
         w("| prefix | arm | tier | n | p50 ms | p90 ms | hit % | alignment bound % |")
         w("|---|---|---|---|---|---|---|---|")
         bound = {d["prefix"]: d["alignment_bound"] for d in s["derived"]}
