@@ -656,14 +656,16 @@ def tables(s):
                     by.items(), key=lambda kv: int(kv[0]))) + ".")
     if s.get("region_counters"):
         w("\n## Region-wide counters at the end of each shared tier run\n")
-        w("The store's own counters (T4: the region's; T3: mooncake_master's; T5/T6: the L1 "
-          "object count) and each replica's external hits and KV bytes (vLLM's /metrics).\n")
+        w("The store's own counters (T4: the region's, hits of another participant's stores "
+          "among them; T3: mooncake_master's; T5/T6: the L1 object count) and each replica's "
+          "external hits and KV bytes (vLLM's /metrics).\n")
         w("| tier | phase | call | replicas | store | per replica: external hit tokens / "
           "loaded MiB / stored MiB |")
         w("|---|---|---|---|---|---|")
         for x in s["region_counters"]:
             st = x.get("store") or {}
-            keys = ("stores", "loads", "evictions", "crc_failures", "master_key_count",
+            keys = ("stores", "lookups", "hits", "cross_participant_hits", "evictions",
+                    "crc_failures", "master_key_count",
                     "master_evicted_key_count", "master_allocated_bytes", "l1_objects")
             stt = ", ".join(f"{k} {int(st[k]) if isinstance(st[k], (int, float)) else st[k]}"
                             for k in keys if k in st) or str(st)[:120]
