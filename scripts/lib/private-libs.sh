@@ -42,6 +42,10 @@ expose_missing_libs() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do extra+=("$1"); shift; done
   [ "${1:-}" = "--" ] && shift
   elves=("$@")
+  if ! command -v ldd >/dev/null; then
+    echo "private-libs: ldd not found: cannot tell which libraries this machine lacks" >&2
+    return 2
+  fi
   mkdir -p "$libdir"
   for round in 1 2 3 4 5 6; do
     left=$(_missing_of "$libdir" "${elves[@]}")
