@@ -27,10 +27,11 @@
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
 # Behind --full (CXLKV_FULL=1): four replicas sharing one region (T4 and T5,
 # cross arm, one session per ordered pair: 12), every pair at the bound.
-# Warm: test_mooncake.py adds about 10 s of CPU (vLLM's import for its
-# parser; the master starts in a second). --full's four-replica run: about
-# 400 s on 2 busy cores (eight engine starts, 24 sessions).
-# Before: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
+# Warm: 833 s on 2 very busy cores (load average 15) with test_mooncake.py,
+# which adds about 10 s of CPU (vLLM's import for its parser; the master
+# starts in a second). --full's four-replica run: 376 s more on such cores
+# (eight engine starts, 24 sessions).
+# Earlier: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
 # of engine starts, a restart and the lmcache server's, which takes about
 # 13 s); 441 s before the scenarios, about 150 s on quiet cores before T5.
 # Engine starts dominate (each 25-35 s when the machine
