@@ -27,6 +27,8 @@ FABRIC_PKGS=(
 KUBE_PKGS=(
   openssl                # e2e cluster: CA, serving/client certs, service-account keys
   curl python3           # e2e cluster: readiness probes, free ports
+  bats                   # the e2e tests (test/e2e/*.bats): named cases, tags, --filter, a failure hook
+  jq                     # the e2e tests' JSON checks (test/e2e/lib/dra.bash), instead of inline python
   libcurl4-openssl-dev   # kube client: HTTPS with verified TLS, streaming watches
   libssl-dev             # kube client: base64 of kubeconfig *-data fields
   libyaml-cpp-dev        # kube client: kubeconfig is YAML

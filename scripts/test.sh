@@ -10,6 +10,11 @@
 #   scripts/test.sh --quick          # the unit stage only (--stage unit)
 #   scripts/test.sh --list           # the stages, in the order they run
 #   scripts/test.sh --serial         # no background lane: every stage in turn
+#   scripts/test.sh --stage dra --filter REGEX
+#                                    # only the bats tests whose name matches
+#                                    # (CXLKV_TEST_FILTER to the stages; scripts/lib/bats.sh)
+#   scripts/test.sh --stage dra --tags LIST
+#                                    # only the bats tests with those tags (CXLKV_TEST_TAGS)
 #
 # A stage is any scripts/test.d/NN-NAME.sh (scripts/lib/stage.sh has the
 # contract and helpers): a new file there is picked up without editing this
@@ -59,6 +64,12 @@ while [ $# -gt 0 ]; do
     --quick) want+=(unit) ;;
     --list) LIST=1 ;;
     --serial) SERIAL=1 ;;
+    --filter) [ $# -ge 2 ] || { echo "--filter needs a regular expression"; exit 2; }
+              export CXLKV_TEST_FILTER=$2; shift ;;
+    --filter=*) export CXLKV_TEST_FILTER=${1#--filter=} ;;
+    --tags) [ $# -ge 2 ] || { echo "--tags needs a list of tags"; exit 2; }
+            export CXLKV_TEST_TAGS=$2; shift ;;
+    --tags=*) export CXLKV_TEST_TAGS=${1#--tags=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1"; usage; exit 2 ;;
   esac

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   opt.resync_period = std::chrono::milliseconds(static_cast<int64_t>(resync_period_s * 1000));
   opt.lease_duration = std::chrono::milliseconds(static_cast<int64_t>(lease_duration_s * 1000));
-  // Tests only (test/e2e/dra-controller-cases.sh): see ControllerOptions::failpoint.
+  // Tests only (test/e2e/dra-controller.bats): see ControllerOptions::failpoint.
   if (const char* fp = std::getenv("CXLKV_DRA_FAILPOINT")) opt.failpoint = fp;
 
   sigset_t sigs;

@@ -5,7 +5,7 @@
 // fabric::Composer and a fake hostd: controller_rep_test.cc). The
 // apiserver-bound steps (the compare-and-set patches, the dry-run probe,
 // slice writes, Leases) run against a real control plane in the dra stage
-// (scripts/test.d/55-dra.sh, test/e2e/dra-*.sh).
+// (scripts/test.d/55-dra.sh, test/e2e/dra-*.bats).
 #include <gtest/gtest.h>
 
 #include <map>

@@ -3,7 +3,7 @@
 // What a namespace's claims hold against its budget (controller/quota.h):
 // reservations of live allocations, composed claims without one, and what
 // stops counting. Admit itself runs against the real apiserver in the dra
-// stage (test/e2e/dra-quota-cases.sh).
+// stage (test/e2e/dra-quota.bats).
 #include "controller/quota.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-# Helpers shared by the DRA e2e scripts (scripts/test.d/55-dra.sh, test/e2e/dra-demo.sh,
-# bench/dra/dra-bench.sh, bench/dra/dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
+# Helpers shared by the DRA e2e scripts and tests (test/e2e/lib/dra.bash, which the
+# dra-*.bats files load, bench/dra/dra-bench.sh, bench/dra/dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
 # dra-noncoherent.sh, dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
 # dir, with E/logs) and the array PIDS (what the caller's trap stops), or to call
 # dra_standalone, which sets both. Uses ROOT (the checkout); BIN and CLUSTER default from it.
@@ -9,15 +9,29 @@ CLUSTER=${CLUSTER:-$ROOT/test/e2e/cluster.sh}
 # A free TCP port on 127.0.0.1.
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start <name> <cmd...>: a background process logged to $E/logs/<name>.log, its pid in PIDS
-# and in PID_<name>. DRA_LOG_APPEND=1 appends (a restart under one name keeps the old log).
+# start <name> <cmd...>: a background process logged to $E/logs/<name>.log, its pid in PIDS,
+# in PID_<name> and, when the directory $E/pids exists (the bats tests', test/e2e/lib/dra.bash),
+# in the file $E/pids/<name>. DRA_LOG_APPEND=1 appends (a restart under one name keeps the old
+# log). Every descriptor above stderr is closed in it: bats reads its TAP stream and its own
+# output through pipes there, and a daemon that kept one open would hold the run until it exits.
 start() {
   local name=$1; shift
-  if [ "${DRA_LOG_APPEND:-0}" = 1 ]; then "$@" >>"$E/logs/$name.log" 2>&1 &
-  else "$@" >"$E/logs/$name.log" 2>&1 &
+  if [ "${DRA_LOG_APPEND:-0}" = 1 ]; then start_closed "$@" >>"$E/logs/$name.log" 2>&1 &
+  else start_closed "$@" >"$E/logs/$name.log" 2>&1 &
   fi
   PIDS+=($!)
   eval "PID_${name//-/_}=$!"
+  if [ -d "$E/pids" ]; then echo $! >"$E/pids/$name"; fi
+}
+
+# start_closed <cmd...>: execs cmd with only stdin, stdout and stderr open (start's child).
+start_closed() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+  done
+  exec "$@"
 }
 
 # wait_until <seconds> <cmd...>: true once cmd succeeds, false after the deadline.
