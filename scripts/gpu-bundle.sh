@@ -128,7 +128,10 @@ build() {
 
 # ---- there: keep the carried parts ----
 take() {
-  local s=$1 dir=${2:-$(cd "$HERE/.." && pwd)/.bundle/$s}
+  # Two statements: in one `local`, $s is not yet set when the default is
+  # expanded (set -u stopped every `take SET` without a DIR).
+  local s=$1
+  local dir=${2:-$(cd "$HERE/.." && pwd)/.bundle/$s}
   [[ $s =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "bad set name '$s'"
   mkdir -p "$STORE/$s"
   local m f found=0

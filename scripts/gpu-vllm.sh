@@ -99,7 +99,10 @@ TESTS=(test/vllm/test_spec.py test/vllm/test_late_joiner.py test/vllm/test_load_
 if [ "$MODE" = serve ]; then
   if ! command -v vllm > /dev/null 2>&1; then
     mkdir -p /tmp/cxlkv-bin
-    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' \
+    # With the __main__ guard a console script has: vLLM starts its engine
+    # core by spawn, which imports the main module again (without the guard,
+    # the child ran `vllm serve` itself and the start failed).
+    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
       "$(command -v python3)" > /tmp/cxlkv-bin/vllm
     chmod +x /tmp/cxlkv-bin/vllm
     export PATH=/tmp/cxlkv-bin:$PATH
