@@ -759,10 +759,12 @@ def plots(s, out):
         return [f"no plots: {e}"]
     made = []
     rows = s["rows"]
-    colors = {"T0": "tab:gray", "T1": "tab:blue", "T2": "tab:orange", "T4": "tab:green"}
+    # The peers beside T4 in the same plots (issue 28); T4pc for a load cell.
+    colors = {"T0": "tab:gray", "T1": "tab:blue", "T2": "tab:orange", "T4": "tab:green",
+              "T4pc": "tab:olive", "T3": "tab:brown", "T5": "tab:purple", "T6": "tab:pink"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, arm in zip(axes, ARMS):
-        for t in TIERS:
+        for t in TIERS + PEERS:
             pts = sorted((r["prefix"], r["p50_ms"]) for r in rows
                          if r["tier"] == t and r["arm"] == arm)
             if pts:
