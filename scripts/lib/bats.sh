@@ -18,6 +18,9 @@
 # caller's array BATS_SECONDS ("<seconds> <file>"), for its closing summary.
 #
 #   cxlkv_bats_close <stage name>            # "NAME: N passed, N failed, N skipped"; its status
+#
+# A --filter or --tags that selects no test of the stage counts as one
+# failure (a typo in a name must not read as a pass).
 cxlkv_bats() {  # cxlkv_bats <stage name> <file.bats>...
   local name=$1 f tap rc t0 plan p s fl n_all
   shift
@@ -56,6 +59,10 @@ cxlkv_bats() {  # cxlkv_bats <stage name> <file.bats>...
 }
 
 cxlkv_bats_close() {  # cxlkv_bats_close <stage name>: the closing line; false if anything failed
+  if [ -n "${CXLKV_TEST_FILTER:-}${CXLKV_TEST_TAGS:-}" ] && [ $((passed + failed + skipped)) -eq 0 ]; then
+    echo "$1: no test matches --filter '${CXLKV_TEST_FILTER:-}' --tags '${CXLKV_TEST_TAGS:-}'"
+    failed=1
+  fi
   if [ -n "${BATS_SECONDS+x}" ] && [ ${#BATS_SECONDS[@]} -gt 0 ]; then
     echo "$1: seconds per file:"
     printf '  %s\n' "${BATS_SECONDS[@]}"
