@@ -17,6 +17,9 @@
 # gains kubelet's packages there (-mod=mod), so the clone's go.mod and the
 # other binaries' cache keys stay as they are. Cold: about 8 min on 2 busy
 # cores after the control plane's build (most packages are shared).
+# GOFLAGS_EXTRA adds go flags to every build here; on a shared machine
+# GOFLAGS_EXTRA=-p=1 builds one package at a time (the kubelet's default is
+# -p=2).
 
 K8S_DEFAULT_VERSION=v1.37.2
 E2E_TOOLS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tools
@@ -72,7 +75,7 @@ k8s_build_kubelet() {  # <version>; builds the control plane first; echoes the b
       "$src/genmod.sh" "$v" "$src" >&2 || exit 1
     fi
     echo "k8s-build: building kubelet $v into $bin (progress every 20 s)" >&2
-    (cd "$src" && GOFLAGS_EXTRA="-mod=mod -p=2" _k8s_go_build "$root/build-kubelet.log" \
+    (cd "$src" && GOFLAGS_EXTRA="-mod=mod ${GOFLAGS_EXTRA:--p=2}" _k8s_go_build "$root/build-kubelet.log" \
         -ldflags "$(_k8s_ldflags "$v" "$minor")" -o "$bin/kubelet" k8s.io/kubernetes/cmd/kubelet) || {
       echo "k8s-build: kubelet $v build failed (log: $root/build-kubelet.log)" >&2; exit 1; }
     touch "$bin/.kubelet-complete"
