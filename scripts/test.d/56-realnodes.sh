@@ -28,13 +28,16 @@
 # control plane). CXLKV_REALNODES_K8S="v1.37.2" runs the listed ones only.
 # Needs root, mount and network namespaces, cgroup v1 (skipped otherwise).
 # Warm (kubelet, containerd, Helm and the images cached, binaries built):
-# about 230 s per Kubernetes version on 2 busy cores (23 checks; the cluster
-# with two Ready nodes in about 40 s, teardown about 60 s). Cold, beyond the
-# kube stage's Kubernetes build: containerd about 390 s, kubelet about 140 s
-# (its packages beyond the control plane's), debootstrap about 110 s once per
-# machine, the image about 60 s; the 1.36 control plane and kubelet as the
-# kube stage's build again (about 30 min). The fresh-machine default run is
-# past 70 min without this stage (CHANGELOG.md), so it stays behind --full.
+# about 160 s per Kubernetes version on 2 cores, 230 s on busy ones (23
+# checks each; the cluster with two Ready nodes in about 36 s, teardown about
+# 60 s); both versions about 320 s. Fresh, beyond the kube stage's 1.37
+# build: containerd about 390 s, the 1.37 kubelet about 140 s (its packages
+# beyond the control plane's), debootstrap about 110 s once per machine, the
+# image about 60 s, and 1.36.3's control plane, etcd and kubelet about
+# 2,130 s (GOFLAGS_EXTRA=-p=1, nice 10, on 2 cores other builds kept busy;
+# its kubelet alone 52 s after the control plane): about 3,200 s with both
+# runs. The fresh-machine default run is past 70 min without this stage
+# (CHANGELOG.md), so it stays behind --full.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 cd "$CXLKV_ROOT"
