@@ -22,6 +22,15 @@ Policies (bench/eviction/policies.py says how each is counted):
              (two candidate sets of 16 ways per key; single-threaded).
 - model-lru32: the same model with the victim choice before the
              prefix-aware policy (oldest of the 32 candidates).
+- indexed:   a model of a design the engine does not have yet: the
+             directory decoupled from where data lives, so any data slot
+             can be the victim; a sweep over --window data slots (default
+             the whole region) queues the --batch (default 1/64 of the
+             slots) least recently used, ties deepest first, one tick per
+             request as the engine's millisecond clock sees a request
+             (policies.indexed).
+- indexed-prefix: the same design with the engine's EvictionRank (age,
+             depth, uses) as the victim order.
 - replay:    the engine itself: `cxlkv replay` on a fresh region with that
              many slots (coherence=hardware, 2 replicas, round-robin).
 - replay-sw: the same in coherence=software (replica i writes partition i).
@@ -116,11 +125,20 @@ def main():
     ap.add_argument("--policies", default="lru,belady,model,replay")
     ap.add_argument("--cxlkv", default=os.path.join(ROOT, "build/bin/cxlkv"))
     ap.add_argument("--json", default=None, help="append one JSON object per row here")
+    ap.add_argument("--window", type=int, default=0,
+                    help="indexed: data slots one sweep ranks (at least 1024; 0: all)")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="indexed: victims one sweep queues (0: 1/64 of the slots)")
     a = ap.parse_args()
     pols = a.policies.split(",")
-    known = {"lru", "belady", "model", "model-lru32", "replay", "replay-sw"}
+    known = {"lru", "belady", "model", "model-lru32", "indexed", "indexed-prefix", "replay",
+             "replay-sw"}
     if set(pols) - known:
         sys.exit(f"unknown policy {sorted(set(pols) - known)}; known: {sorted(known)}")
+    if (a.window and a.window < 1024) or a.batch < 0 or (a.window and a.batch > a.window):
+        sys.exit(f"--window {a.window} --batch {a.batch}: the window is 0 (the whole region) "
+                 "or at least 1024 data slots, the batch 0 (1/64 of the slots) or at most the "
+                 "window")
     if any(p.startswith("replay") for p in pols) and not os.access(a.cxlkv, os.X_OK):
         sys.exit(f"{a.cxlkv}: not an executable; build it (cmake --build build --target "
                  "cxlkv_cli) or pass --cxlkv, or leave the replay policies out")
@@ -147,6 +165,7 @@ def main():
         for frac in [float(x) for x in a.capacities.split(",")]:
             slots = max(16, int(round(ws * frac)))
             rates = {}
+            local = {}
             used_slots = slots
             for p in pols:
                 if p == "lru":
@@ -157,6 +176,14 @@ def main():
                     rates[p] = policies.region(chains, slots, victim="prefix") / asked
                 elif p == "model-lru32":
                     rates[p] = policies.region(chains, slots, victim="lru32") / asked
+                elif p.startswith("indexed"):
+                    rk = "prefix" if p == "indexed-prefix" else "lru-depth"
+                    st = {}
+                    rates[p] = policies.indexed(chains, slots, window=a.window or slots,
+                                                batch=a.batch or max(1, slots // 64),
+                                                rank=rk, stats=st) / asked
+                    # Stores whose two index sets were full (victim among their 32).
+                    local[p] = st["local"]
                 else:
                     rates[p], used_slots = replay(a.cxlkv, trace, slots,
                                                   "software" if p == "replay-sw" else "hardware",
@@ -168,8 +195,9 @@ def main():
             print(row + " |", flush=True)
             if jout:
                 jout.write(json.dumps({"trace": name, "capacity": frac, "slots": slots,
+                                       "window": a.window, "batch": a.batch,
                                        "region_slots": used_slots, "working_set": ws,
-                                       "hit_rate": rates}) + "\n")
+                                       "hit_rate": rates, "index_full_stores": local}) + "\n")
                 jout.flush()
     finally:
         if jout:

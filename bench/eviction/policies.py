@@ -15,6 +15,10 @@ then every block of the request is used (hits touched, misses stored).
   choice among the 32 candidates (`victim`: "lru32", the engine before the
   prefix-aware policy, or "prefix", docs/region_format.md "Eviction"). A
   model for choosing a policy quickly; `cxlkv replay` measures the engine.
+- indexed: a design the engine does not have (issue 24): a directory
+  decoupled from where data lives, so that any block of the region can be
+  the victim, chosen by a sweep over the data slots (docs/benchmarks.md,
+  "Where the victim may come from").
 """
 import heapq
 
@@ -143,3 +147,133 @@ def eviction_rank(age, depth, uses):
     first): age scaled up by chain depth (a chain leaves tail first) and
     down by uses since the store."""
     return (age + 1) * (256 + min(depth, 255)) * 12 // (1 + min(uses, 3))
+
+
+def _sweep(n, key, stamp, order, hand, window, batch):
+    """The `batch` occupied slots first in `order` (a key function: smaller
+    goes first) among the `window` slots from `hand` (wrapping), first
+    first, each with the stamp it had (a slot stored or used again since is
+    passed over when its turn comes)."""
+    w = min(window, n)
+    end = hand + w
+    span = list(range(hand, min(end, n))) + list(range(0, max(0, end - n)))
+    cand = [s for s in span if key[s] is not None]
+    return [(s, stamp[s]) for s in heapq.nsmallest(batch, cand, key=order)], end % n
+
+
+def indexed(chains, slots, window=1024, batch=32, entries=2, ways=16, rank="lru-depth",
+            tick="request", stats=None):
+    """A directory decoupled from where data lives (a model of a design, not
+    of the engine as it is): a key's index entry sits in one of two index
+    sets of `ways` entries (`entries` entries per data slot in all) and
+    points at any data slot. A store takes a free data slot; when none is
+    free, the next victim of a queue that a sweep fills: a clock hand visits
+    the next `window` data slots and queues the `batch` of largest rank,
+    largest first; a queued slot used again since it was queued is passed
+    over. So no block is evicted while an older one (by rank) sat unqueued
+    in its sweep's window. Only when both of a key's index sets are full is
+    the victim one of the slots they point at (stats["local"]).
+
+    rank: "lru-depth": least recently used first, ties (blocks used by the
+    same request, when tick is "request") deepest first; "prefix": the
+    engine's eviction_rank (age, depth, uses); "lru": age only.
+    tick: "request" (one tick per request, as the engine's millisecond clock
+    sees a request's blocks) or "block" (one tick per block used)."""
+    n = slots
+    nidx = max(1, (entries * n) // ways)
+    key = [None] * n
+    last = [0] * n
+    depth = [0] * n
+    uses = [0] * n
+    stamp = [0] * n  # changes on every store or use: a queued victim is stale when it differs
+    eset = [0] * n
+    members = [set() for _ in range(nidx)]
+    where = {}
+    free = list(range(n - 1, -1, -1))
+    queue = []
+    hand = 0
+    now = 0
+    ops = 0
+    hit = 0
+    local = 0
+    sweeps = 0
+    # The victim order as a key, smaller first: for the LRU orders a value
+    # kept per slot (looked up without a Python call per slot).
+    ordv = [0] * n
+    if rank == "lru-depth":
+        def mark(s):
+            ordv[s] = (last[s] << 16) - min(depth[s], 0xFFFF)
+        order = ordv.__getitem__
+    elif rank == "lru":
+        def mark(s):
+            ordv[s] = last[s]
+        order = ordv.__getitem__
+    elif rank == "prefix":
+        def mark(s):
+            pass
+
+        def order(s):
+            return -eviction_rank(now - last[s], depth[s], uses[s])
+    else:
+        raise ValueError(f"unknown rank {rank}")
+
+    def evict(s):
+        del where[key[s]]
+        members[eset[s]].discard(s)
+        key[s] = None
+
+    for chain in chains:
+        k = 0
+        while k < len(chain) and chain[k] in where:
+            k += 1
+        hit += k
+        if tick == "request":
+            now += 1
+        for d, h in enumerate(chain):
+            if tick != "request":
+                now += 1
+            ops += 1
+            s = where.get(h)
+            if s is not None:
+                last[s] = now
+                uses[s] += 1
+                stamp[s] = ops
+                mark(s)
+                continue
+            a = _mix64(h * 0x9E3779B97F4A7C15 + 1)
+            b = _mix64(a ^ h)
+            sets = [a % nidx, b % nidx]
+            if len(members[sets[1]]) < len(members[sets[0]]):
+                sets.reverse()
+            st = sets[0]
+            if len(members[st]) >= ways:
+                local += 1
+                s = min((c for x in sets for c in members[x]), key=order)
+                st = eset[s]
+                evict(s)
+            elif free:
+                s = free.pop()
+            else:
+                s = None
+                while s is None:
+                    if not queue:
+                        sweeps += 1
+                        queue, hand = _sweep(n, key, stamp, order, hand, window, batch)
+                        queue.reverse()  # pop() takes the largest first
+                        continue
+                    c, st_c = queue.pop()
+                    if key[c] is not None and stamp[c] == st_c:
+                        s = c
+                evict(s)
+            key[s] = h
+            last[s] = now
+            depth[s] = d
+            uses[s] = 0
+            stamp[s] = ops
+            mark(s)
+            eset[s] = st
+            members[st].add(s)
+            where[h] = s
+    if stats is not None:
+        stats.update(local=local, sweeps=sweeps)
+    return hit
