@@ -68,6 +68,10 @@ struct ChainAging {
   // Newer stores that evicted a chain chunk while an older fill block (never
   // read) was among the store's candidate slots.
   uint64_t out_of_order = 0;
+  // Chain chunks evicted while an older fill block (never read) was still
+  // anywhere in the region (or partition): the victim was not the oldest of
+  // the whole region.
+  uint64_t out_of_order_region = 0;
 };
 ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes);
 
