@@ -65,6 +65,7 @@ tell a shared hit from a GPU-local one).
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +85,9 @@ NAMES = {"T5": "LMCache MP, L1 in DRAM (shm)", "T6": "LMCache MP, L1 on a devdax
 DAX_DIR = "/dev/shm/cxlkv-ttft-lmcache"
 # LMCache's default L1 pool name: L1MemoryManagerConfig.shm_name.
 SHM_PREFIX = "lmcache_l1_pool_"
+# The server's INFO line for every store (lmcache/v1/multiprocess/modules/
+# lmcache_driven_transfer.py): "Stored 8192 tokens in 0.004 seconds".
+_STORED = re.compile(r"Stored (\d+) tokens in ")
 
 
 def gib(nbytes):
@@ -274,21 +278,50 @@ class Server:
         objs, locked = _find(st, "total_object_count"), _find(st, "write_locked_count")
         return (int(sum(objs)) if objs else None, int(sum(locked)) if locked else None)
 
-    def wait_stored(self, before_objects, chunks, wait_s):
-        """Waits (at most wait_s) until L1 holds ``chunks`` more objects than
-        before and none is write-locked, so req2 cannot race the store."""
+    def log_mark(self):
+        """The server log's length now: stored_tokens_since counts from it."""
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def stored_tokens_since(self, mark):
+        """Tokens the server logged as stored ("Stored N tokens in S
+        seconds", lmcache_driven_transfer.py's INFO line for every store)
+        after byte ``mark`` of its log: a count that eviction does not lower,
+        unlike L1's object count."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(mark)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return 0
+        return sum(int(n) for n in _STORED.findall(text))
+
+    def wait_stored(self, before_objects, chunks, wait_s, log_mark=None):
+        """Waits (at most wait_s) until the prompt's ``chunks`` are stored and
+        no L1 object is write-locked, so req2 cannot race the store. Stored
+        means L1 holds ``chunks`` more objects than before, or (a full L1
+        evicts as it stores, so its count may not grow) the server logged
+        that many chunks' tokens as stored since ``log_mark``."""
         t0 = time.monotonic()
         objs = locked = None
+        logged = None
         while True:
             objs, locked = self.l1_counts()
-            done = objs is not None and before_objects is not None and \
-                objs - before_objects >= chunks and not locked
+            if log_mark is not None:
+                logged = self.stored_tokens_since(log_mark)
+            grew = objs is not None and before_objects is not None and \
+                objs - before_objects >= chunks
+            done = (grew or (logged is not None and logged >= chunks * GRANULARITY)) \
+                and not locked
             if done or time.monotonic() - t0 > wait_s:
                 break
             time.sleep(0.01)
         return {"store_wait_ms": round((time.monotonic() - t0) * 1e3, 1),
                 "l1_objects_before": before_objects, "l1_objects": objs,
-                "l1_write_locked": locked, "expected_chunks": chunks, "store_complete": done}
+                "l1_write_locked": locked, "l1_logged_tokens": logged,
+                "expected_chunks": chunks, "store_complete": done}
 
     def log_tail(self, n=6000):
         try:

@@ -140,6 +140,42 @@ def test_server_lifecycle_with_the_real_lmcache_server(tier, tmp_path):
         assert "Uvicorn running on http://127.0.0.1:%d" % srv.http_port in f.read()
 
 
+def test_a_full_l1_that_evicts_as_it_stores_still_counts_the_store(tmp_path, monkeypatch):
+    """wait_stored: a full L1 evicts as it stores, so its object count can
+    fall across a store (seen on an H100 at 32K with a 16 GiB L1: 918 objects
+    before 127 chunks were stored, 855 after). The server's own "Stored N
+    tokens" lines after the mark count the store; the object count alone
+    waited out --store-wait-s."""
+    srv = lmcache_tier.Server("t", "T5", python=sys.executable, log_dir=str(tmp_path),
+                              l1_bytes=64 << 20)
+    line = ("\x1b[32;20m[2026-12-06 22:59:59,510] LMCache INFO:\x1b[0m Stored %d tokens in "
+            "0.004 seconds \x1b[3m(lmcache_driven_transfer.py:1159:lmcache.v1.multiprocess."
+            "modules.lmcache_driven_transfer)\x1b[0m\n")
+    with open(srv.log_path, "w") as f:
+        f.write(line % 8192)  # an earlier request's store, before the mark
+    mark = srv.log_mark()
+    with open(srv.log_path, "a") as f:
+        for n in (8192, 8192, 8192):
+            f.write(line % n)
+    counts = iter([(918, 0), (855, 0)] + [(855, 0)] * 10000)
+    monkeypatch.setattr(srv, "l1_counts", lambda: next(counts))
+    assert srv.stored_tokens_since(mark) == 3 * 8192
+    # 127 chunks (32,512 tokens) not all logged yet: waits, then gives up.
+    r = srv.wait_stored(918, 127, 0.2, log_mark=mark)
+    assert not r["store_complete"] and r["store_wait_ms"] >= 200 and r["l1_logged_tokens"] == 24576
+    with open(srv.log_path, "a") as f:
+        f.write(line % 7936)
+    r = srv.wait_stored(918, 127, 5, log_mark=mark)
+    assert r["store_complete"] and r["l1_logged_tokens"] == 127 * 256
+    assert r["store_wait_ms"] < 1000 and r["l1_objects"] == 855
+    # A write-locked object still holds the wait (the copy is in flight).
+    monkeypatch.setattr(srv, "l1_counts", lambda: (855, 1))
+    assert not srv.wait_stored(918, 127, 0.1, log_mark=mark)["store_complete"]
+    # Without a mark, the object count alone decides, as before.
+    monkeypatch.setattr(srv, "l1_counts", lambda: (1045, 0))
+    assert srv.wait_stored(918, 127, 5)["store_complete"]
+
+
 def _file(tmp_path, size, fill=None):
     p = tmp_path / "pool"
     with open(p, "wb") as f:

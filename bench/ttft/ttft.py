@@ -619,12 +619,13 @@ class Harness:
         region_before = observer.region_counters()["stores"] if observer is not None else 0
         lmc = getattr(self, "lmc", None) if tier in lmcache_tier.TIERS else None
         l1_before = lmc.l1_counts()[0] if lmc is not None else None
+        l1_mark = lmc.log_mark() if lmc is not None else None
         mc = getattr(self, "mc", None) if tier in mooncake_tier.TIERS else None
         keys_before = mc.key_count() if mc is not None else None
         r1 = self.request(A, others_a, p1, max_tokens, logprobs)
         if lmc is not None:
             r1.update(lmc.wait_stored(l1_before, len(p1) // tiermod.GRANULARITY,
-                                      self.a.store_wait_s))
+                                      self.a.store_wait_s, log_mark=l1_mark))
         if mc is not None:
             r1.update(mc.wait_stored(keys_before, len(p1) // self.engine_block(),
                                      self.a.store_wait_s))
