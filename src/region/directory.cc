@@ -135,7 +135,8 @@ uint32_t RecencyTick() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
-                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u);
+                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u) +
+         EvictionClockSkewMs();  // 0 outside test builds
 }
 
 // ---- pins ----

@@ -54,6 +54,16 @@ void ReloadFailpoints() { g_config.store(Parse(), std::memory_order_relaxed); }
 
 bool FailpointsEnabled() { return Load() != nullptr; }
 
+namespace {
+std::atomic<uint32_t> g_eviction_clock_skew{0};
+}  // namespace
+
+uint32_t EvictionClockSkewMs() { return g_eviction_clock_skew.load(std::memory_order_relaxed); }
+
+void AdvanceEvictionClock(uint32_t ms) {
+  g_eviction_clock_skew.fetch_add(ms, std::memory_order_relaxed);
+}
+
 void FailpointHit(const char* name) {
   const Config* c = Load();
   if (c == nullptr) return;

@@ -23,6 +23,8 @@
 #ifndef CXLKV_SRC_REGION_FAILPOINT_H_
 #define CXLKV_SRC_REGION_FAILPOINT_H_
 
+#include <cstdint>
+
 namespace cxlkv::internal {
 
 #if defined(CXLKV_FAILPOINTS) && CXLKV_FAILPOINTS
@@ -35,6 +37,13 @@ void FailpointHit(const char* name);
 // Re-reads CXLKV_FAILPOINT (for a forked test child that just set it).
 void ReloadFailpoints();
 
+// The eviction clocks' skew in this process, milliseconds: RecencyTick() and
+// software mode's tick add it. A test of age order moves it forward
+// (AdvanceEvictionClock) instead of sleeping, so ages stay apart however slow
+// the run is (ThreadSanitizer on a loaded machine outgrew a 100 ms sleep).
+uint32_t EvictionClockSkewMs();
+void AdvanceEvictionClock(uint32_t ms);
+
 #define CXLKV_FAILPOINT_HIT(name)                                                      \
   do {                                                                                 \
     if (::cxlkv::internal::FailpointsEnabled()) ::cxlkv::internal::FailpointHit(name); \
@@ -45,7 +54,9 @@ void ReloadFailpoints();
 inline constexpr bool kFailpointsBuilt = false;
 inline bool FailpointsEnabled() { return false; }
 inline void ReloadFailpoints() {}
-// Compiled out: the name is not even evaluated.
+inline uint32_t EvictionClockSkewMs() { return 0; }
+inline void AdvanceEvictionClock(uint32_t) {}  // callers check kFailpointsBuilt
+                                               // Compiled out: the name is not even evaluated.
 #define CXLKV_FAILPOINT_HIT(name) \
   do {                            \
   } while (0)

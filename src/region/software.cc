@@ -62,7 +62,8 @@ uint32_t SwTick() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
-                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u);
+                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u) +
+         EvictionClockSkewMs();  // 0 outside test builds
 }
 
 uint64_t NewNonce() {

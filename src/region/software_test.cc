@@ -293,7 +293,12 @@ TEST(Software, AChainLeavesTailFirstAndItsHeadStays) {
   // store's candidates.
   EXPECT_EQ(a.out_of_order, 0u);
   EXPECT_EQ(a.head_present, 16u);
-  EXPECT_GE(a.leading, 40u);
+  // How far the unbroken prefix reaches past the head is not fixed with a
+  // key's 32 candidate ways: a shallow chunk goes when a newer store's ways
+  // hold no deeper chunk and no older block. Over 80 runs (ThreadSanitizer
+  // and load included) it reached 20 to 57 chunks, 52 in most; the head and
+  // the depth of the first loss are what the rank guarantees.
+  EXPECT_GE(a.leading, 16u);
   EXPECT_GE(a.deepest_lost_first, 64u);
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "failpoint.h"
 #include "region_internal.h"
 
 namespace cxlkv::test {
@@ -124,13 +125,25 @@ ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
     EXPECT_TRUE(r->Store(ns, BlockKey::FromId(kFill + i), b.data(), b.size()).ok());
   }
   // Ages apart by more than the coarse clock's tick, and the fill much older
-  // than the chain (a chain's depth counts at most about twice its age).
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // than the chain (a chain's depth counts at most about twice its age). In
+  // a test build the eviction clocks move forward instead of sleeping: the
+  // fill 100 s older than the chain, the chain 10 s older than what follows,
+  // far beyond what the run itself takes however slow it is (ThreadSanitizer
+  // on a loaded machine took longer than a 100 ms sleep, and the chain's deep
+  // chunks outranked the fill). Without failpoints: real sleeps.
+  auto age_by = [](uint32_t ms, uint32_t fallback_ms) {
+    if (internal::kFailpointsBuilt) {
+      internal::AdvanceEvictionClock(ms);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fallback_ms));
+    }
+  };
+  age_by(100'000, 100);
   for (uint32_t d = 0; d < kLen; ++d) {
     EXPECT_TRUE(r->Store(ns, BlockKey::FromId(kChain + d), b.data(), b.size(), nullptr, d).ok());
   }
   for (uint64_t d = 0; d < kLen; ++d) EXPECT_TRUE(there(kChain + d)) << "chunk " << d;
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  age_by(10'000, 20);
   uint64_t present = kLen;
   std::vector<bool> chain_in(kLen, true);  // chain chunks there after the last store
   for (uint64_t k = 0; present > kLen * 2 / 3 && k < 64 * a.slots; ++k) {

@@ -30,9 +30,10 @@ namespace cxlkv::base {
 
 struct HttpRequest {
   std::string method = "GET";
-  std::string url;                   // "https://host:port/path?query"
-  std::vector<std::string> headers;  // extra "Name: value" lines; "Accept: application/json" is always sent
-  std::string content_type;          // "Content-Type" of a body; "" = none sent
+  std::string url;  // "https://host:port/path?query"
+  std::vector<std::string>
+      headers;               // extra "Name: value" lines; "Accept: application/json" is always sent
+  std::string content_type;  // "Content-Type" of a body; "" = none sent
   std::string body;
   // POST, PUT and PATCH always carry a body (maybe empty), so that a
   // Content-Length goes out: servers may refuse a body-less POST.
@@ -62,8 +63,8 @@ struct HttpRequest {
 };
 
 struct HttpResponse {
-  long status = 0;     // HTTP status; 0 when no answer arrived
-  std::string body;    // the body (or, with on_data, a non-2xx body only)
+  long status = 0;         // HTTP status; 0 when no answer arrived
+  std::string body;        // the body (or, with on_data, a non-2xx body only)
   bool cancelled = false;  // the request's stop flag ended it
 };
 
