@@ -67,12 +67,18 @@ Where every setting comes from:
   chunk: T3 can hit up to floor(prefix / 16) x 16 tokens, more than T4's and
   T5's 256-token alignment bound. Reported as measured.
 
-On a CPU-only machine T3 cannot run: mooncake.store's extension links the
-driver's libcuda.so.1 ("ImportError: libcuda.so.1: cannot open shared object
-file"), and vLLM's connector creates a torch.cuda.Event() for every store
-(worker.py: 0.26.0 in get_finished, 0.32.0 in wait_for_save),
-which a CPU torch refuses. mooncake_master itself links no CUDA library: the
-CPU tests start a real one (test_mooncake.py).
+On a host without the NVIDIA driver mooncake.store does not import: its
+extension links the driver's libcuda.so.1 and the CUDA runtime
+("ImportError: libcuda.so.1: cannot open shared object file").
+scripts/mooncake-site.sh puts the runtime (NVIDIA's nvidia-cuda-runtime
+wheel) and a no-device libcuda.so.1 (every entry point returns
+CUDA_ERROR_NO_DEVICE, as the driver does on a host with no GPU) on that
+site's library path; with it, T3 runs with vLLM's CPU engine: Mooncake's tcp
+transport of host memory never calls the driver, and vLLM's connector
+records a torch.cuda.Event() per store (worker.py wait_for_save), which
+vLLM's CPU worker replaces with a placeholder (v1/worker/cpu/shm.py). The
+CPU tests run it so (test_mooncake.py, scripts/test.d/70-ttft.sh). Where
+mooncake.store does not import, the run logs T3 as skipped with the error.
 """
 
 import json
@@ -146,6 +152,20 @@ def site_env(site):
                                           if p),
             "LD_LIBRARY_PATH": os.pathsep.join(
                 p for p in (os.path.join(site, "lib"), os.environ.get("LD_LIBRARY_PATH")) if p)}
+
+
+def import_error(python, site=None):
+    """The last line of the error importing mooncake.store in the
+    replicas' environment, or None when it imports."""
+    try:
+        out = subprocess.run([python, "-c", "import mooncake.store"], capture_output=True,
+                             text=True, timeout=300, env=dict(os.environ, **site_env(site)))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    if out.returncode == 0:
+        return None
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return lines[-1][-300:] if lines else f"exit status {out.returncode}"
 
 
 def installed_version(python, site=None):

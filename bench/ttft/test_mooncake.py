@@ -1,15 +1,17 @@
 """CPU tests of the Mooncake tier's plumbing (mooncake_tier.py, issue 29): the
 replicas' flags and config, read back by vLLM's own MooncakeStoreConfig;
-a real mooncake_master started, read and stopped; and the two facts that
-keep T3 off the CPU platform, checked so that the skip reason cannot go
-stale. No engine (T3 needs the NVIDIA driver: mooncake_tier.py). Run by the
-ttft stage (scripts/test.d/70-ttft.sh) with the vLLM venv's python:
+a real mooncake_master started, read and stopped; Mooncake's store moving
+bytes between two processes over tcp through it (the site's no-device
+libcuda.so.1 and the CUDA runtime make mooncake.store import here: see
+scripts/mooncake-site.sh). No engine: the ttft stage's --full run has T3's
+vLLM engines. Run by the ttft stage (scripts/test.d/70-ttft.sh) with the vLLM
+venv's python:
 
     CXLKV_TTFT_MOONCAKE_SITE=$(PYTHON=<venv python> scripts/mooncake-site.sh) \\
         python -m pytest -q bench/ttft/test_mooncake.py
 
 The tests that start mooncake_master need the site; they fail, not skip,
-when CXLKV_TTFT_MOONCAKE_SITE is set and the master does not start.
+when CXLKV_TTFT_MOONCAKE_SITE is set and Mooncake does not work.
 """
 
 import json
@@ -83,22 +85,56 @@ def test_vllms_own_parser_reads_our_config(tmp_path):
     assert "MooncakeStoreConnector" in KVConnectorFactory._registry
 
 
-def test_t3_is_skipped_on_cpu_and_its_damage_step_says_why():
-    assert "libcuda.so.1" in ttft.T3_CPU_REASON and "torch.cuda.Event" in ttft.T3_CPU_REASON
+def test_t3s_skip_and_damage_reasons_say_why():
+    assert "libcuda.so.1" in ttft.T3_CPU_REASON and "mooncake-site.sh" in ttft.T3_CPU_REASON
     assert "not reachable" in ttft.MOONCAKE_DAMAGE_REASON
+    assert "libcuda.so.1" in mooncake_tier.import_error(sys.executable, None) or \
+        mooncake_tier.import_error(sys.executable, None).startswith("ModuleNotFoundError")
+
+
+# One Mooncake client: setup against the master, then put KEY (VALUE bytes of
+# a seeded pattern) or get KEY and print its length and SHA-256; a putter
+# keeps its segment (which holds the object) until stdin closes.
+_CLIENT = """
+import hashlib, sys
+from mooncake.store import MooncakeDistributedStore
+port, role = sys.argv[1], sys.argv[2]
+s = MooncakeDistributedStore()
+rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 32 << 20, 8 << 20, "tcp", "", "127.0.0.1:" + port)
+value = bytes(range(256)) * 1200
+if role == "put":
+    print("setup", rc, "put", s.put("ttft-key", value), flush=True)
+    sys.stdin.read()
+else:
+    v = s.get("ttft-key")
+    print("setup", rc, "get", len(v), hashlib.sha256(v).hexdigest() ==
+          hashlib.sha256(value).hexdigest(), flush=True)
+"""
 
 
 @needs_site
-def test_mooncake_store_needs_the_driver_here():
-    """The CPU skip's first reason, as this machine class says it."""
+def test_the_store_moves_bytes_between_two_processes_over_tcp(tmp_path):
+    m = mooncake_tier.Master("t3-store", python=sys.executable, log_dir=str(tmp_path),
+                             segment_bytes=32 << 20, local_buffer_bytes=8 << 20, site=SITE)
     env = dict(os.environ, **mooncake_tier.site_env(SITE))
-    out = subprocess.run([sys.executable, "-c", "from mooncake.store import "
-                          "MooncakeDistributedStore"], capture_output=True, text=True,
-                         env=env, timeout=120)
-    if out.returncode == 0:
-        pytest.fail("mooncake.store imports without the NVIDIA driver now: T3 may run on CPU; "
-                    "revisit T3_CPU_REASON in ttft.py")
-    assert "libcuda.so.1: cannot open shared object file" in out.stderr, out.stderr[-500:]
+    putter = None
+    try:
+        m.start()
+        m.wait_ready(60)
+        putter = subprocess.Popen([sys.executable, "-c", _CLIENT, str(m.rpc_port), "put"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=env)
+        line = putter.stdout.readline()
+        assert line.split() == ["setup", "0", "put", "0"], line
+        assert m.counters()["master_key_count"] == 1
+        got = subprocess.run([sys.executable, "-c", _CLIENT, str(m.rpc_port), "get"],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert got.stdout.split() == ["setup", "0", "get", str(256 * 1200), "True"], \
+            (got.stdout, got.stderr[-800:])
+    finally:
+        if putter is not None:
+            putter.communicate("", timeout=60)
+        m.stop()
 
 
 @needs_site

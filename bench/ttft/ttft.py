@@ -713,7 +713,8 @@ class Harness:
         if "grid" in a.phases or "control" in a.phases:
             for rep in range(a.reps):
                 for tier in self.tier_order(rep):
-                    if tier in ("T2", "T3") and self.platform == "cpu":
+                    if (tier == "T2" and self.platform == "cpu") or \
+                            (tier == "T3" and self.t3_skip):
                         continue  # recorded as skipped in run()
                     tasks = self.grid_tasks(rep, tier) if "grid" in a.phases else \
                         [t for t in self.grid_tasks(rep, tier) if t[0] == "control"]
@@ -739,7 +740,8 @@ class Harness:
                                 self.integrity_tasks(tier)))
         if "load" in a.phases:
             for tier in ("T2",) + tiermod.SHARED:
-                if tier not in a.tiers or (tier in ("T2", "T3") and self.platform == "cpu"):
+                if tier not in a.tiers or (tier == "T2" and self.platform == "cpu") or \
+                        (tier == "T3" and self.t3_skip):
                     continue
                 cells = [("load", p, c, f"load/{tier}/{p}/c{c}") for p in a.load_prefixes
                          for c in a.load_concurrency]
@@ -758,11 +760,16 @@ class Harness:
             if key not in self.log.done_keys("skip"):
                 self.log.append({"kind": "skip", "key": key, "tier": "T2", "call": self.call,
                                  "reason": T2_CPU_REASON})
-        if self.platform == "cpu" and ("T3" in a.tiers):
-            key = "skip/T3/cpu"
-            if key not in self.log.done_keys("skip"):
-                self.log.append({"kind": "skip", "key": key, "tier": "T3", "call": self.call,
-                                 "reason": T3_CPU_REASON})
+        self.t3_skip = None
+        if "T3" in a.tiers:
+            err = mooncake_tier.import_error(a.python, a.mooncake_site)
+            if err:
+                self.t3_skip = f"{T3_CPU_REASON if self.platform == 'cpu' else ''}" \
+                    f"mooncake.store does not import: {err}"
+                key = f"skip/T3/{self.platform}"
+                if key not in self.log.done_keys("skip"):
+                    self.log.append({"kind": "skip", "key": key, "tier": "T3",
+                                     "call": self.call, "reason": self.t3_skip})
         if "T3" in a.tiers and "integrity" in a.phases:
             key = "skip/T3/integrity"
             if key not in self.log.done_keys("skip"):
@@ -1153,11 +1160,10 @@ T2_CPU_REASON = ("vLLM refuses native CPU offloading on the CPU platform: \"CPU 
                  "(vllm/v1/kv_offload/cpu/spec.py, CPUOffloadingSpec.get_worker)")
 
 
-# Why T3 does not run on the CPU platform (mooncake_tier.py's docstring).
-T3_CPU_REASON = ("Mooncake Store needs the NVIDIA driver: mooncake.store's extension links "
-                 "libcuda.so.1 (\"ImportError: libcuda.so.1: cannot open shared object file\"), "
-                 "and vLLM's MooncakeStoreConnector records a torch.cuda.Event() for every store "
-                 "(kv_connector/v1/mooncake/store/worker.py), which a CPU torch refuses")
+# Why T3 may not run on the CPU platform (mooncake_tier.py's docstring).
+T3_CPU_REASON = ("Mooncake Store's extension links the NVIDIA driver's libcuda.so.1 and the CUDA "
+                 "runtime; on a host without them give --mooncake-site from "
+                 "scripts/mooncake-site.sh (the runtime and a no-device libcuda.so.1). ")
 # Why T3's integrity step has nothing to damage (issue 29: where reachable).
 MOONCAKE_DAMAGE_REASON = (
     "not reachable from outside: Mooncake's embedded segments are anonymous memory that each "

@@ -21,16 +21,18 @@
 # lmcache server's start and stop for T5 and T6, and the damage step's page
 # digests (test_lmcache.py); the Mooncake tier's (T3, issue 29) config read
 # back by vLLM's own parser, a real mooncake_master started, read and
-# stopped, and the facts that keep T3 off CPU (test_mooncake.py: Mooncake's
-# store needs the NVIDIA driver, so T3 engines run on the GPU machine only).
+# stopped, Mooncake's store moving bytes between two processes over tcp
+# (test_mooncake.py; scripts/mooncake-site.sh gives this driverless machine
+# the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links).
 # The replica pairs: the two-replica run spreads its cross arm over both
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
-# Behind --full (CXLKV_FULL=1): four replicas sharing one region (T4 and T5,
-# cross arm, one session per ordered pair: 12), every pair at the bound.
+# Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
+# with vLLM's CPU engines, T4, T5; cross arm, one session per ordered pair:
+# 12), every pair at the bound.
 # Warm: 833 s on 2 very busy cores (load average 15) with test_mooncake.py,
 # which adds about 10 s of CPU (vLLM's import for its parser; the master
-# starts in a second). --full's four-replica run: 376 s more on such cores
-# (eight engine starts, 24 sessions).
+# starts in a second). --full's four-replica run: about 560 s more on such
+# cores (twelve engine starts, 36 sessions; T4 and T5 alone took 376 s).
 # Earlier: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
 # of engine starts, a restart and the lmcache server's, which takes about
 # 13 s); 441 s before the scenarios, about 150 s on quiet cores before T5.
@@ -59,7 +61,7 @@ export PYTHONPATH=$SITE
 # LMCache for T5, on the path of its server and replicas only (ttft.py --lmcache-site).
 LMC=$(PYTHON=$PY bash scripts/lmcache-site.sh) || { echo "ttft stage: lmcache install failed"; failed=1; exit 1; }
 export CXLKV_TTFT_LMCACHE_SITE=$LMC LMCACHE_DISABLE_BANNER=1
-# Mooncake for T3's master (its engines need the NVIDIA driver: GPU only).
+# Mooncake for T3 (its master, and its store in the --full run's engines).
 MCS=$(PYTHON=$PY bash scripts/mooncake-site.sh) || { echo "ttft stage: mooncake install failed"; failed=1; exit 1; }
 export CXLKV_TTFT_MOONCAKE_SITE=$MCS
 
@@ -96,20 +98,21 @@ check "a second call resumes and finds nothing left" \
 check "scenarios run (offline API, T4pc, late and restarted B)" \
   "$PY" bench/ttft/ttft.py run "$RUN/run" "${SCEN[@]}"
 if [ "$CXLKV_FULL" = 1 ]; then
-  # Four replicas on one region (issue 29): T4 and T5, the cross arm over
+  # Four replicas on one store (issue 29): T3, T4 and T5, the cross arm over
   # all 12 ordered pairs, one session each; its own run directory and report.
-  FOUR=(--platform cpu --python "$PY" --replicas 4 --tiers T4,T5 --arms cross --prefixes 512
+  FOUR=(--platform cpu --python "$PY" --replicas 4 --tiers T3,T4,T5 --arms cross --prefixes 512
         --sessions 12 --phases grid --max-model-len 4096 --region-size 256MiB
         --start-timeout 900 --load-policy always)
-  check "four replicas sharing one region (T4, T5)" \
+  check "four replicas sharing one store (T3, T4, T5)" \
     "$PY" bench/ttft/ttft.py run "$RUN/four" "${FOUR[@]}"
   check "four replicas: report" \
     /usr/bin/python3 bench/ttft/ttft.py report "$RUN/four" --out "$RUN/four-report"
-  check "four replicas: every ordered pair of T4 and T5 at the alignment bound" \
+  check "four replicas: every ordered pair of T3, T4 and T5 at the alignment bound" \
     /usr/bin/python3 -c 'import json, sys
 s = json.load(open(sys.argv[1]))
 c = s["pairs_complete"]
-ok = s["replicas"] == 4 and all(c.get(t, {}).get("512", {}).get("complete") for t in ("T4", "T5"))
+ok = s["replicas"] == 4 and all(c.get(t, {}).get("512", {}).get("complete")
+                                for t in ("T3", "T4", "T5"))
 print(json.dumps(c)); sys.exit(0 if ok else 1)' "$RUN/four-report/summary.json"
 fi
 check "report rebuilds summary.json, tables.md and plots" \
