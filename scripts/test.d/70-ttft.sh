@@ -31,8 +31,8 @@
 # 12), every pair at the bound.
 # Warm: 833 s on 2 very busy cores (load average 15) with test_mooncake.py,
 # which adds about 10 s of CPU (vLLM's import for its parser; the master
-# starts in a second). --full's four-replica run: about 560 s more on such
-# cores (twelve engine starts, 36 sessions; T4 and T5 alone took 376 s).
+# starts in a second). With --full (the four-replica run of T3, T4 and T5:
+# twelve engine starts, 36 sessions): 923 s in all on 2 cores at load 6-12.
 # Earlier: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
 # of engine starts, a restart and the lmcache server's, which takes about
 # 13 s); 441 s before the scenarios, about 150 s on quiet cores before T5.
