@@ -199,8 +199,20 @@ def parse_metrics(text):
 COUNTERS = ("master_key_count", "master_allocated_bytes", "master_total_capacity_bytes",
             "master_active_clients", "master_evicted_key_count", "master_evicted_size_bytes",
             "master_batch_put_start_items_total", "master_batch_put_start_failed_items_total",
+            "master_batch_put_end_items_total", "master_batch_put_end_failed_items_total",
+            "master_put_end_requests_total", "master_put_end_failures_total",
             "master_batch_get_replica_list_items_total",
             "master_batch_get_replica_list_failed_items_total")
+
+
+def puts_done(c):
+    """Objects whose put the master completed (batched and single), from
+    its counters; None when it does not report them."""
+    keys = ("master_batch_put_end_items_total", "master_batch_put_end_failed_items_total",
+            "master_put_end_requests_total", "master_put_end_failures_total")
+    if not all(k in c for k in keys):
+        return None
+    return c[keys[0]] - c[keys[1]] + c[keys[2]] - c[keys[3]]
 
 
 class Master:
@@ -294,20 +306,31 @@ class Master:
     def key_count(self):
         return self.counters().get("master_key_count")
 
-    def wait_stored(self, before_keys, keys, wait_s):
-        """Waits (at most wait_s) until the master holds ``keys`` more objects
-        than before (one per engine block of the prompt), so req2 cannot race
-        the asynchronous put."""
+    def mark(self):
+        """(objects held, puts completed) now: what wait_stored starts from."""
+        c = self.counters()
+        return c.get("master_key_count"), puts_done(c)
+
+    def wait_stored(self, before, keys, wait_s):
+        """Waits (at most wait_s) until ``keys`` more puts completed since
+        ``before`` (mark(); one key per engine block of the prompt), or the
+        master holds that many more objects, so req2 cannot race the
+        asynchronous put. Completed puts count even when a full pool evicts
+        as it stores and its object count falls."""
         t0 = time.monotonic()
-        now = None
+        keys0, ends0 = before if isinstance(before, tuple) else (before, None)
+        now = ends = None
         while True:
-            now = self.key_count()
-            done = now is not None and before_keys is not None and now - before_keys >= keys
+            c = self.counters()
+            now, ends = c.get("master_key_count"), puts_done(c)
+            done = (now is not None and keys0 is not None and now - keys0 >= keys) or \
+                (ends is not None and ends0 is not None and ends - ends0 >= keys)
             if done or time.monotonic() - t0 > wait_s:
                 break
             time.sleep(0.01)
         return {"store_wait_ms": round((time.monotonic() - t0) * 1e3, 1),
-                "master_keys_before": before_keys, "master_keys": now,
+                "master_keys_before": keys0, "master_keys": now,
+                "master_puts_done": None if ends is None or ends0 is None else ends - ends0,
                 "expected_keys": keys, "store_complete": done}
 
     def log_tail(self, n=6000):

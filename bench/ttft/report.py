@@ -176,7 +176,8 @@ def build(records):
         "store_incomplete": store_incomplete, "load_time": time_split,
         "repetitions": reps_table,
         "control": control,
-        "skipped": [{"tier": r["tier"], "reason": r["reason"]} for r in latest(records, "skip")],
+        "skipped": [{"tier": r["tier"], "phase": r.get("phase"), "reason": r["reason"]}
+                    for r in latest(records, "skip")],
         # A start that failed in one call and succeeded in a later one (the
         # harness resumes) is a retry, reported as such, not a failure.
         "start_failures": [_failed_start(r) for r in records
@@ -481,7 +482,8 @@ def tables(s):
       f"{_gib(m.get('region_bytes'))}, `/dev/shm` {_gib(m.get('dev_shm_bytes'))}, T2 CPU "
       f"{m.get('t2_cpu_gib')} GiB per engine, CPU KV cache {_gib(m.get('cpu_kv_cache_bytes'))}.")
     for sk in s["skipped"]:
-        w(f"\n{sk['tier']} skipped: {sk['reason']}.")
+        what = f"{sk['tier']}'s {sk['phase']} step" if sk.get("phase") else sk["tier"]
+        w(f"\n{what} skipped: {sk['reason']}.")
     for e in s["start_failures"]:
         w(f"\n{e['tier']} ({e['phase']}) did not start: {e['error']}"
           f"{'; the engine log says: `' + e['cause'] + '`' if e.get('cause') else ''}.")

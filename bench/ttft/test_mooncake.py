@@ -124,9 +124,11 @@ def test_the_store_moves_bytes_between_two_processes_over_tcp(tmp_path):
         putter = subprocess.Popen([sys.executable, "-c", _CLIENT, str(m.rpc_port), "put"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, env=env)
+        before = (0.0, 0.0)
         line = putter.stdout.readline()
         assert line.split() == ["setup", "0", "put", "0"], line
-        assert m.counters()["master_key_count"] == 1
+        w = m.wait_stored(before, 1, 10)
+        assert w["store_complete"] and w["master_keys"] == 1 and w["master_puts_done"] == 1, w
         got = subprocess.run([sys.executable, "-c", _CLIENT, str(m.rpc_port), "get"],
                              capture_output=True, text=True, env=env, timeout=120)
         assert got.stdout.split() == ["setup", "0", "get", str(256 * 1200), "True"], \
@@ -153,8 +155,9 @@ def test_a_real_master_starts_counts_and_stops(tmp_path):
         assert {"master_allocated_bytes", "master_evicted_key_count"} <= set(c)
         with open(a.config_path) as f:
             assert json.load(f)["master_server_address"] == f"127.0.0.1:{a.rpc_port}"
-        w = a.wait_stored(0, 1, 0.2)  # nothing is put: not complete, and says so
+        w = a.wait_stored(a.mark(), 1, 0.2)  # nothing is put: not complete, and says so
         assert w["store_complete"] is False and w["master_keys"] == 0
+        assert w["master_puts_done"] == 0
         with open(a.log_path) as f:
             assert "Mooncake master version: 0.3.14" in f.read()
     finally:

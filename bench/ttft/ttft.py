@@ -621,7 +621,7 @@ class Harness:
         l1_before = lmc.l1_counts()[0] if lmc is not None else None
         l1_mark = lmc.log_mark() if lmc is not None else None
         mc = getattr(self, "mc", None) if tier in mooncake_tier.TIERS else None
-        keys_before = mc.key_count() if mc is not None else None
+        keys_before = mc.mark() if mc is not None else None
         r1 = self.request(A, others_a, p1, max_tokens, logprobs)
         if lmc is not None:
             r1.update(lmc.wait_stored(l1_before, len(p1) // tiermod.GRANULARITY,
