@@ -29,7 +29,8 @@
 # Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
 # with vLLM's CPU engines, T4, T5; cross arm, one session per ordered pair:
 # 12), every pair at the bound.
-# Warm: 833 s on 2 very busy cores (load average 15) with test_mooncake.py,
+# Warm: 282 s on 2 quiet cores (load average 2), 833 s on very busy ones
+# (load 15), with test_mooncake.py,
 # which adds about 10 s of CPU (vLLM's import for its parser; the master
 # starts in a second). With --full (the four-replica run of T3, T4 and T5:
 # twelve engine starts, 36 sessions): 923 s in all on 2 cores at load 6-12.
