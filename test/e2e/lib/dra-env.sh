@@ -1,8 +1,8 @@
-# Helpers shared by the DRA e2e scripts and tests (test/e2e/lib/dra.bash, which the
-# dra-*.bats files load, bench/dra/dra-bench.sh, bench/dra/dra-tenants-bench.sh, dra-binding-conditions.sh, dra-gates-off.sh,
-# dra-noncoherent.sh, dra-annotation-bc.sh). Sourced, not run. Expects the caller to have set E (the run's scratch
-# dir, with E/logs) and the array PIDS (what the caller's trap stops), or to call
-# dra_standalone, which sets both. Uses ROOT (the checkout); BIN and CLUSTER default from it.
+# Helpers shared by the DRA e2e tests and benches (test/e2e/lib/dra.bash and
+# lib/dra-own-world.bash, which the dra-*.bats files load; bench/dra/dra-bench.sh,
+# bench/dra/dra-tenants-bench.sh). Sourced, not run. Expects the caller to have set E (the
+# run's scratch dir, with E/logs) and the array PIDS (what the caller's trap stops). Uses ROOT
+# (the checkout); BIN and CLUSTER default from it.
 BIN=${BIN:-$ROOT/build/bin}
 CLUSTER=${CLUSTER:-$ROOT/test/e2e/cluster.sh}
 
@@ -65,35 +65,6 @@ YAML
   for n in "$@"; do
     printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"
   done
-}
-
-# dra_standalone <name>: the prologue of a standalone check script (its own control plane)
-# that prints "<name>: ok|FAILED: ..." per check and closes with "<name>: N passed, N failed,
-# N skipped": the counters, ok and bad, E (with E/logs) and BACKING, PIDS, CXLKV_E2E_DIR under
-# E, and an EXIT trap that stops what was started (the logs' tails first if a check failed),
-# brings the control plane down, removes E and BACKING and prints the totals.
-dra_standalone() {
-  DRA_NAME=$1
-  passed=0; failed=0; skipped=0
-  ok() { echo "$DRA_NAME: ok: $*"; passed=$((passed + 1)); }
-  bad() { echo "$DRA_NAME: FAILED: $*"; failed=$((failed + 1)); }
-  E=$(mktemp -d "/tmp/cxlkv-$1.XXXXXX")
-  BACKING=/dev/shm/$(basename "$E")
-  mkdir -p "$E/logs" "$BACKING"
-  PIDS=()
-  CXLKV_E2E_DIR=$E/cluster; export CXLKV_E2E_DIR
-  trap dra_standalone_finish EXIT
-}
-dra_standalone_finish() {
-  local p f
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  if [ "$failed" -gt 0 ]; then
-    for f in "$E"/logs/*.log "$E"/cluster/logs/kube-scheduler.log; do echo "--- $f"; tail -15 "$f"; done
-  fi
-  bash "$CLUSTER" down >/dev/null 2>&1
-  rm -rf "$E" "$BACKING"
-  echo "$DRA_NAME: $passed passed, $failed failed, $skipped skipped"
 }
 
 # dra_cluster_up <nodes> [dir]: the test control plane (test/e2e/cluster.sh) with
