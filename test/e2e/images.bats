@@ -49,12 +49,20 @@ teardown() {
 }
 
 # in_tree <uid:gid> <cmd...>: run in the final tree (its own mount namespace,
-# /dev and /proc mounted, an empty environment but PATH and HOME).
+# /dev and /proc mounted, an empty environment but PATH and HOME); the command
+# is killed if unshare dies first (--kill-child).
 in_tree() {
   local u=$1; shift
-  unshare --mount --propagation private --fork bash -c \
+  unshare --mount --propagation private --fork --kill-child bash -c \
     'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot --userspec="$1" "$0" "${@:2}"' \
     "$T" "$u" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp "$@"
+}
+# stop_tree <pid>: the process and its descendants, deepest first (unshare
+# blocks SIGTERM while it waits for its child: the daemon must get it itself).
+stop_tree() {
+  local c
+  for c in $(ps -o pid= --ppid "$1"); do stop_tree "$c"; done
+  kill "$1" 2>/dev/null || true
 }
 tree_ready() {
   [ -d "$T" ] && [ -f "$T.json" ] || { echo "$T is not a rootfs-build.py tree (see the build test)"; return 1; }
@@ -115,7 +123,7 @@ help_as_image_user() {
   end=$((SECONDS + 20))
   until grep -q listening "$W/hostd.out" || [ $SECONDS -ge $end ]; do sleep 0.5; done
   code=$(curl -s -o "$W/regions.json" -w '%{http_code}' "http://127.0.0.1:$port/cxlkv/v1/regions") || true
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
+  stop_tree "$pid"; wait "$pid" 2>/dev/null || true
   echo "HTTP ${code:-none}: $(head -c 80 "$W/regions.json" 2>/dev/null)"
   [ "$code" = 200 ]
 }
