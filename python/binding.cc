@@ -66,6 +66,13 @@ void Raise(const Status& s) {
 py::tuple StatusTuple(const Status& s) {
   return py::make_tuple(std::string(Status::CodeName(s.code())), s.message());
 }
+
+// RegionGpu stores' depths: none (all 0, chain heads), or one per key.
+void CheckDepths(const std::vector<uint32_t>& depths, size_t keys) {
+  if (!depths.empty() && depths.size() != keys)
+    Raise(Status::InvalidArgument("store: " + std::to_string(depths.size()) + " depths for " +
+                                  std::to_string(keys) + " keys (give one per key, or none)"));
+}
 #endif
 
 py::dict CountersDict(const Counters& c) {
@@ -397,8 +404,9 @@ PYBIND11_MODULE(_cxlkv, m) {
         py::arg("path"), py::kw_only(), py::arg("offset") = 0, py::arg("size") = 0,
         py::arg("liveness_timeout_ns") = LifecycleOptions{}.liveness_timeout_ns);
   }
-  // ScanSlots: one (slot, state name, generation, owner, ns, len, key) tuple
-  // per slot of [first, first + count); the fields are untrusted region bytes.
+  // ScanSlots: one (slot, state name, generation, owner, ns, len, key, depth)
+  // tuple per slot of [first, first + count); the fields are untrusted region
+  // bytes.
   m.def(
       "scan_slots",
       [](const Region& r, uint64_t first, uint64_t count) {
@@ -407,7 +415,7 @@ PYBIND11_MODULE(_cxlkv, m) {
         py::list out;
         for (const SlotView& v : views)
           out.append(py::make_tuple(v.slot, SlotStateName(v.state), v.generation, v.owner, v.ns,
-                                    v.len, v.key));
+                                    v.len, v.key, v.depth));
         return out;
       },
       py::arg("region"), py::arg("first"), py::arg("count"));
@@ -477,17 +485,19 @@ PYBIND11_MODULE(_cxlkv, m) {
           "store",
           [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
              const std::vector<uint64_t>& ptr, const std::vector<uint64_t>& len,
-             const std::vector<uint32_t>& first_piece, GpuPath path, uintptr_t after_stream) {
+             const std::vector<uint32_t>& first_piece, GpuPath path, uintptr_t after_stream,
+             const std::vector<uint32_t>& depths) {
             if (first_piece.size() != keys.size() + 1 || ptr.size() != len.size() ||
                 first_piece.back() != ptr.size())
               Raise(Status::InvalidArgument("store: keys, pieces and first_piece do not agree"));
+            CheckDepths(depths, keys.size());
             GpuStoreResult res;
             Status s;
             {
               py::gil_scoped_release nogil;
               s = g.Store(ns, keys.data(),
                           GpuBlocks{ptr.data(), len.data(), first_piece.data(), keys.size()}, path,
-                          after_stream, &res);
+                          after_stream, &res, depths.empty() ? nullptr : depths.data());
             }
             Raise(s);
             py::list st, out;
@@ -498,7 +508,8 @@ PYBIND11_MODULE(_cxlkv, m) {
             return py::make_tuple(res.stored, st, out);
           },
           py::arg("ns"), py::arg("keys"), py::arg("ptr"), py::arg("len"), py::arg("first_piece"),
-          py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0)
+          py::arg("path") = GpuPath::kDirect, py::arg("after_stream") = 0,
+          py::arg("depths") = std::vector<uint32_t>{})
       .def(
           "load",
           [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
@@ -530,17 +541,19 @@ PYBIND11_MODULE(_cxlkv, m) {
           "store_layout",
           [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
              const std::vector<KvTensor>& tensors, const std::vector<int64_t>& ids, uint32_t bpc,
-             GpuPath path, uintptr_t after_stream) {
+             GpuPath path, uintptr_t after_stream, const std::vector<uint32_t>& depths) {
             KvPieces p;
             Raise(p.Build(KvLayerLayout{tensors, bpc}, ids.data(), ids.size()));
             if (p.num_chunks() != keys.size())
               Raise(Status::InvalidArgument("store: " + std::to_string(keys.size()) + " keys for " +
                                             std::to_string(p.num_chunks()) + " chunks"));
+            CheckDepths(depths, keys.size());
             GpuStoreResult res;
             Status s;
             {
               py::gil_scoped_release nogil;
-              s = g.Store(ns, keys.data(), p.blocks(), path, after_stream, &res);
+              s = g.Store(ns, keys.data(), p.blocks(), path, after_stream, &res,
+                          depths.empty() ? nullptr : depths.data());
             }
             Raise(s);
             py::list st, out;
@@ -552,7 +565,7 @@ PYBIND11_MODULE(_cxlkv, m) {
           },
           py::arg("ns"), py::arg("keys"), py::arg("tensors"), py::arg("block_ids"),
           py::arg("blocks_per_chunk"), py::arg("path") = GpuPath::kDirect,
-          py::arg("after_stream") = 0)
+          py::arg("after_stream") = 0, py::arg("depths") = std::vector<uint32_t>{})
       .def(
           "load_layout",
           [](RegionGpu& g, NamespaceId ns, const std::vector<BlockKey>& keys,
@@ -650,15 +663,18 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_readonly("outcome", &PendingWrite::outcome);
   m.def(
       "begin_write",
-      [](Region& r, NamespaceId ns, const BlockKey& key, size_t len) {
+      [](Region& r, NamespaceId ns, const BlockKey& key, size_t len, uint32_t depth) {
         auto w = std::make_unique<PendingWrite>();
-        Status s = r.BeginWrite(ns, key, len, &w->lease, &w->outcome);
+        Status s = r.BeginWrite(ns, key, len, &w->lease, &w->outcome, depth);
         // Expected outcomes come back in .outcome (no lease), not as errors.
         if (s.IsNoSpace() || (s.IsBusy() && w->outcome == StoreOutcome::kLostRace)) return w;
         Raise(s);
         return w;
       },
-      py::arg("region"), py::arg("ns"), py::arg("key"), py::arg("len"), py::keep_alive<0, 1>());
+      py::arg("region"), py::arg("ns"), py::arg("key"), py::arg("len"), py::arg("depth") = 0,
+      py::keep_alive<0, 1>(),
+      "Reserves a slot (delegate.h). depth: the chunk's position in its prefix chain (0 = "
+      "head), as Region.store's.");
   m.def("abort_write", [](Region& r, PendingWrite& w) { r.AbortWrite(&w.lease); });
   m.def("export_write_token", [](Region& r, const PendingWrite& w) {
     WriteToken t;

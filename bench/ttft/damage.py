@@ -84,7 +84,7 @@ class RegionSlots:
 
     def ready(self):
         rows = self.native.scan_slots(self.region, 0, self.info.num_slots)
-        return {(slot, gen): length for slot, state, gen, _owner, _ns, length, _key in rows
+        return {(slot, gen): length for slot, state, gen, _owner, _ns, length, _key, _depth in rows
                 if state == "ready"}
 
     def ranges(self, before, after):

@@ -69,6 +69,11 @@ struct SlotView {
   uint32_t ns = 0;          // namespace index
   uint32_t len = 0;         // payload bytes
   BlockKey key;
+  // The block's depth in its prefix chain as its writer told Store or
+  // BeginWrite (an eviction hint), or 0: not told, not written for this
+  // generation, or coherence=software (which keeps depths in the holder's
+  // process memory).
+  uint32_t depth = 0;
 };
 
 struct Occupancy {

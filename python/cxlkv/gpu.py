@@ -133,10 +133,12 @@ class GpuRegion:
         return self._gpu.registered_segments
 
     def store(self, ns: int, keys: Keys, kv_caches: Sequence[Any], block_ids: Any,
-              blocks_per_chunk: int = 1, *, path: str = "direct", stream: Any = None
-              ) -> StoreResult:
+              blocks_per_chunk: int = 1, *, path: str = "direct", stream: Any = None,
+              depths: Sequence[int] = ()) -> StoreResult:
         """Stores chunk i of ``block_ids`` under keys[i]. Returns a StoreResult.
 
+        ``depths``: chunk i's depth in its prefix chain (0 = head), one per
+        key, the eviction hint of Region.store; none: every chunk a head.
         Raises only if the DMA itself failed (all writes of the call then aborted).
         """
         bkeys = as_keys(keys)
@@ -145,7 +147,7 @@ class GpuRegion:
             raise ValueError(f"{len(bkeys)} keys for {len(ids) // f} chunks")
         after = self._after_stream(kv_caches, stream)
         stored, statuses, outcomes = self._gpu.store_layout(ns, bkeys, kv_tensors(kv_caches), ids,
-                                                            f, _PATHS[path], after)
+                                                            f, _PATHS[path], after, list(depths))
         return StoreResult(stored, statuses, outcomes)
 
     @staticmethod
@@ -166,7 +168,8 @@ class GpuRegion:
 
     def submit_store(self, ns: int, keys: Keys, kv_caches: Sequence[Any],
                      block_ids: Any, blocks_per_chunk: int = 1, *, path: str = "direct",
-                     stream: Any = None) -> "concurrent.futures.Future[StoreResult]":
+                     stream: Any = None, depths: Sequence[int] = ()
+                     ) -> "concurrent.futures.Future[StoreResult]":
         """store() on the worker thread; returns a Future of the StoreResult.
 
         The stream to wait for is taken now (default: the caller's current
@@ -174,7 +177,7 @@ class GpuRegion:
         """
         after = self._after_stream(kv_caches, stream)
         return self._pool().submit(self.store, ns, keys, kv_caches, block_ids, blocks_per_chunk,
-                                   path=path, stream=after)
+                                   path=path, stream=after, depths=depths)
 
     def submit_load(self, ns: int, keys: Keys, kv_caches: Sequence[Any],
                     block_ids: Any, blocks_per_chunk: int = 1, **kwargs: Any

@@ -32,11 +32,20 @@ class RegionBindingTest(unittest.TestCase):
 
     def test_store_takes_the_chunks_depth_in_its_chain(self):
         # depth: an eviction hint (the engine's tests show its effect); the
-        # binding passes it, and refuses what is not a depth.
+        # binding passes it, scan_slots reads it back from the slot (so do
+        # delegated reservations: begin_write), and what is not a depth is refused.
+        from cxlkv import _cxlkv
+
         for d in range(4):
             self.assertEqual(self.region.store(self.ns, cxlkv.as_key(100 + d), b"c%d" % d, depth=d),
                              cxlkv.StoreOutcome.STORED)
         self.assertEqual(self.region.lookup_prefix(self.ns, [cxlkv.as_key(100 + d) for d in range(4)]), 4)
+        w = _cxlkv.begin_write(self.region, self.ns, cxlkv.as_key(300), 64, depth=9)
+        slots = _cxlkv.scan_slots(self.region, 0, self.region.info().num_slots)
+        depth = {(v[6].hi, v[6].lo): v[7] for v in slots if v[1] in ("ready", "writing")}
+        self.assertEqual([depth[(k.hi, k.lo)] for k in cxlkv.as_keys([100, 101, 102, 103, 300])],
+                         [0, 1, 2, 3, 9])
+        _cxlkv.abort_write(self.region, w)
         with self.assertRaises(TypeError):
             self.region.store(self.ns, cxlkv.as_key(200), b"x", depth=-1)
 

@@ -322,6 +322,7 @@ Status ScanSlots(const Region& region, uint64_t first, uint64_t count, std::vect
     v.len = m.len.load(std::memory_order_relaxed);
     v.key.hi = m.key_hi.load(std::memory_order_relaxed);
     v.key.lo = m.key_lo.load(std::memory_order_relaxed);
+    v.depth = internal::UnpackDepth(m.depth.load(std::memory_order_relaxed), w);
     out->push_back(v);
   }
   return Status::OK();

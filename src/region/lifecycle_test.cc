@@ -357,9 +357,9 @@ TEST(LifecycleTest, ScansReportTypedSlotStates) {
   NamespaceId ns;
   ASSERT_TRUE(r->RegisterNamespace(kNs, &ns).ok());
   std::string d(1000, 'q');
-  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), d.data(), d.size()).ok());
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(1), d.data(), d.size(), nullptr, /*depth=*/5).ok());
   WriteLease lease;
-  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(2), 500, &lease).ok());
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(2), 500, &lease, nullptr, /*depth=*/7).ok());
   const Occupancy o = ScanOccupancy(*r);
   EXPECT_EQ(o.ready, 1u);
   EXPECT_EQ(o.writing, 1u);
@@ -367,15 +367,22 @@ TEST(LifecycleTest, ScansReportTypedSlotStates) {
   EXPECT_EQ(o.free + o.ready + o.writing, r->info().num_slots);
   std::vector<SlotView> slots;
   ASSERT_TRUE(ScanSlots(*r, 0, r->info().num_slots, &slots).ok());
-  int ready = 0;
+  int ready = 0, writing = 0;
   for (const SlotView& v : slots) {
+    // The depth each writer told, read back bound to the slot's generation.
+    if (v.state == SlotState::kWriting) {
+      ++writing;
+      EXPECT_EQ(v.depth, 7u);
+    }
     if (v.state != SlotState::kReady) continue;
     ++ready;
     EXPECT_EQ(v.key, BlockKey::FromId(1));
     EXPECT_EQ(v.len, 1000u);
+    EXPECT_EQ(v.depth, 5u);
     EXPECT_STREQ(SlotStateName(v.state), "ready");
   }
   EXPECT_EQ(ready, 1);
+  EXPECT_EQ(writing, 1);
   EXPECT_TRUE(ScanSlots(*r, r->info().num_slots, 1, &slots).IsInvalidArgument());
   r->AbortWrite(&lease);
 }

@@ -35,7 +35,7 @@ Status RegionGpu::Open(Region* region, const RegionGpuOptions& options,
 RegionGpu::~RegionGpu() = default;
 
 Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
-                        uintptr_t after_stream, GpuStoreResult* result) {
+                        uintptr_t after_stream, GpuStoreResult* result, const uint32_t* depths) {
   const size_t n = blocks.num_blocks;
   result->status.assign(n, Status::OK());
   result->outcome.assign(n, StoreOutcome::kStored);
@@ -45,7 +45,8 @@ Status RegionGpu::Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& b
   GpuBatch batch;
   for (size_t b = 0; b < n; ++b) {
     const uint64_t len = blocks.capacity(b);
-    Status s = region_->BeginWrite(ns, keys[b], len, &leases[b], &result->outcome[b]);
+    Status s = region_->BeginWrite(ns, keys[b], len, &leases[b], &result->outcome[b],
+                                   depths != nullptr ? depths[b] : 0);
     if (!s.ok() || !leases[b].open()) {  // an error, or kDuplicate (OK, nothing to write)
       result->status[b] = std::move(s);
       continue;

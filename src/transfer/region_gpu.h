@@ -106,9 +106,12 @@ class RegionGpu {
   // outcomes in *result); an error only if the DMA itself failed, in which
   // case every write of the batch was aborted. `after_stream`: copies start
   // after work already queued there (e.g. torch.cuda.current_stream()).
+  // `depths` (num_blocks entries, or null: all 0): block b's depth in its
+  // prefix chain, the eviction hint of Region::Store.
   // REQUIRES: this process is a participant of the region.
   Status Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
-               uintptr_t after_stream, GpuStoreResult* result);
+               uintptr_t after_stream, GpuStoreResult* result,
+               const uint32_t* depths = nullptr);
 
   // Loads each block of keys[b] into its device pieces (which must hold at
   // least the stored length; a shorter stored block fills a prefix). OK if

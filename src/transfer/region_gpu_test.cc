@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cxlkv/lifecycle.h"
 #include "gpu_testutil.h"
 #include "testutil.h"
 
@@ -143,6 +144,36 @@ TEST_F(RegionGpuTest, BlocksStoredFromGpuLoadBitExactIntoAnotherProcessGpu) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
   EXPECT_EQ(test::Reap(pid), 0) << "the peer process did not load the blocks bit-exact";
+}
+
+// Each block keeps the depth in its prefix chain it was stored with (the
+// eviction hint of Region::Store: a chain leaves tail first).
+TEST_F(RegionGpuTest, StoredBlocksKeepTheirChainDepths) {
+  OpenGpu();
+  constexpr size_t n = 4;
+  constexpr uint64_t first = 300;
+  DeviceBuffer cache(n * kPagesPerSlot * kPage);
+  const auto table = Shuffled(n * kPagesPerSlot, 3);
+  FillCache(cache, table, n, first);
+  const auto keys = Keys(first, n);
+  const std::vector<uint32_t> depths = {0, 1, 2, 40};
+  GpuStoreResult st;
+  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0,
+                          &st, depths.data())
+                  .ok());
+  ASSERT_EQ(st.stored, n);
+  std::vector<SlotView> slots;
+  ASSERT_TRUE(ScanSlots(*region_, 0, region_->info().num_slots, &slots).ok());
+  size_t seen = 0;
+  for (const SlotView& v : slots) {
+    if (v.state != SlotState::kReady) continue;
+    for (size_t i = 0; i < n; ++i) {
+      if (v.key != keys[i]) continue;
+      EXPECT_EQ(v.depth, depths[i]) << "block " << i;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, n);
 }
 
 TEST_F(RegionGpuTest, CorruptedSlotIsDetectedOnGpuAndDropped) {

@@ -292,6 +292,44 @@ def test_a_chunk_round_trip_with_this_releases_types(region_path):
         e.close()
 
 
+def test_stored_chunks_carry_their_depth_in_the_request(region_path):
+    """The region evicts a prefix's chunks tail first (issue 24), so the
+    manager reserves each chunk with its depth in the request's chain: from
+    the end-token positions vLLM's scheduler records in the request's
+    context (0.34+), else from the scheduler's own state of the request,
+    which CxlkvOffloadingConnector hands the manager (this release's
+    RequestGroupState holds the chunk keys). Read back from the slots."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as sch
+
+    from cxlkv import _cxlkv
+
+    e = _Engine(region_path)
+    m = e.manager
+    try:
+        keys = [_key(40 + i) for i in range(5)]
+        ctx = _ctx("d")
+        if hasattr(ctx, "set_offload_key_position"):
+            cfg = e.spec.config
+            per_chunk = cfg.groups[0].tokens_per_block * cfg.cache.blocks_per_chunk
+            for i, k in enumerate(keys):
+                ctx.set_offload_key_position(k, (i + 1) * per_chunk)
+        else:
+            state = type("State", (), {"group_states": (sch.RequestGroupState(
+                offload_keys=list(keys)),)})()
+            m.attach_scheduler(type("Sched", (), {"_req_status": {"d": state}})())
+        out = m.prepare_store(keys[2:], ctx)  # the request's later chunks
+        assert list(out.keys_to_store) == keys[2:]
+        slots = [t[1] for t in out.store_spec.tokens]
+        depths = [_cxlkv.scan_slots(m.region, s, 1)[0][7] for s in slots]
+        assert depths == [2, 3, 4], depths
+        first = m.prepare_store(keys[:1], _ctx("other"))  # a request it knows nothing of
+        assert _cxlkv.scan_slots(m.region, first.store_spec.tokens[0][1], 1)[0][7] == 0
+        m.complete_store(keys[2:], ctx, success=False)
+        m.complete_store(keys[:1], _ctx("other"), success=False)
+    finally:
+        e.close()
+
+
 def _flip(path, region, store_spec, at):
     """Flips one byte of the stored chunk's payload in the region file."""
     _epoch, slot, _word, _len = store_spec.tokens[0]
@@ -479,7 +517,9 @@ def test_the_connector_subclass_finds_what_it_overrides_and_reads():
     the release's KVConnectorBase_V1 and read by its model runner; the
     scheduler recomputes what it lists), and reads the connector's
     ``connector_scheduler`` / ``connector_worker.worker`` and the scheduler's
-    ``_events_tracker``: each is assigned in this release's source."""
+    ``_events_tracker`` and ``_req_status`` (each request's chunk keys, for
+    the depths of what it stores before 0.34): each is assigned in this
+    release's source, and its request state has the fields read."""
     import vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector as oc
     from vllm.distributed.kv_transfer.kv_connector.v1 import base as cbase
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler, worker
@@ -498,6 +538,11 @@ def test_the_connector_subclass_finds_what_it_overrides_and_reads():
     assert "self.worker = self.spec.get_worker(" in inspect.getsource(worker)
     sched = inspect.getsource(scheduler)
     assert "self._events_tracker" in sched
+    assert "self._req_status" in sched
+    fields = {c: {f.name for f in dataclasses.fields(getattr(scheduler, c))}
+              for c in ("RequestOffloadState", "RequestGroupState")}
+    assert "group_states" in fields["RequestOffloadState"], fields
+    assert "offload_keys" in fields["RequestGroupState"], fields
     from vllm.v1.core.sched import scheduler as core_scheduler
 
     assert "_update_requests_with_invalid_blocks" in inspect.getsource(core_scheduler)

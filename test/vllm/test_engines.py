@@ -161,6 +161,26 @@ def test_a_stores_every_full_chunk(world):
     assert first["tokens"] == second["tokens"]
 
 
+def test_a_stores_each_chunk_with_its_depth_in_the_prompt(world):
+    """The region evicts a prefix's chunks tail first (issue 24): each chunk
+    A stored is reserved with its depth in the prompt's chain (chunk i of
+    the prompt, depth i; compat.chain_depths through the connector's
+    scheduler on this vLLM), read back from the slot it was committed to."""
+    stored = probe_files(world["probe_a"], "store")
+    r = cxlkv.open_region(world["region"], register_participant=False, create_if_missing=False,
+                          prefault="none")
+    seen = []
+    for i, (meta, _) in enumerate(stored):
+        _epoch, slot, word, _len = meta["token"]
+        (v,) = cxlkv._cxlkv.scan_slots(r, slot, 1)
+        if v[1] == "ready" and v[2] == word >> 16:  # still the block A committed there
+            seen.append((i, v[7]))
+    print(f"A: {len(seen)} of {len(stored)} chunks still in their slots; depths "
+          f"{[d for _, d in seen[:4]]} ... {[d for _, d in seen[-2:]]}")
+    assert len(seen) >= len(stored) - 1, "A's chunks stay (the region is far from full)"
+    assert [d for _, d in seen] == [i for i, _ in seen], "chunk i of the prompt at depth i"
+
+
 def test_b_loads_every_full_chunk_byte_equal(world):
     b, probe_b, _, _ = world["batch"]["B"]
     (res,) = b["results"]

@@ -285,6 +285,44 @@ def reset_is_fenced() -> bool:
     return "on_reset_flushed" in vars(_base().OffloadingManager)
 
 
+def chain_depths(req_context: Any, scheduler: Any, tokens_per_chunk: dict[int, int],
+                 group_of: Callable[[bytes], int]) -> Callable[[bytes], int]:
+    """key -> the chunk's depth in its request's prefix chain (0 = the
+    prompt's first chunk), the eviction hint the region keeps per slot (the
+    engine evicts a chain's chunks tail first).
+
+    0.34+: the end token vLLM's scheduler records per key in the request's
+    context (``ReqContext.get_offload_key_position``), over the group's
+    tokens per chunk. Before: the key's index among the request's chunk keys
+    in the scheduler's state (``_req_status[req_id].group_states[g]
+    .offload_keys``, 0.26-0.34; CxlkvOffloadingConnector hands the manager
+    its ``scheduler``, and the contract test checks each release has them).
+    A key found in neither (vLLM's plain OffloadingConnector before 0.34, or
+    a partial-chunk key) is a head, depth 0, as every chunk was before depths.
+    """
+    position = getattr(req_context, "get_offload_key_position", None)
+
+    def from_position(key: bytes) -> int | None:
+        end = position(key) if position is not None else None
+        per_chunk = tokens_per_chunk.get(group_of(key), 0)
+        return max(0, int(end) // per_chunk - 1) if end and per_chunk > 0 else None
+
+    index: dict[bytes, int] | None = None
+
+    def depth(key: bytes) -> int:
+        nonlocal index
+        d = from_position(key)
+        if d is not None:
+            return d
+        if index is None:
+            status = getattr(scheduler, "_req_status", {}).get(req_context.req_id)
+            index = {k: i for g in getattr(status, "group_states", ())
+                     for i, k in enumerate(g.offload_keys)}
+        return index.get(key, 0)
+
+    return depth
+
+
 def skip_lookup_snapshots(scheduler: Any) -> bool:
     """Stops vLLM's KV-events tracker from keeping a payload per lookup hit.
 

@@ -18,7 +18,9 @@ In the scheduler process it asks the manager, for every request with a
 hit, whether loading the hit pays on this engine or recomputing it is
 faster (policy.py: from the costs of loads and steps this engine measured;
 extra-config keys load_policy and load_min_gain), and feeds the manager each
-step's scheduled tokens and duration. It also stops vLLM's KV-events tracker from keeping
+step's scheduled tokens and duration. It hands the manager vLLM's connector
+scheduler, whose state of each request gives a stored chunk's depth in its
+prefix chain before 0.34 (compat.chain_depths). It also stops vLLM's KV-events tracker from keeping
 a payload for every lookup hit (compat.skip_lookup_snapshots): cxlkv never
 uses those, and in a replica that loads what others stored they would pile
 up for good.
@@ -42,6 +44,9 @@ class CxlkvOffloadingConnector(OffloadingConnector):
         sched = getattr(self, "connector_scheduler", None)
         if sched is not None:
             compat.skip_lookup_snapshots(sched)
+            m = self._cxlkv_manager()
+            if m is not None:
+                m.attach_scheduler(sched)  # each stored chunk's depth (compat.chain_depths)
 
     def _cxlkv_manager(self) -> Any:
         m = getattr(getattr(self, "connector_scheduler", None), "manager", None)

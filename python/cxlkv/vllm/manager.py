@@ -97,7 +97,8 @@ class CxlkvManager(OffloadingManager):
 
     def __init__(self, region: Region, namespaces: dict[int, int],
                  layout: tuple[int, int], settings: Settings, region_label: str,
-                 kv_events: bool = False, claim: PinSet | None = None) -> None:
+                 kv_events: bool = False, claim: PinSet | None = None,
+                 tokens_per_chunk: dict[int, int] | None = None) -> None:
         self.region = region
         self._claim = claim                   # PinSet on the model-name claim (keys.py)
         self.namespaces = namespaces          # KV group index -> NamespaceId
@@ -133,6 +134,11 @@ class CxlkvManager(OffloadingManager):
         self._load_started: dict[str, tuple[float, int] | None] = {}
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # not yet done
         self._loads_timed = 0
+        # Each stored chunk's depth in its request's chain (compat.chain_depths):
+        # KV group -> tokens per chunk (0.34+), and vLLM's connector scheduler
+        # (given by CxlkvOffloadingConnector: attach_scheduler).
+        self._tokens_per_chunk = dict(tokens_per_chunk or {})
+        self._scheduler: Any = None
 
     # ---- helpers ----
     def _ns(self, key: bytes) -> int:
@@ -263,6 +269,11 @@ class CxlkvManager(OffloadingManager):
                          (recompute_s or 0) * 1e3)
         return load
 
+    def attach_scheduler(self, scheduler: Any) -> None:
+        """vLLM's OffloadingConnectorScheduler that drives this manager: its
+        per-request state gives each stored chunk's depth before 0.34."""
+        self._scheduler = scheduler
+
     def step_scheduled(self, tokens: int) -> None:
         self._steps.append((time.monotonic(), int(tokens)))
 
@@ -284,12 +295,14 @@ class CxlkvManager(OffloadingManager):
         tokens: list[_cxlkv.WriteToken] = []
         ids: list[tuple[int, int, int]] = []
         full = False
+        depth = compat.chain_depths(req_context, self._scheduler, self._tokens_per_chunk,
+                                    group_of)
         for key in keys:
             if key in self._leases:
                 continue  # this replica is already storing it
             try:
                 w = _cxlkv.begin_write(self.region, self._ns(key), block_key(key),
-                                       self.payload_len)
+                                       self.payload_len, depth(key))
             except BusyError as e:
                 # This replica was judged dead (paused past the liveness
                 # timeout) and reclaimed: it may not write until it reattaches.

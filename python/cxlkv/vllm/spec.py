@@ -159,8 +159,14 @@ class CxlkvOffloadingSpec(OffloadingSpec):
         self._region = region
         kv_events = bool(getattr(getattr(self, "kv_events_config", None),
                                  "enable_kv_cache_events", False))
+        # Tokens per chunk of each KV group, for the chunks' depths (0.34+
+        # record end-token positions; compat.chain_depths).
+        per_chunk = {g: int(getattr(grp, "tokens_per_block", 0) or 0)
+                    * int(self.config.cache.blocks_per_chunk)
+                    for g, grp in enumerate(self.config.groups)}
         return CxlkvManager(region, namespaces, (self.parts, self.part_len), self.settings,
-                            self.settings.region_path, kv_events=kv_events, claim=claim)
+                            self.settings.region_path, kv_events=kv_events, claim=claim,
+                            tokens_per_chunk=per_chunk)
 
     def get_worker(self, kv_caches: Any) -> CxlkvWorker:
         # KV on a GPU: copies by the GPU's copy engines (worker_cuda.py);
