@@ -11,41 +11,22 @@ replay` count them); then every block of the request is used (most recent).
 Single-threaded and in trace order, so it ignores the replay's concurrency:
 a ceiling for the policy, not a prediction of the replay.
 """
-import json
+import os
 import sys
-from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from evaluate import read_chains  # noqa: E402  (the trace format, one reader)
+from policies import exact_lru  # noqa: E402  (the LRU evaluate.py's "lru" column counts)
 
 
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    chains = []
-    with open(sys.argv[1]) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                chains.append([int(h) for h in json.loads(line)["hash_ids"]])
-            except (ValueError, KeyError, TypeError) as e:
-                sys.exit(f"{sys.argv[1]}:{n}: not a trace line with hash_ids ({e})")
+    chains = read_chains(sys.argv[1])
+    asked = sum(len(c) for c in chains)
     for arg in sys.argv[2:]:
         slots = int(arg)
-        lru, hit, asked = OrderedDict(), 0, 0
-        for chain in chains:
-            asked += len(chain)
-            k = 0
-            while k < len(chain) and chain[k] in lru:
-                k += 1
-            hit += k
-            for h in chain:
-                if h in lru:
-                    lru.move_to_end(h)
-                else:
-                    lru[h] = None
-                    if len(lru) > slots:
-                        lru.popitem(last=False)
-        print(f"{slots} {hit / asked if asked else 0:.4f}")
+        print(f"{slots} {exact_lru(chains, slots) / asked if asked else 0:.4f}")
 
 
 if __name__ == "__main__":
