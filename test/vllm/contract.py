@@ -36,6 +36,7 @@ if SRC:
     sys.path.insert(0, SRC)
 
 import numpy as np  # noqa: E402
+import offload_checks  # noqa: E402  (beside this file: what the release tests share)
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -128,10 +129,7 @@ def region_path():
         os.unlink(p)
 
 
-def _extra(path, **kw):
-    return dict({"spec_name": "CxlkvOffloadingSpec", "spec_module_path": "cxlkv.vllm",
-                 "region_path": path, "region_size": 8 << 20, "prefault": "none",
-                 "model_fingerprint": "c" * 32}, **kw)
+_extra = offload_checks.spec_extra
 
 
 class _Engine:
@@ -210,23 +208,7 @@ def test_members_take_this_releases_parameters(ours, theirs):
     ours = getattr(importlib.import_module(f"cxlkv.vllm.{mod}"), cls)
     theirs = getattr(_base(), theirs)
     assert issubclass(ours, theirs)
-    assert not ours.__abstractmethods__, f"{cls} misses {set(ours.__abstractmethods__)}"
-    checked = 0
-    for name, member in vars(theirs).items():
-        if name.startswith("_") and name != "__init__":
-            continue
-        mine = inspect.getattr_static(ours, name)
-        if isinstance(member, property):
-            assert isinstance(mine, property), f"{cls}.{name} must be a property"
-        elif isinstance(member, classmethod):
-            assert isinstance(mine, classmethod), f"{cls}.{name} must be a classmethod"
-            _compare(getattr(ours, name), getattr(theirs, name), f"{cls}.{name}")
-        elif inspect.isfunction(member):
-            _compare(getattr(ours, name), member, f"{cls}.{name}")
-        else:
-            continue
-        checked += 1
-    print(f"{cls}: {checked} members checked against {RELEASE}'s {theirs.__name__}")
+    checked = offload_checks.check_members(ours, theirs, _compare, RELEASE)
     assert checked >= {"OffloadingManager": 13, "OffloadingWorker": 5,
                        "OffloadingSpec": 3}[theirs.__name__]
 
@@ -306,7 +288,9 @@ def test_stored_chunks_carry_their_depth_in_the_request(region_path):
     e = _Engine(region_path)
     m = e.manager
     try:
-        keys = [_key(40 + i) for i in range(5)]
+        # Keys whose block hashes differ in their first 128 bits (the
+        # region's key): _key(i) differs only in the low bytes.
+        keys = [_base().make_offload_key(bytes([40 + i]) * 32, 0) for i in range(5)]
         ctx = _ctx("d")
         if hasattr(ctx, "set_offload_key_position"):
             cfg = e.spec.config

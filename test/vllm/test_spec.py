@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 
+import offload_checks
 import pytest
 
 import cxlkv
@@ -43,10 +44,7 @@ def region_path():
         os.unlink(p)
 
 
-def _extra(path, **kw):
-    return dict({"spec_name": "CxlkvOffloadingSpec", "spec_module_path": "cxlkv.vllm",
-                 "region_path": path, "region_size": 8 << 20, "prefault": "none",
-                 "model_fingerprint": "f" * 32}, **kw)
+_extra = offload_checks.spec_extra
 
 
 def test_import_opens_no_region():

@@ -24,6 +24,7 @@ import inspect
 import os
 import sys
 
+import offload_checks
 import pytest
 
 SRC = os.environ.get("CXLKV_VLLM033_SRC", "")
@@ -119,10 +120,7 @@ def region_path():
         os.unlink(p)
 
 
-def _extra(path, **kw):
-    return dict({"spec_name": "CxlkvOffloadingSpec", "spec_module_path": "cxlkv.vllm",
-                 "region_path": path, "region_size": 8 << 20, "prefault": "none",
-                 "model_fingerprint": "f" * 32}, **kw)
+_extra = offload_checks.spec_extra
 
 
 def _pair(v, path, page=2048, **kw):
@@ -178,23 +176,7 @@ def test_signatures_are_0_33s(v033, ours, theirs):
     mod, cls = ours.split(".")
     ours = getattr(getattr(v033, mod), cls)
     theirs = getattr(v033.base, theirs)
-    assert not ours.__abstractmethods__, f"{cls} misses 0.33's {set(ours.__abstractmethods__)}"
-    checked = 0
-    for name, member in vars(theirs).items():
-        if name.startswith("_") and name != "__init__":
-            continue
-        mine = inspect.getattr_static(ours, name)
-        if isinstance(member, property):
-            assert isinstance(mine, property), f"{cls}.{name} must be a property, as in 0.33"
-        elif isinstance(member, classmethod):
-            assert isinstance(mine, classmethod), f"{cls}.{name} must be a classmethod"
-            _compare(getattr(ours, name), getattr(theirs, name), f"{cls}.{name}")
-        elif inspect.isfunction(member):
-            _compare(getattr(ours, name), member, f"{cls}.{name}")
-        else:
-            continue
-        checked += 1
-    print(f"{cls}: {checked} members checked against 0.33's {theirs.__name__}")
+    checked = offload_checks.check_members(ours, theirs, _compare, "0.33")
     assert checked >= {"OffloadingManager": 15, "OffloadingWorker": 4,
                        "OffloadingSpec": 3}[theirs.__name__]
 

@@ -315,7 +315,8 @@ def chain_depths(req_context: Any, scheduler: Any, tokens_per_chunk: dict[int, i
         if d is not None:
             return d
         if index is None:
-            status = getattr(scheduler, "_req_status", {}).get(req_context.req_id)
+            status = (None if scheduler is None else
+                      getattr(scheduler, "_req_status", {}).get(req_context.req_id))
             index = {k: i for g in getattr(status, "group_states", ())
                      for i, k in enumerate(g.offload_keys)}
         return index.get(key, 0)

@@ -151,9 +151,9 @@ def page_format() -> str:
 
         cfg = current_vllm_config()
         backend = getattr(getattr(cfg, "attention_config", None), "backend", None)
-        # The version too: 0.26 hands FlashAttention's KV over as one
-        # cross-layer tensor ([head][layer][token][K|V] per block), 0.32+ per
-        # layer: the same backend name, other bytes (docs/vllm.md).
+        # The version too: 0.26-0.28 can hand the KV over as one cross-layer
+        # tensor (all layers of a block together; worker_cuda.py), 0.29+
+        # always per layer: the same backend name, other bytes (docs/vllm.md).
         from .compat import minor
 
         return f"{current_platform.device_name}-{backend or 'auto'}-v{minor()}".lower()[:24]
