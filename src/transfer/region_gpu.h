@@ -110,8 +110,7 @@ class RegionGpu {
   // prefix chain, the eviction hint of Region::Store.
   // REQUIRES: this process is a participant of the region.
   Status Store(NamespaceId ns, const BlockKey* keys, const GpuBlocks& blocks, GpuPath path,
-               uintptr_t after_stream, GpuStoreResult* result,
-               const uint32_t* depths = nullptr);
+               uintptr_t after_stream, GpuStoreResult* result, const uint32_t* depths = nullptr);
 
   // Loads each block of keys[b] into its device pieces (which must hold at
   // least the stored length; a shorter stored block fills a prefix). OK if

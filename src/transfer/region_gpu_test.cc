@@ -158,8 +158,8 @@ TEST_F(RegionGpuTest, StoredBlocksKeepTheirChainDepths) {
   const auto keys = Keys(first, n);
   const std::vector<uint32_t> depths = {0, 1, 2, 40};
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0,
-                          &st, depths.data())
+  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st,
+                          depths.data())
                   .ok());
   ASSERT_EQ(st.stored, n);
   std::vector<SlotView> slots;
