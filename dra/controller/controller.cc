@@ -124,7 +124,7 @@ Status Controller::Start() {
   if (r->opt.flow == "auto" || r->opt.capacity_mode == "auto") {
     CXLKV_RETURN_IF_ERROR(r->ProbeGates());
   }
-  // The words the e2e tests read (test/e2e/dra-gates-off.sh).
+  // The words the e2e tests read (test/e2e/dra-gates-off.bats, dra-gates-capacity-off.bats).
   spdlog::info("flow: {}; capacity: {}",
                r->prepare_wait ? "paper (consumer wait, prepare polls)" : "binding conditions",
                r->fixed_devices ? "annotation mode (fixed devices, cxlkv.dev/capacity-mib)"

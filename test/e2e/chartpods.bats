@@ -65,8 +65,8 @@ setup_file() {
   O=$((RANDOM % 200 + 20))
   declare -gA NODE_IP POD_PREFIX
   for i in 0 1; do NODE_IP[fake-node-$i]=127.$O.0.$((i + 1)); POD_PREFIX[fake-node-$i]=127.$O.$((i + 1)).; done
-  HOSTD_PORT=$(port); PLUGIN_PORT=$(port); CTL_PORT=$(port); WPORT=$(port)
-  F=http://127.0.0.1:$(port)
+  HOSTD_PORT=$(free_port); PLUGIN_PORT=$(free_port); CTL_PORT=$(free_port); WPORT=$(free_port)
+  F=http://127.0.0.1:$(free_port)
   {
     printf 'export %s=%q\n' ROOT "$ROOT" E "$E" BACKING "$BACKING" DRA_STATE "$DRA_STATE" HELM "$HELM"
     printf '%s=%q\n' BIN "$BIN" FK "$FK" F "$F" O "$O" HOSTD_PORT "$HOSTD_PORT" \
@@ -441,8 +441,8 @@ YAML
 # bats test_tags=pod-probes
 @test "pod probes: an httpGet readiness probe on the pod's port: Ready True" {
   probe_pod ready-web "readinessProbe: {httpGet: {path: /, port: web}, periodSeconds: 1}"
-  probe_pod unready-web "readinessProbe: {tcpSocket: {port: $(port)}, periodSeconds: 1}"
-  probe_pod unlive-web "livenessProbe: {httpGet: {path: /, port: $(port)}, periodSeconds: 1, failureThreshold: 2}"
+  probe_pod unready-web "readinessProbe: {tcpSocket: {port: $(free_port)}, periodSeconds: 1}"
+  probe_pod unlive-web "livenessProbe: {httpGet: {path: /, port: $(free_port)}, periodSeconds: 1, failureThreshold: 2}"
   wait_until 30 pod_ready ready-web True || fail "ready-web not Ready"
 }
 

@@ -45,9 +45,9 @@ DIR=${CXLKV_E2E_DIR:-/tmp/cxlkv-e2e-$(echo -n "$(cd "$HERE/../.." && pwd)" | sha
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# free_port (only functions: sourcing it starts nothing)
+# shellcheck source=test/e2e/lib/common.bash
+source "$HERE/lib/common.bash"
 
 # ---- certificates and kubeconfigs (openssl) --------------------------------
 gen_pki() {

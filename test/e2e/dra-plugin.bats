@@ -123,7 +123,7 @@ attached() { [ "$(grep -c attached "$1" 2>/dev/null)" -ge "$2" ]; }
 @test "rolling update: kubelet registers plugin B while A serves: 2 registration sockets" {
   dra_need MPORT_A
   # Plugin B starts beside A (maxSurge 1): other socket names, the same state dir.
-  dra_keep_mport fake-node-1 "$(port)"
+  dra_keep_mport fake-node-1 "$(free_port)"
   plugin_start fake-node-1 -b --pod-uid 22222222-bbbb-4bbb-8bbb-000000000002
   wait_until 20 grep -q "kubelet registered driver" "$E/logs/plugin-fake-node-1-b.log" ||
     fail "kubelet did not register plugin B"

@@ -21,7 +21,7 @@ BIN=${CXLKV_BIN:-$ROOT/build/bin}
 CLI=${CXLKV_CLI:-$BIN/cxlkv}
 SPEC=${CXLKV_CFM_OPENAPI:-$ROOT/third_party/reference/cfm-openapi.yaml}
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+load lib/common  # free_port
 
 setup_file() {
   export W=$BATS_FILE_TMPDIR

@@ -18,6 +18,7 @@
 # bats file_tags=images
 
 ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+load lib/common  # free_port
 
 setup_file() {
   [ "$(id -u)" = 0 ] || skip "needs root (chroot)"
@@ -114,7 +115,7 @@ help_as_image_user() {
 @test "cxlkv-hostd started in the tree (as root) answers GET /cxlkv/v1/regions" {
   local port pid code end
   tree_ready
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   rm -rf "$T/tmp/h"; mkdir -p "$T/tmp/h/cdi" "$T/tmp/h/state" "$T/tmp/h/dev"
   in_tree 0:0 /usr/bin/cxlkv-hostd --host-id image-test --listen "127.0.0.1:$port" \
     --cdi-dir /tmp/h/cdi --state-dir /tmp/h/state --dev-dir /tmp/h/dev --resync-interval 0 \

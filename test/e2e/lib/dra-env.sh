@@ -6,8 +6,9 @@
 BIN=${BIN:-$ROOT/build/bin}
 CLUSTER=${CLUSTER:-$ROOT/test/e2e/cluster.sh}
 
-# A free TCP port on 127.0.0.1.
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port (a free TCP port on 127.0.0.1) and the other world-free helpers.
+# shellcheck source=test/e2e/lib/common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 # start <name> <cmd...>: a background process logged to $E/logs/<name>.log, its pid in PIDS,
 # in PID_<name> and, when the directory $E/pids exists (the bats tests', test/e2e/lib/dra.bash),
@@ -86,8 +87,8 @@ dra_cluster_up() {
 dra_fabric_up() {
   local n
   declare -gA HPORT
-  for n in "${@:2}"; do HPORT[$n]=$(port); done
-  F=http://127.0.0.1:$(port)
+  for n in "${@:2}"; do HPORT[$n]=$(free_port); done
+  F=http://127.0.0.1:$(free_port)
   fabricd_config "$@" >"$E/fabricd.yaml"
   start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
   wait_until 20 curl -sf "$F/cfm/v1/appliances"

@@ -14,7 +14,7 @@ gates_world_up() {
   CXLKV_E2E_GATES=$2 own_world_cluster 2 || { echo "the control plane did not start"; return 1; }
   dra_fabric_up 5000 fake-node-0 fake-node-1 || { echo "fabricd did not start"; return 1; }
   for n in fake-node-0 fake-node-1; do HOSTD_RESYNC=10 dra_node_up "$n" 1s --http-listen ""; done
-  CMP=$(port)
+  CMP=$(free_port)
   CLOG=$E/logs/controller.log
   start controller "$BIN/cxlkv-dra-controller" --kubeconfig "$KUBECONFIG" --fabric "$F" \
     --identity "$3" --resync-period 2 --lease-duration 6 --metrics-listen "127.0.0.1:$CMP"

@@ -31,6 +31,8 @@
 
 DRA_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=${ROOT:-$(cd "$DRA_LIB/../../.." && pwd)}
+# shellcheck source=test/e2e/lib/common.bash
+source "$DRA_LIB/common.bash"
 # shellcheck source=test/e2e/lib/dra-env.sh
 source "$DRA_LIB/dra-env.sh"
 DRA_NODES=(fake-node-0 fake-node-1 fake-node-2)
@@ -38,11 +40,7 @@ DRA_NODES=(fake-node-0 fake-node-1 fake-node-2)
 DRA_SLICE=cxlkv.dev-cma-0-blade-0
 DRA_MEMORY_URL_PATH=/cfm/v1/appliances/cma-0/blades/blade-0/memory
 
-# ---- assertions ------------------------------------------------------------
-
-# fail <message>: the test fails with the message (bats prints the test's
-# output, then the failure hook's).
-fail() { echo "FAILED: $*" >&2; return 1; }
+# ---- assertions (fail, note, dead, gone: lib/common.bash) ------------------
 
 # assert_eq <actual> <expected> <what>
 assert_eq() {
@@ -52,10 +50,7 @@ assert_eq() {
 # ---- state shared by a file's steps -----------------------------------------
 
 # dra_keep <var>...: records the variables' values for the later tests.
-dra_keep() {
-  local v
-  for v in "$@"; do printf '%s=%q\n' "$v" "${!v}" >>"$DRA_STATE"; done
-}
+dra_keep() { state_keep "$DRA_STATE" "$@"; }
 # dra_keep_mport <node> <port>: the node's plugin now serves /metrics on <port>.
 dra_keep_mport() {
   MPORT[$1]=$2
@@ -65,11 +60,7 @@ dra_keep_mport() {
 # earlier step of its scenario did not record the variable (it failed, or the
 # test was selected alone).
 dra_need() {
-  local v
-  for v in "$@"; do
-    [ -n "${!v:-}" ] ||
-      skip "needs \$$v from an earlier step of this scenario (run the scenario: --filter '${BATS_TEST_DESCRIPTION%%:*}:')"
-  done
+  state_need " of this scenario (run the scenario: --filter '${BATS_TEST_DESCRIPTION%%:*}:')" "$@"
 }
 
 # The tests run under `set -e`, and an assignment fails with its command
@@ -101,10 +92,10 @@ dra_world_up() {
   bash "$CLUSTER" env >"$DRA_STATE" || return 1
   eval "$(cat "$DRA_STATE")"
   KCFG=$KUBECONFIG
-  FPORT=$(port); F=http://127.0.0.1:$FPORT
-  CMP=$(port)
+  FPORT=$(free_port); F=http://127.0.0.1:$FPORT
+  CMP=$(free_port)
   declare -gA HPORT MPORT
-  for n in "${DRA_NODES[@]}"; do HPORT[$n]=$(port); MPORT[$n]=$(port); done
+  for n in "${DRA_NODES[@]}"; do HPORT[$n]=$(free_port); MPORT[$n]=$(free_port); done
   {
     printf 'export %s=%q\n' ROOT "$ROOT" E "$E" BACKING "$BACKING" DRA_STATE "$DRA_STATE"
     printf '%s=%q\n' BIN "$BIN" FK "$FK" KCFG "$KCFG" F "$F" FPORT "$FPORT" CMP "$CMP"
@@ -211,8 +202,6 @@ dra_dump_state() (
 
 # ---- processes -------------------------------------------------------------
 
-# Exited (a zombie until reaped counts as exited: kill -0 would still succeed).
-dead() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 proc_gone() { ! kill -0 "$1" 2>/dev/null; }
 # dra_pid <name>: the pid of the process start() named so.
 dra_pid() { cat "$E/pids/$1" 2>/dev/null; }
@@ -346,7 +335,6 @@ claim_pod() {
 phase() { kubectl get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
 running() { [ "$(phase "$1")" = Running ]; }
 succeeded() { [ "$(phase "$1")" = Succeeded ]; }
-gone() { ! kubectl get "$@" >/dev/null 2>&1; }
 # delete_pods <pod>...: deleted, and true once every one is gone (60 s).
 delete_pods() {
   local p
@@ -431,6 +419,3 @@ replay_ok() {
     echo "  $(basename "$f"): $(jq .cross_replica_hits "$f") cross-replica hits"
   done
 }
-
-# note <text>: a line in the TAP stream (a "# " comment), shown whether the test passes or not.
-note() { echo "# $*" >&3; }

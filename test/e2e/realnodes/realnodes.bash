@@ -36,6 +36,11 @@
 RN_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=${ROOT:-$(cd "$RN_LIB/../../.." && pwd)}
 CHART=$ROOT/deployments/helm/cxlkv
+# The generic helpers (fail, note, dead, gone, state_keep, state_need) are
+# lib/common.bash's, shared with lib/dra.bash, which this file cannot load:
+# loading it starts the DRA world of fake nodes.
+# shellcheck source=test/e2e/lib/common.bash
+source "$ROOT/test/e2e/lib/common.bash"
 # shellcheck source=test/e2e/lib/dra-env.sh
 source "$ROOT/test/e2e/lib/dra-env.sh"
 NODES=(node-0 node-1)
@@ -51,19 +56,9 @@ REPLAY="/usr/bin/cxlkv replay --trace /traces/mooncake-conversation-trace.jsonl 
 
 # ---- assertions and shared state ---------------------------------------------
 
-fail() { echo "FAILED: $*" >&2; return 1; }
-# note <text>: a line in the TAP stream under the test (seconds, ids).
-note() { echo "# $*" >&3; }
-rn_keep() {  # rn_keep <var>...: records the variables' values for the later tests
-  local v
-  for v in "$@"; do printf '%s=%q\n' "$v" "${!v}" >>"$RN_STATE"; done
-}
+rn_keep() { state_keep "$RN_STATE" "$@"; }  # rn_keep <var>...: records the variables' values for the later tests
 rn_need() {  # rn_need <var>...: skip, naming the scenario to run, when an earlier step did not record it
-  local v
-  for v in "$@"; do
-    [ -n "${!v:-}" ] ||
-      skip "needs \$$v from an earlier step: select its whole scenario (realnodes.bats says which go together)"
-  done
+  state_need ": select its whole scenario (realnodes.bats says which go together)" "$@"
 }
 
 # rn_need_chart: the chart's pods Ready (a test selected without the
@@ -133,7 +128,7 @@ YAML
 
 rn_world_down() {
   local p
-  p=$(cat "$E/pids/fabricd" 2>/dev/null) && { kill "$p" 2>/dev/null; wait_until 15 dead_pid "$p"; }
+  p=$(cat "$E/pids/fabricd" 2>/dev/null) && { kill "$p" 2>/dev/null; wait_until 15 dead "$p"; }
   if [ -e "$E/.failed" ] || [ -n "${KEEP:-}" ]; then
     cp -r "$CXLKV_E2E_DIR/logs" "$E/cluster-logs" 2>/dev/null
   fi
@@ -142,7 +137,6 @@ rn_world_down() {
   else rm -rf "$E"; fi
   rm -rf "$BACKING"
 }
-dead_pid() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
 
 # ---- the bats hooks ----------------------------------------------------------------
 
@@ -274,7 +268,6 @@ PY
 }
 phase() { kubectl get pod "$1" -n team-a -o jsonpath='{.status.phase}' 2>/dev/null; }
 is_phase() { [ "$(phase "$1")" = "$2" ]; }
-gone() { ! kubectl get "$@" >/dev/null 2>&1; }
 plog() { kubectl logs "$1" -n team-a 2>/dev/null; }
 cid() { kubectl get pod "$1" -n team-a -o jsonpath='{.status.containerStatuses[0].containerID}'; }
 restarts() { kubectl get pod "$1" -n team-a -o jsonpath='{.status.containerStatuses[0].restartCount}'; }

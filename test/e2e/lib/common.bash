@@ -1,0 +1,51 @@
+# Helpers any e2e shell file may use, with no world behind them. Sourcing
+# this file only defines functions: it starts nothing, so a file that must not
+# load lib/dra.bash (whose setup_file starts the DRA world), such as
+# realnodes/realnodes.bash, fabric.bats or images.bats, shares them too.
+# Sourced by lib/dra-env.sh (so by lib/dra.bash and the DRA benches),
+# lib/dra.bash, realnodes/realnodes.bash and test/e2e/cluster.sh; loaded by
+# fabric.bats and images.bats (`load lib/common`).
+
+# free_port: a TCP port on 127.0.0.1 that was free a moment ago (the kernel's
+# pick for a bind to port 0; python3 because bash cannot bind a socket).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# ---- bats tests ----------------------------------------------------------------
+
+# fail <message>: the test fails with the message (bats prints the test's
+# output, then the failure hook's).
+fail() { echo "FAILED: $*" >&2; return 1; }
+
+# note <text>: a line in the TAP stream (a "# " comment) under the test
+# (seconds, ids), shown whether the test passes or not.
+note() { echo "# $*" >&3; }
+
+# dead <pid>: the process has exited (a zombie until reaped counts as exited:
+# kill -0 would still succeed on it).
+dead() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }
+
+# gone <kubectl get arguments>: the object does not exist (any more).
+gone() { ! kubectl get "$@" >/dev/null 2>&1; }
+
+# A @test runs in a process of its own, so a step that learns something a
+# later step of its scenario needs writes it to the file of the world's facts,
+# which every test sources first (lib/dra.bash's dra_keep/dra_need,
+# realnodes.bash's rn_keep/rn_need wrap these with their file and hint).
+
+# state_keep <file> <var>...: appends the variables' values to <file>.
+state_keep() {
+  local state_file=$1 v
+  shift
+  for v in "$@"; do printf '%s=%q\n' "$v" "${!v}" >>"$state_file"; done
+}
+
+# state_need <how to run it> <var>...: skips the test, saying how to run the
+# step that records it, when an earlier step did not record the variable (it
+# failed, or the test was selected alone).
+state_need() {
+  local how=$1 v
+  shift
+  for v in "$@"; do
+    [ -n "${!v:-}" ] || skip "needs \$$v from an earlier step$how"
+  done
+}
