@@ -73,24 +73,8 @@ setup_file() {
       PLUGIN_PORT "$PLUGIN_PORT" CTL_PORT "$CTL_PORT" WPORT "$WPORT"
     declare -p NODE_IP POD_PREFIX | sed 's/^declare -A /declare -gA /'
   } >>"$DRA_STATE"
-  cat >"$E/fabricd.yaml" <<YAML
-stateDir: $E/fabricd
-backingDir: $BACKING
-agentTimeoutMs: 5000
-appliances:
-  - id: cma-0
-    blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
-          - {id: P1, host: fake-node-0, hostPort: port0}
-          - {id: P2, host: fake-node-1, hostPort: port0}
-hosts:
-  - {id: fake-node-0, agent: "http://${NODE_IP[fake-node-0]}:$HOSTD_PORT", localMemoryMiB: 65536}
-  - {id: fake-node-1, agent: "http://${NODE_IP[fake-node-1]}:$HOSTD_PORT", localMemoryMiB: 65536}
-YAML
+  fabricd_config 5000 "fake-node-0@${NODE_IP[fake-node-0]}:$HOSTD_PORT" \
+    "fake-node-1@${NODE_IP[fake-node-1]}:$HOSTD_PORT" >"$E/fabricd.yaml"
   start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "${F#http://}"
   wait_until 20 curl -sf "$F/cfm/v1/appliances" || { echo "fabricd did not start"; return 1; }
   for n in fake-node-0 fake-node-1; do

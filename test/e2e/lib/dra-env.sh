@@ -41,13 +41,14 @@ wait_until() {
   until "$@" >/dev/null 2>&1; do [ $SECONDS -ge $end ] && return 1; sleep 0.3; done
 }
 
-# fabricd_config <agent timeout ms> <node...>: the emulator's config on stdout: one appliance,
-# one blade of 8 GiB (4 channels x 8 blocks of 256 MiB) with one port cabled to each node,
-# whose hostd listens on 127.0.0.1:${HPORT[node]} (the caller's associative array). Uses $E
-# and $BACKING. FABRICD_BLADES=N (default 1) gives blade-0 .. blade-(N-1), alike.
+# fabricd_config <agent timeout ms> <node[@host:port]...>: the emulator's config on stdout:
+# one appliance, one blade of 8 GiB (4 channels x 8 blocks of 256 MiB) with one port cabled
+# to each node, whose hostd listens on host:port, by default 127.0.0.1:${HPORT[node]} (the
+# caller's associative array; the chart's worlds give each node's pod address instead). Uses
+# $E and $BACKING. FABRICD_BLADES=N (default 1) gives blade-0 .. blade-(N-1), alike.
 fabricd_config() {
   local timeout=$1; shift
-  local i n b
+  local i n b a
   cat <<YAML
 stateDir: $E/fabricd
 backingDir: $BACKING
@@ -60,11 +61,14 @@ YAML
     printf '      - id: blade-%d\n        resourceBlockMiB: 256\n        channels: 4\n' "$b"
     printf '        blocksPerChannel: 8\n        ports:\n'
     i=0
-    for n in "$@"; do i=$((i + 1)); printf '          - {id: P%d, host: %s, hostPort: port0}\n' "$i" "$n"; done
+    for n in "$@"; do
+      i=$((i + 1)); printf '          - {id: P%d, host: %s, hostPort: port0}\n' "$i" "${n%%@*}"
+    done
   done
   echo "hosts:"
   for n in "$@"; do
-    printf '  - {id: %s, agent: "http://127.0.0.1:%s", localMemoryMiB: 65536}\n' "$n" "${HPORT[$n]}"
+    if [ "$n" != "${n#*@}" ]; then a=${n#*@}; n=${n%%@*}; else a=127.0.0.1:${HPORT[$n]}; fi
+    printf '  - {id: %s, agent: "http://%s", localMemoryMiB: 65536}\n' "$n" "$a"
   done
 }
 

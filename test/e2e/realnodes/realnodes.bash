@@ -92,24 +92,8 @@ rn_world_up() {
   UP_SECONDS=$((SECONDS - t0)); rn_keep UP_SECONDS
   bash "$CLUSTER" env >>"$RN_STATE"
   source "$RN_STATE"
-  cat >"$E/fabricd.yaml" <<YAML
-stateDir: $E/fabricd
-backingDir: $BACKING
-agentTimeoutMs: 5000
-appliances:
-  - id: cma-0
-    blades:
-      - id: blade-0
-        resourceBlockMiB: 256
-        channels: 4
-        blocksPerChannel: 8
-        ports:
-          - {id: P1, host: node-0, hostPort: port0}
-          - {id: P2, host: node-1, hostPort: port0}
-hosts:
-  - {id: node-0, agent: "http://${NODE_IP[0]}:$HOSTD_PORT", localMemoryMiB: 65536}
-  - {id: node-1, agent: "http://${NODE_IP[1]}:$HOSTD_PORT", localMemoryMiB: 65536}
-YAML
+  fabricd_config 5000 "node-0@${NODE_IP[0]}:$HOSTD_PORT" "node-1@${NODE_IP[1]}:$HOSTD_PORT" \
+    >"$E/fabricd.yaml"
   "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "$FAB_IP:$FPORT" >"$E/logs/fabricd.log" 2>&1 3>&- &
   echo $! >"$E/pids/fabricd"
   if ! wait_until 20 curl -sf "$F/cfm/v1/appliances"; then
