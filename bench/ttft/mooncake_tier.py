@@ -84,7 +84,6 @@ mooncake.store does not import, the run logs T3 as skipped with the error.
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -93,7 +92,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from replica import _EXC, StartError, free_port  # noqa: E402
+from replica import _EXC, StartError, free_port, stop_process_group  # noqa: E402
 
 TIERS = ("T3",)
 VERSION = "0.3.14"
@@ -358,23 +357,7 @@ class Master:
 
     def stop(self, grace=15):
         if self.proc is not None:
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.proc.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_process_group(self.proc, grace)
         if self._log:
             self._log.close()
             self._log = None

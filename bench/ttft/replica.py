@@ -37,6 +37,31 @@ _EXC = re.compile(r"(?:^|\] |\) )(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exce
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\b")
 
 
+def stop_process_group(proc, grace):
+    """Ends a server started in its own session (start_new_session): SIGTERM
+    to its process group, up to `grace` seconds for it to exit, then SIGKILL
+    to the group anyway, since children (vLLM's EngineCore and workers, a
+    peer's worker processes) can outlive the leader and hold GPU or shared
+    memory. Waits at most 10 s more for the leader; never raises."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -196,19 +221,5 @@ class Replica:
     def stop(self, grace=30):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.terminate()
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        # The group may hold EngineCore/workers that outlive the server.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_process_group(self.proc, grace)
         self._log.close()
