@@ -74,7 +74,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from replica import _EXC, StartError, free_port, stop_process_group  # noqa: E402
+from replica import _EXC, StartError, free_port, repo_relative, stop_process_group  # noqa: E402
 
 TIERS = ("T5", "T6")
 VERSION = "0.5.3"
@@ -212,7 +212,7 @@ class Server:
     def describe(self):
         return {"name": self.name, "tier": self.tier, "zmq_port": self.zmq_port,
                 "http_port": self.http_port, "l1_bytes": self.l1_bytes,
-                "l1_path": self.l1_path(), "pid": self.pid, "argv": self.cmd[1:],
+                "l1_path": self.l1_path(), "pid": self.pid, "argv": repo_relative(self.cmd[1:]),
                 "log": os.path.basename(self.log_path)}
 
     def start(self):

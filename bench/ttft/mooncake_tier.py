@@ -92,7 +92,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from replica import _EXC, StartError, free_port, stop_process_group  # noqa: E402
+from replica import _EXC, StartError, free_port, repo_relative, stop_process_group  # noqa: E402
 
 TIERS = ("T3",)
 VERSION = "0.3.14"
@@ -245,7 +245,7 @@ class Master:
 
     def describe(self):
         return {"name": self.name, "rpc_port": self.rpc_port, "metrics_port": self.metrics_port,
-                "pid": self.pid, "argv": self.cmd[1:], "config": self.config,
+                "pid": self.pid, "argv": repo_relative(self.cmd[1:]), "config": self.config,
                 "log": os.path.basename(self.log_path)}
 
     def start(self):

@@ -37,6 +37,17 @@ _EXC = re.compile(r"(?:^|\] |\) )(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exce
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s)\b")
 
 
+# The checkout this harness runs from (bench/ttft/../..): argv recorded in a
+# run's log names its files relative to it, so a results folder never carries
+# the paths of the machine it ran on.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def repo_relative(argv):
+    """argv with each argument under the checkout written relative to it."""
+    return [os.path.relpath(a, _ROOT) if isinstance(a, str) and a.startswith(_ROOT + os.sep)
+            else a for a in argv]
+
 def stop_process_group(proc, grace):
     """Ends a server started in its own session (start_new_session): SIGTERM
     to its process group, up to `grace` seconds for it to exit, then SIGKILL
@@ -139,7 +150,7 @@ class Replica:
                 "api": self.api,
                 "cuda_visible_devices": self.env.get("CUDA_VISIBLE_DEVICES"),
                 "cpu_bind": self.env.get("VLLM_CPU_OMP_THREADS_BIND"),
-                "argv": self.cmd[1:], "log": os.path.basename(self.log_path)}
+                "argv": repo_relative(self.cmd[1:]), "log": os.path.basename(self.log_path)}
 
     def start(self):
         self._log = open(self.log_path, "ab")

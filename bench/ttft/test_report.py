@@ -223,3 +223,16 @@ def test_session_pairs_cover_every_ordered_pair_once_per_round():
         assert len(set(cross)) == n * (n - 1) and all(a != b for a, b in cross)
         assert [ttft.session_pair(n, "same", i) for i in range(n)] == [(i, i) for i in range(n)]
     assert ttft.session_pair(2, "cross", 0) == (0, 1)  # session 0 is the paper's A>B
+
+
+def test_recorded_argv_names_the_checkouts_files_relative_to_it():
+    """A run's log.jsonl lands in docs/results: the argv it records must not
+    carry the paths of the machine it ran on."""
+    import replica
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    argv = [os.path.join(root, "bench", "ttft", "offline_server.py"), "--model",
+            "/tmp/cxlkv-ttft-models/m", "--port", 8000, root + "-other/x"]
+    assert replica.repo_relative(argv) == [
+        os.path.join("bench", "ttft", "offline_server.py"), "--model",
+        "/tmp/cxlkv-ttft-models/m", "--port", 8000, root + "-other/x"]

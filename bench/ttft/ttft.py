@@ -59,7 +59,7 @@ import models  # noqa: E402
 import mooncake_tier  # noqa: E402
 import prompts  # noqa: E402
 import tiers as tiermod  # noqa: E402
-from replica import Replica, StartError, free_port  # noqa: E402
+from replica import Replica, StartError, free_port, repo_relative  # noqa: E402
 from runlog import RunLog  # noqa: E402
 
 PAPER_PREFIXES = (2054, 8173, 16282, 32694)  # the paper's bucket medians (section 4.3)
@@ -227,7 +227,7 @@ class Harness:
         a = self.a
         rec = {"kind": "call", "call": self.call, "platform": self.platform, "gpus": self.gpus,
                "replicas": a.replicas, "vllm_version": vllm_version(a.python),
-               "python": a.python, "argv": sys.argv[1:], "budget_s": a.budget_s,
+               "python": a.python, "argv": repo_relative(sys.argv[1:]), "budget_s": a.budget_s,
                "grid_model": {"name": a.model, "dir": self.grid_model,
                               "load_format": "dummy" if self.dummy else "safetensors",
                               "config": self.grid_cfg,
