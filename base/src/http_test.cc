@@ -164,14 +164,14 @@ TEST_F(HttpClientTest, TheStopFlagCancelsAStream) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     stop = true;
   });
+  // The stream never ends by itself (until TearDown): Do returning at all
+  // shows the flag ended it.
   HttpResponse resp;
-  const auto t0 = std::chrono::steady_clock::now();
   Status s = client.Do(req, &resp);
   raiser.join();
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(resp.cancelled);
   EXPECT_NE(s.message().find(": stopped"), std::string::npos) << s.message();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace

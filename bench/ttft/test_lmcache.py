@@ -162,12 +162,12 @@ def test_a_full_l1_that_evicts_as_it_stores_still_counts_the_store(tmp_path, mon
     assert srv.stored_tokens_since(mark) == 3 * 8192
     # 127 chunks (32,512 tokens) not all logged yet: waits, then gives up.
     r = srv.wait_stored(918, 127, 0.2, log_mark=mark)
-    assert not r["store_complete"] and r["store_wait_ms"] >= 200 and r["l1_logged_tokens"] == 24576
+    assert not r["store_complete"] and r["l1_logged_tokens"] == 24576
     with open(srv.log_path, "a") as f:
         f.write(line % 7936)
     r = srv.wait_stored(918, 127, 5, log_mark=mark)
     assert r["store_complete"] and r["l1_logged_tokens"] == 127 * 256
-    assert r["store_wait_ms"] < 1000 and r["l1_objects"] == 855
+    assert r["l1_objects"] == 855
     # A write-locked object still holds the wait (the copy is in flight).
     monkeypatch.setattr(srv, "l1_counts", lambda: (855, 1))
     assert not srv.wait_stored(918, 127, 0.1, log_mark=mark)["store_complete"]

@@ -1,9 +1,7 @@
 """A replica that joins a region another replica already filled (scale-out,
-restart): its first read of the other's chunks must not wait for its own
-attach. Without an engine, through vLLM's spec classes, in one process as
-vLLM's EngineCore holds them (TP=1: the worker and the manager share the
-process), while a thread maps and unmaps memory as the engine's allocators
-do.
+restart): its attach must not populate the region's data. Without an
+engine, through vLLM's spec classes, in one process as vLLM's EngineCore
+holds them (TP=1: the worker and the manager share the process).
 
 The failure this guards against: the manager's handle populated the whole
 mapping in a background thread (MADV_POPULATE_WRITE over every page of the
@@ -11,10 +9,11 @@ region), which holds the process's memory map for as long as it runs; every
 mmap/munmap of the process waits behind it, and, with one waiting, so does
 every page fault: a late joiner's first loads stalled for the length of a
 populate of the whole region (docs/benchmarks.md, "A late joiner's first
-reads")."""
-import mmap
+reads", measured by bench/ttft/attach_probe.py). The test checks the cause,
+not the stall's length (speed is the benchmark's): after B attaches and reads,
+B's mappings of the region hold its metadata and the chunks it read, not the
+region's data pages."""
 import os
-import threading
 import time
 
 import pytest
@@ -24,25 +23,24 @@ from test_spec import _config, _extra, region_path  # noqa: F401 (fixture)
 _REGION = 1 << 30   # pages to populate: what made the stall long
 _PAGE = 64 << 10    # one layer's block: 2 layers x 64 KiB per block
 _CHUNKS = 8
+# What B may map: the region's metadata (under 1 MiB here) in its worker's and
+# its manager's handle, and the chunks it read (1 MiB), with room to spare;
+# a populate of the data maps up to the whole GiB.
+_BOUND = 32 << 20
 
 
-class _Mapper(threading.Thread):
-    """Maps and unmaps 1 MiB every 2 ms; keeps the longest wait after `mark`."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.stop, self.mark, self.worst = False, None, 0.0
-
-    def run(self):
-        while not self.stop:
-            t = time.perf_counter()
-            m = mmap.mmap(-1, 1 << 20)
-            m[0] = 1
-            m.close()
-            d = time.perf_counter() - t
-            if self.mark is not None and t >= self.mark:
-                self.worst = max(self.worst, d)
-            time.sleep(0.002)
+def _resident_bytes(path):
+    """Resident bytes of this process's mappings of `path` (/proc/self/smaps:
+    the pages each mapping has mapped, whatever the page cache holds)."""
+    real, total, ours = os.path.realpath(path), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                ours = len(head) >= 6 and head[5] == real
+            elif ours and head and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
 
 
 def _caches(torch, n_blocks):
@@ -70,7 +68,7 @@ def _load(m, w, keys, job, req):
     return time.perf_counter() - t0
 
 
-def test_late_joiner_first_read_does_not_wait_for_its_attach(region_path):  # noqa: F811
+def test_late_joiner_attach_does_not_populate_the_regions_data(region_path):  # noqa: F811
     import torch
     from vllm.v1.kv_offload.base import GPULoadStoreSpec, ReqContext, make_offload_key
 
@@ -100,29 +98,28 @@ def test_late_joiner_first_read_does_not_wait_for_its_attach(region_path):  # no
                if k != "prefault"}
     spec_b = CxlkvOffloadingSpec(_config(extra_b, bytes_per_block=2 * _PAGE))
     kv_b, caches_b = _caches(torch, _CHUNKS)
+    before = _resident_bytes(region_path)  # A's mappings, every page populated
+    assert before >= _REGION, "A populated its mapping at attach"
+    t0 = time.perf_counter()
     wb = spec_b.get_worker(caches_b)
-    mapper = _Mapper()
-    mapper.start()
-    try:
-        time.sleep(0.05)
-        t_attach = time.perf_counter()
-        mapper.mark = t_attach
-        mb = spec_b.get_manager()
-        attach = time.perf_counter() - t_attach
-        first = _load(mb, wb, keys, 2, "b1")
-        worst_first = mapper.worst
-        second = _load(mb, wb, keys, 3, "b2")
-    finally:
-        mapper.stop = True
-        mapper.join()
+    mb = spec_b.get_manager()
+    attach = time.perf_counter() - t0
+    first = _load(mb, wb, keys, 2, "b1")
+    second = _load(mb, wb, keys, 3, "b2")
     assert all(torch.equal(a, b) for a, b in zip(kv_a, kv_b))
-    print(f"late joiner: manager attach {attach * 1e3:.1f} ms, first read {first * 1e3:.1f} ms, "
-          f"second {second * 1e3:.1f} ms, longest wait for the memory map {worst_first * 1e3:.1f} ms")
-    # Before the fix: attach returned at once, then the first read and the
-    # mapper waited for the populate of the whole GiB (about 1.5 s on the
-    # 2-core development VM; 0.1 s or more anywhere).
-    assert worst_first < 0.050, f"the memory map was held {worst_first * 1e3:.0f} ms after attach"
-    assert first < 4 * second + 0.050, (first, second)
+    # A populate in the background would go on after attach: give one the
+    # time to map a good part of the GiB (this machine populated it all in
+    # about 1.5 s), polling, so a correct attach costs the wait once.
+    grown, deadline = 0, time.monotonic() + 2.0
+    while time.monotonic() < deadline and grown <= _BOUND:
+        time.sleep(0.1)
+        grown = _resident_bytes(region_path) - before
+    print(f"late joiner: B's mappings hold {grown / 2**20:.1f} MiB of the {_REGION >> 20} MiB "
+          f"region after attach and two reads of {_CHUNKS} chunks (attach {attach * 1e3:.1f} "
+          f"ms, first read {first * 1e3:.1f} ms, second {second * 1e3:.1f} ms)")
+    assert grown <= _BOUND, (
+        f"B's attach populated {grown >> 20} MiB of the region's data (bound {_BOUND >> 20} "
+        "MiB: metadata and the chunks read)")
     mb.shutdown()
     ma.shutdown()
     wa.shutdown()
