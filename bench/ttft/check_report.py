@@ -3,6 +3,12 @@ output's shape and what the run must show. Prints one PASS/FAIL line per
 check; exit status 1 if any failed.
 
     check_report.py REPORT_DIR
+    check_report.py --peer TIER REPORT_DIR   # a peer's own two-replica run
+
+--peer checks a run of one shared peer tier alone (the stage's --full T6 run):
+fairness at one session per replica (both arms at the alignment bound, both
+ordered pairs), req1 and never-stored prompts hitting nothing, and a verdict
+for both kinds of damage.
 """
 
 import json
@@ -142,5 +148,49 @@ def main(out):
     return 0 if all(results) else 1
 
 
+def peer(out, tier):
+    results = []
+
+    def check(name, ok, detail=""):
+        results.append(bool(ok))
+        print(f"{'PASS' if ok else 'FAIL'} {tier}: {name}{': ' + str(detail) if detail else ''}")
+
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    rows = {(r["arm"], r["prefix"]): r for r in s["rows"] if r["tier"] == tier}
+    prefixes = sorted({p for _, p in rows})
+    bound = {d["prefix"]: d["alignment_bound"] for d in s["derived"]}
+    check("started, no request failed, no req2 raced its store",
+          not s["start_failures"] and not s["errors"] and not s["store_incomplete"],
+          (s["start_failures"], s["errors"], s["store_incomplete"]))
+    for a in ARMS:
+        check(f"{a}: hit rate at the 256-token alignment bound",
+              prefixes and all((a, p) in rows and abs(rows[(a, p)]["hit_rate"] - bound[p]) <= 0.005
+                               for p in prefixes),
+              [(rows.get((a, p), {}).get("hit_rate"), bound[p]) for p in prefixes])
+    pc = (s.get("pairs_complete") or {}).get(tier, {})
+    check("cross arm: both ordered pairs (A>B, B>A), each at the bound",
+          prefixes and all(pc.get(str(p), {}).get("complete") for p in prefixes), pc)
+    req1 = [r for r in s["req1"] if r["tier"] == tier]
+    check("req1 hit rate ~ 0 in every cell", req1 and all(r["hit_rate"] <= 0.05 for r in req1),
+          [r for r in req1 if r["hit_rate"] > 0.05])
+    ct = (s["control"].get("by_tier") or {}).get(tier, {})
+    check("never-stored control: queried, zero hits",
+          ct.get("requests", 0) > 0 and ct.get("queried_tokens", 0) > 0 and
+          ct.get("hit_tokens") == 0, ct)
+    integ = [r for r in s.get("integrity") or [] if r["tier"] == tier]
+    check("integrity: damaged after a load, a verdict for each mode (byte, zero)",
+          {r["damage"] for r in integ} == {"byte", "zero"} and
+          all(r["damaged_bytes"] > 0 and r["clean_hit_tokens"] > 0 and
+              r["verdict"] not in ("request failed", "no load to damage") for r in integ),
+          [(r["damage"], r["verdict"]) for r in integ])
+    check("no warning (e.g. an L1 that could not be pinned)", not s["warnings"], s["warnings"])
+    return 0 if all(results) else 1
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--peer":
+        sys.exit(peer(sys.argv[3], sys.argv[2]))
+    if len(sys.argv) != 2:
+        sys.exit("usage: check_report.py [--peer TIER] REPORT_DIR")
     sys.exit(main(sys.argv[1]))

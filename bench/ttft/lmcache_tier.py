@@ -45,12 +45,41 @@ read from the wheel's source, and LMCache's documentation):
   l1_memory_manager.py create_memory_allocator; memory_management.py
   _resolve_pinned_alloc_free: alloc_shm_pinned_ptr), which the integrity step
   reaches from outside (damage.py).
-- --l1-devdax-path FILE --no-l1-use-lazy --shm-name "" (T6): the help text of
-  --l1-devdax-path ("Optional /dev/dax device or mmap-able file ... Set
-  --no-l1-use-lazy and --shm-name \"\"") and L1MemoryManagerConfig's checks;
-  the same three flags in docs/source/mp/shared_l1.rst. The file must exist
-  with its full size: memory_allocators/devdax_memory_allocator.py maps
-  `size` bytes of it MAP_SHARED (the harness creates it sparse and truncates).
+- --l1-devdax-path FILE --no-l1-use-lazy --shm-name "" (T6), --l1-size-gb as
+  T5's: 0.5.3's help text of --l1-devdax-path ("Optional /dev/dax device or
+  mmap-able file to use as the L1 backing arena ... Set --no-l1-use-lazy and
+  --shm-name \"\"", distributed/config.py add_storage_manager_args; LMCache's
+  docs/source/mp/configuration.rst, "L1 Memory Manager", documents the flag
+  alike). What
+  0.5.3 does with the path (the wheel's source):
+  - distributed/config.py L1MemoryManagerConfig.__post_init__ refuses the path
+    with lazy allocation or a named SHM pool (ValueError, at argument parsing);
+  - distributed/l1_manager.py takes DevDaxL1MemoryManager for it ("Device-DAX
+    L1 tier enabled; CPU-only L1 disabled" in the log), pure Device-DAX: the
+    whole --l1-size-gb from the path, no DRAM part (devdax_l1_memory_manager.py:
+    a DRAM part needs an overflow size, which only a DAX L2 adapter on the same
+    path sets);
+  - memory_allocators/devdax_memory_allocator.py _open_devdax_mapping opens
+    the path O_RDWR (it must exist: nothing creates it), refuses it when its
+    st_size is non-zero and below the L1 size ("l1 devdax size (N bytes)
+    exceeds PATH capacity (M bytes)"; a character device reports 0 and is not
+    checked, an empty regular file fails in Python's mmap), and maps the L1
+    size MAP_SHARED from offset 0. Any file does: no device type, size
+    multiple or alignment is checked (--l1-align-bytes, 4 KiB by default,
+    aligns objects inside the map). Where CUDA can pin, the map is
+    cudaHostRegister'ed; a failure is a warning ("pin_memory failed
+    for Device-DAX L1 mapping ...; falling back to pageable host copies"),
+    which the harness records (Server.l1_pin_failed);
+  - multiprocess/engine_context.py advertises no SHM pool for a devdax L1, so
+    engines without a GPU move KV to and from the server by pickle over ZMQ
+    ("Using pickle non-GPU transfer strategy"; T5 on CPU uses its SHM pool):
+    T6's CPU times are not T5's. On CUDA both read and write the engines' KV
+    over CUDA IPC (server-driven transfer) into the pinned L1.
+  So a /dev/shm file runs: the harness creates it (sparse, truncated to the L1
+  size) before the server starts and removes it after. LMCache's own tests of
+  this L1 use a regular file too (tests/v1/distributed/
+  test_devdax_l1_allocator.py: "a regular mmap-able file rather than
+  requiring real /dev/dax hardware").
 
 vLLM side (vLLM 0.26.0): kv_connector "LMCacheMPConnector" is registered by
 vllm/distributed/kv_transfer/kv_connector/factory.py; its module
@@ -59,8 +88,10 @@ connector shipped in the lmcache package (lmcache/integration/vllm/
 lmcache_mp_connector.py in 0.5.3), which reads extra-config keys
 lmcache.mp.host (default tcp://localhost) and lmcache.mp.port (default
 5555). --no-enable-prefix-caching and kv_load_failure_policy "recompute" as
-for T4 (docs/source/mp/shared_l1.rst also turns GPU prefix caching off, to
-tell a shared hit from a GPU-local one).
+for T4 (LMCache's docs/source/mp/shared_l1.rst turns GPU prefix caching off
+too, to tell a shared hit from a GPU-local one; that page describes a
+coordinated shared devdax L1 of a later release: its --l1-coordinator-*
+flags are not in 0.5.3).
 """
 
 import json
@@ -87,6 +118,9 @@ SHM_PREFIX = "lmcache_l1_pool_"
 # The server's INFO line for every store (lmcache/v1/multiprocess/modules/
 # lmcache_driven_transfer.py): "Stored 8192 tokens in 0.004 seconds".
 _STORED = re.compile(r"Stored (\d+) tokens in ")
+# 0.5.3's warning when CUDA cannot pin T6's map (devdax_memory_allocator.py
+# _register_arena_pin): its copies then go through pageable memory.
+PIN_FAILED = "pin_memory failed for Device-DAX L1 mapping"
 
 
 def gib(nbytes):
@@ -276,6 +310,19 @@ class Server:
             return None, None
         objs, locked = _find(st, "total_object_count"), _find(st, "write_locked_count")
         return (int(sum(objs)) if objs else None, int(sum(locked)) if locked else None)
+
+    def l1_pin_failed(self):
+        """T6: True when the server logged that CUDA could not pin its devdax
+        map (copies through pageable memory: not the pinned L1 that T5 and
+        T4 get), False when it did not; None for T5. On a host without CUDA
+        0.5.3 pins nothing and logs nothing."""
+        if self.tier != "T6":
+            return None
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return any(PIN_FAILED in line for line in f)
+        except OSError:
+            return False
 
     def log_mark(self):
         """The server log's length now: stored_tokens_since counts from it."""

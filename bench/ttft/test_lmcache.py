@@ -140,6 +140,50 @@ def test_server_lifecycle_with_the_real_lmcache_server(tier, tmp_path):
         assert "Uvicorn running on http://127.0.0.1:%d" % srv.http_port in f.read()
 
 
+def test_a_t6_file_lmcache_refuses_is_reported_with_lmcaches_own_error(tmp_path):
+    """If LMCache 0.5.3 refuses T6's file, the start fails with LMCache's own
+    words (what ttft.py logs as the tier's start_failed and the report prints),
+    not a timeout or a silent skip; the file is removed. Refused here as 0.5.3
+    refuses a file shorter than the L1 (devdax_memory_allocator.py): a 64 MiB
+    file, an L1 of 128 MiB (the later --l1-size-gb wins)."""
+    site = os.environ.get("CXLKV_TTFT_LMCACHE_SITE")
+    if not site:
+        pytest.skip("the ttft stage sets CXLKV_TTFT_LMCACHE_SITE (scripts/lmcache-site.sh)")
+    srv = lmcache_tier.Server("refused-T6", "T6", python=sys.executable, log_dir=str(tmp_path),
+                              l1_bytes=64 << 20, site=site, extra=("--l1-size-gb", "0.125"))
+    srv.start()
+    try:
+        with pytest.raises(lmcache_tier.StartError) as e:
+            srv.wait_ready(300)
+    finally:
+        left = srv.stop()
+    want = (f"RuntimeError: l1 devdax size ({128 << 20} bytes) exceeds {srv.devdax_path} "
+            f"capacity ({64 << 20} bytes)")
+    assert "exited with" in str(e.value) and want in str(e.value), str(e.value)
+    assert srv.root_cause().endswith(want)
+    assert left == [srv.devdax_path] and not os.path.exists(srv.devdax_path)
+
+
+def test_l1_pin_failed_reads_lmcaches_warning(tmp_path):
+    """T6 on a GPU: 0.5.3 warns, and copies through pageable memory, when
+    cudaHostRegister refuses the devdax map; the harness records it."""
+    t6 = lmcache_tier.Server("t6", "T6", python=sys.executable, log_dir=str(tmp_path),
+                             l1_bytes=64 << 20)
+    t5 = lmcache_tier.Server("t5", "T5", python=sys.executable, log_dir=str(tmp_path),
+                             l1_bytes=64 << 20)
+    assert t6.l1_pin_failed() is False  # no log yet
+    with open(t6.log_path, "w") as f:
+        f.write("[2026-12-07 01:04:29,628] LMCache INFO: L1Manager: Device-DAX L1 tier enabled; "
+                "CPU-only L1 disabled (l1_manager.py:202:lmcache.v1.distributed.l1_manager)\n")
+    assert t6.l1_pin_failed() is False
+    with open(t6.log_path, "a") as f:
+        f.write("[2026-12-07 01:04:30,001] LMCache WARNING: pin_memory failed for Device-DAX L1 "
+                "mapping /dev/shm/cxlkv-ttft-lmcache/t6.dax; falling back to pageable host "
+                "copies (devdax_memory_allocator.py:345)\n")
+    assert t6.l1_pin_failed() is True
+    assert t5.l1_pin_failed() is None
+
+
 def test_a_full_l1_that_evicts_as_it_stores_still_counts_the_store(tmp_path, monkeypatch):
     """wait_stored: a full L1 evicts as it stores, so its object count can
     fall across a store (seen on an H100 at 32K with a 16 GiB L1: 918 objects

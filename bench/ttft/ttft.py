@@ -437,7 +437,13 @@ class Harness:
         objs, locked = srv.l1_counts()
         self.log.append({"kind": "lmcache_server", "phase": phase, "rep": rep, "tier": tier,
                          "call": self.call, "ready_s": round(srv.ready_s, 2),
-                         "l1_objects": objs, **srv.describe()})
+                         "l1_objects": objs, "l1_pin_failed": srv.l1_pin_failed(),
+                         **srv.describe()})
+        if srv.l1_pin_failed():
+            self.log.append({"kind": "warning", "call": self.call, "tier": tier,
+                             "warning": f"{srv.name}: CUDA could not pin the devdax map "
+                                        f"({lmcache_tier.PIN_FAILED}): LMCache copies through "
+                                        "pageable memory, unlike T4 and T5"})
         return srv
 
     def start_mooncake(self, phase, rep, segment_bytes):

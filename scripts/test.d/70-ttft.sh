@@ -18,22 +18,29 @@
 # before that, the report's arithmetic on synthetic logs (test_report.py) and the
 # prompt shapes (test_prompts.py: every request fits the model's positions) and
 # the LMCache tiers' command lines, parsed by LMCache's own parser, a real
-# lmcache server's start and stop for T5 and T6, and the damage step's page
-# digests (test_lmcache.py); the Mooncake tier's (T3, issue 29) config read
-# back by vLLM's own parser, a real mooncake_master started, read and
-# stopped, Mooncake's store moving bytes between two processes over tcp
+# lmcache server's start and stop for T5 and T6, a T6 file that LMCache
+# refuses reported with LMCache's own error (a real server, about 3 s of CPU),
+# and the damage step's page digests (test_lmcache.py); the Mooncake tier's
+# (T3, issue 29) config read back by vLLM's own parser, a real
+# mooncake_master started, read and stopped, Mooncake's store moving bytes
+# between two processes over tcp
 # (test_mooncake.py; scripts/mooncake-site.sh gives this driverless machine
 # the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links).
 # The replica pairs: the two-replica run spreads its cross arm over both
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
 # Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
 # with vLLM's CPU engines, T4, T5; cross arm, one session per ordered pair:
-# 12), every pair at the bound.
+# 12), every pair at the bound; and T6 (LMCache's devdax L1 on a /dev/shm
+# file) on its own: both arms at the bound with one session per replica, its
+# never-stored control, the integrity step (check_report.py --peer T6).
 # Warm: 282 s on 2 quiet cores (load average 2), 833 s on very busy ones
 # (load 15), with test_mooncake.py,
 # which adds about 10 s of CPU (vLLM's import for its parser; the master
 # starts in a second). With --full (the four-replica run of T3, T4 and T5:
-# twelve engine starts, 36 sessions): 923 s in all on 2 cores at load 6-12.
+# twelve engine starts, 36 sessions): 923 s in all on 2 cores at load 6-12;
+# its T6 run (an lmcache server, two engine starts, 4 sessions, 2 controls, 2
+# damaged loads) adds 60 s at load 3 without the damage, 100-140 s at load
+# 10-16 with it.
 # Earlier: 727 s on 2 busy cores with T5 and the scenarios' variant (five pairs
 # of engine starts, a restart and the lmcache server's, which takes about
 # 13 s); 441 s before the scenarios, about 150 s on quiet cores before T5.
@@ -115,6 +122,22 @@ c = s["pairs_complete"]
 ok = s["replicas"] == 4 and all(c.get(t, {}).get("512", {}).get("complete")
                                 for t in ("T3", "T4", "T5"))
 print(json.dumps(c)); sys.exit(0 if ok else 1)' "$RUN/four-report/summary.json"
+  # T6, LMCache 0.5.3's devdax L1 on a /dev/shm file (issue 28), on its own:
+  # fairness at one session per replica (same arm on A and on B, cross A>B and
+  # B>A, each at the alignment bound), its never-stored control and the
+  # integrity step on the devdax file.
+  T6RUN=(--platform cpu --python "$PY" --tiers T6 --prefixes 512 --sessions 2
+         --phases grid,control,integrity --integrity-prompts 2 --control-requests 2
+         --oracle-prefix 512 --max-model-len 4096 --region-size 256MiB --start-timeout 600
+         --load-policy always)
+  check "T6 (LMCache's devdax L1 on a /dev/shm file): two replicas, control, integrity" \
+    "$PY" bench/ttft/ttft.py run "$RUN/t6" "${T6RUN[@]}"
+  check "T6: report" /usr/bin/python3 bench/ttft/ttft.py report "$RUN/t6" --out "$RUN/t6-report"
+  /usr/bin/python3 bench/ttft/check_report.py --peer T6 "$RUN/t6-report" > "$RUN/t6-check.txt" 2>&1
+  cat "$RUN/t6-check.txt"
+  p=$(grep -c '^PASS' "$RUN/t6-check.txt"); f=$(grep -c '^FAIL' "$RUN/t6-check.txt")
+  passed=$((passed + p)); failed=$((failed + f))
+  [ "$p" -gt 0 ] || failed=$((failed + 1))
 fi
 check "report rebuilds summary.json, tables.md and plots" \
   /usr/bin/python3 bench/ttft/ttft.py report "$RUN/run" --out "$RUN/report"
