@@ -140,28 +140,41 @@ def test_server_lifecycle_with_the_real_lmcache_server(tier, tmp_path):
         assert "Uvicorn running on http://127.0.0.1:%d" % srv.http_port in f.read()
 
 
-def test_a_t6_file_lmcache_refuses_is_reported_with_lmcaches_own_error(tmp_path):
-    """If LMCache 0.5.3 refuses T6's file, the start fails with LMCache's own
-    words (what ttft.py logs as the tier's start_failed and the report prints),
-    not a timeout or a silent skip; the file is removed. Refused here as 0.5.3
-    refuses a file shorter than the L1 (devdax_memory_allocator.py): a 64 MiB
-    file, an L1 of 128 MiB (the later --l1-size-gb wins)."""
+def test_a_t6_file_lmcache_refuses_is_the_tiers_result_in_the_report(tmp_path):
+    """If LMCache 0.5.3 refuses T6's file, the tier's result is LMCache's own
+    error: `ttft.py run` logs the start as failed (exit 1, no engine started)
+    and the report prints it, not a timeout or a silent skip; the file is
+    removed. Refused here as 0.5.3 refuses a file shorter than its L1
+    (devdax_memory_allocator.py): the harness's file is --region-size (64 MiB),
+    the L1 128 MiB (--lmcache-arg, the later --l1-size-gb wins)."""
+    import subprocess
+
+    import report
+    from runlog import read
+
     site = os.environ.get("CXLKV_TTFT_LMCACHE_SITE")
     if not site:
         pytest.skip("the ttft stage sets CXLKV_TTFT_LMCACHE_SITE (scripts/lmcache-site.sh)")
-    srv = lmcache_tier.Server("refused-T6", "T6", python=sys.executable, log_dir=str(tmp_path),
-                              l1_bytes=64 << 20, site=site, extra=("--l1-size-gb", "0.125"))
-    srv.start()
-    try:
-        with pytest.raises(lmcache_tier.StartError) as e:
-            srv.wait_ready(300)
-    finally:
-        left = srv.stop()
-    want = (f"RuntimeError: l1 devdax size ({128 << 20} bytes) exceeds {srv.devdax_path} "
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ttft.py"),
+         "run", str(run), "--platform", "cpu", "--python", sys.executable, "--tiers", "T6",
+         "--prefixes", "512", "--sessions", "2", "--phases", "grid", "--max-model-len", "4096",
+         "--region-size", "64MiB", "--start-timeout", "300", "--lmcache-site", site,
+         "--lmcache-arg=--l1-size-gb=0.125"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    recs, torn = read(str(run / "log.jsonl"))
+    assert torn == 0
+    (failed,) = [r for r in recs if r.get("kind") == "start_failed"]
+    path = failed["server"]["l1_path"]
+    want = (f"RuntimeError: l1 devdax size ({128 << 20} bytes) exceeds {path} "
             f"capacity ({64 << 20} bytes)")
-    assert "exited with" in str(e.value) and want in str(e.value), str(e.value)
-    assert srv.root_cause().endswith(want)
-    assert left == [srv.devdax_path] and not os.path.exists(srv.devdax_path)
+    assert failed["tier"] == "T6" and failed["cause"].endswith(want), failed
+    assert failed["left_behind"] == [path] and not os.path.exists(path)
+    assert not [r for r in recs if r.get("kind") in ("replica", "req", "skip")]
+    s = report.build(recs)
+    assert [(f["tier"], f["cause"]) for f in s["start_failures"]] == [("T6", failed["cause"])]
+    assert "T6 (grid) did not start: " in report.tables(s) and want in report.tables(s)
 
 
 def test_l1_pin_failed_reads_lmcaches_warning(tmp_path):

@@ -19,11 +19,11 @@
 # prompt shapes (test_prompts.py: every request fits the model's positions) and
 # the LMCache tiers' command lines, parsed by LMCache's own parser, a real
 # lmcache server's start and stop for T5 and T6, a T6 file that LMCache
-# refuses reported with LMCache's own error (a real server, about 3 s of CPU),
-# and the damage step's page digests (test_lmcache.py); the Mooncake tier's
-# (T3, issue 29) config read back by vLLM's own parser, a real
-# mooncake_master started, read and stopped, Mooncake's store moving bytes
-# between two processes over tcp
+# refuses as the tier's result with LMCache's own error (ttft.py run and the
+# report; no engine starts: about 7 s of CPU), and the damage step's page
+# digests (test_lmcache.py); the Mooncake tier's (T3, issue 29) config read
+# back by vLLM's own parser, a real mooncake_master started, read and
+# stopped, Mooncake's store moving bytes between two processes over tcp
 # (test_mooncake.py; scripts/mooncake-site.sh gives this driverless machine
 # the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links).
 # The replica pairs: the two-replica run spreads its cross arm over both
