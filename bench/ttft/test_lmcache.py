@@ -177,6 +177,29 @@ def test_a_t6_file_lmcache_refuses_is_the_tiers_result_in_the_report(tmp_path):
     assert "T6 (grid) did not start: " in report.tables(s) and want in report.tables(s)
 
 
+def test_an_lmcache_tiers_start_estimate_counts_its_server():
+    """The budget's estimate of a T5/T6 start adds its lmcache server's ready
+    time to the replicas' (the peers run on an H100: server 18.6 s, replicas
+    71.6 s), its own tier's if seen, else another LMCache tier's, else 20 s."""
+    from types import SimpleNamespace
+
+    import ttft
+
+    h = ttft.Harness.__new__(ttft.Harness)
+    h.call, h.platform = 1, "gpu"
+    h.log = SimpleNamespace(records=[
+        {"kind": "lmcache_server", "tier": "T5", "call": 0, "ready_s": 18.6},
+        {"kind": "replica", "tier": "T5", "call": 0, "all_ready_s": 71.6},
+        {"kind": "replica", "tier": "T2", "call": 1, "all_ready_s": 50.0}])
+    assert h.start_estimate("T5") == pytest.approx(90.2)
+    assert h.start_estimate("T6") == pytest.approx(50.0 + 20 + 18.6)  # T5's server
+    assert h.start_estimate("T2") == 50.0
+    h.log.records.append({"kind": "lmcache_server", "tier": "T6", "call": 1, "ready_s": 30.0})
+    assert h.start_estimate("T6") == pytest.approx(50.0 + 20 + 30.0)
+    h.log.records = []
+    assert h.start_estimate("T6") == 80.0 and h.start_estimate("T0") == 60.0
+
+
 def test_l1_pin_failed_reads_lmcaches_warning(tmp_path):
     """T6 on a GPU: 0.5.3 warns, and copies through pageable memory, when
     cudaHostRegister refuses the devdax map; the harness records it."""

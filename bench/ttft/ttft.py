@@ -525,17 +525,25 @@ class Harness:
                              "role": r.role, "call": self.call, "setup_lines": r.setup_lines()})
 
     def start_estimate(self, tier):
+        # T5/T6 start their lmcache server before the replicas (T6's maps and
+        # pins its L1 file): the server's ready time, its tier's if seen.
+        server = 0.0
+        if tier in lmcache_tier.TIERS:
+            srv = [(r.get("tier") == tier, r["ready_s"]) for r in self.log.records
+                   if r.get("kind") == "lmcache_server" and r.get("ready_s") is not None]
+            own = [s for same, s in srv if same]
+            server = max(own or [s for _, s in srv] or [20.0])
         seen = [r["all_ready_s"] for r in self.log.records
                 if r.get("kind") == "replica" and r.get("tier") == tier]
         if seen:
-            return max(seen)
+            return max(seen) + server
         # Another tier's start, this call's (the first start of a call imports
         # vLLM cold), plus the region's attach and registration.
         other = [r["all_ready_s"] for r in self.log.records
                  if r.get("kind") == "replica" and r.get("call") == self.call]
         if other:
-            return min(other) + 20
-        return 60.0 if self.platform == "gpu" else 90.0
+            return min(other) + 20 + server
+        return (60.0 if self.platform == "gpu" else 90.0) + server
 
     # ---- one request ----
     def request(self, rep_obj, others, prompt, max_tokens, logprobs=False):
