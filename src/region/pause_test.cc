@@ -387,5 +387,23 @@ TEST(PauseTest, ResumedReclaimerDoesNotSweepTheIndexsNextOwner) {
   EXPECT_TRUE(WaitFor([&] { return r->Drop(ns, late).ok(); }));
 }
 
+// The paused children above are never stopped jobs of the test runner's
+// process group (test::Spawn): each is in a group of its own, whose one
+// process's parent (this test) is in another group of the same session, so
+// the kernel's hang-up of an orphaned group with a stopped job (SIGHUP,
+// then SIGCONT) cannot reach a paused child while the test runs.
+TEST(PauseTest, APausedChildIsInAProcessGroupOfItsOwnInTheTestsSession) {
+  pid_t z = Spawn([] {
+    ::raise(SIGSTOP);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  EXPECT_EQ(::getpgid(z), z);
+  EXPECT_NE(::getpgid(z), ::getpgrp());
+  EXPECT_EQ(::getsid(z), ::getsid(0));
+  ::kill(z, SIGCONT);
+  EXPECT_EQ(Reap(z), 0);
+}
+
 }  // namespace
 }  // namespace cxlkv

@@ -66,6 +66,7 @@ pid_t Spawn(const std::function<int()>& fn) {
   std::fflush(nullptr);
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::setpgid(0, 0);  // see the header: never a stopped job of the runner's group
     int rc = 1;
     try {
       rc = fn();

@@ -38,7 +38,16 @@ std::unique_ptr<Region> MustOpen(const std::string& path, const RegionOptions& o
 void FillPattern(uint64_t id, void* dst, size_t n);
 
 // Runs fn in a forked child; returns its pid. The child exits with fn()'s
-// return value (and never returns into the test framework).
+// return value (and never returns into the test framework). The child is in
+// a process group of its own, so that a child the test stops (SIGSTOP, a
+// failpoint's `stop`) is never a stopped job of the test runner's group:
+// when that group is orphaned (the last of its processes whose parent is in
+// another group of the session exits: a wrapper script, a shell that
+// started the run in the background), the kernel sends each of its
+// processes SIGHUP and SIGCONT when it has a stopped one, which killed a
+// paused child (exit 128 + SIGHUP) or resumed it before the test let it. A
+// group whose one process's parent (the test) is in another group of the
+// session is never orphaned while the test runs.
 pid_t Spawn(const std::function<int()>& fn);
 // Waits for pid; returns its exit status (or 128+signal).
 int Reap(pid_t pid);
