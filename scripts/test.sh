@@ -20,7 +20,10 @@
 # contract and helpers): a new file there is picked up without editing this
 # script. Each prints a closing line "NAME: N passed, N failed, N skipped" and
 # exits non-zero on failure; a stage that prints none counts as one test. This
-# script keeps going past a failing stage, then prints one closing line.
+# script keeps going past a failing stage, then prints the stage table, the
+# failed stages and the tests they named as failed (each "failed test: NAME"
+# line of a failed stage's output; the ctest, bats and pytest helpers of
+# scripts/lib print them), and one closing line.
 #
 # The background lane: a stage whose header has the line
 # "# test.sh: background lane" (dra, chartpods, helm: control planes whose
@@ -105,7 +108,7 @@ if [ $SETUP = 1 ]; then
   setup_s=$((SECONDS - t0))
 fi
 
-passed=0; failed=0; skipped=0; failures=(); declare -A rows
+passed=0; failed=0; skipped=0; failures=(); failed_tests=(); declare -A rows
 record() {  # record <name> <output file> <rc> <seconds>: counts the stage, keeps its table row
   local name=$1 out=$2 rc=$3 secs=$4 line p=0 f=0 s=0 result=ok
   # The stage's closing line; older stages may leave out their name.
@@ -119,6 +122,11 @@ record() {  # record <name> <output file> <rc> <seconds>: counts the stage, keep
   else f=1; fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
   [ "$f" -gt 0 ] && { result=FAILED; failures+=("$name"); }
+  # The failed tests the stage named (scripts/lib/stage.sh, "failed test:"),
+  # repeated at the end so that a log's last lines name them.
+  [ "$f" -gt 0 ] && while IFS= read -r line; do
+    failed_tests+=("$name: $line")
+  done < <(sed -n 's/^failed test: //p' "$out")
   rows[$name]=$(printf '%-12s %-7s %7s %7s %8s %8s' "$name" "$result" "$p" "$f" "$s" "$secs")
 }
 # A marker line in the first 80 lines of a stage file (awk, no pipe: under
@@ -196,5 +204,6 @@ cc_h=$((cc_hits1 - cc_hits0)); cc_m=$((cc_miss1 - cc_miss0))
 [ "$CXLKV_FULL" = 1 ] && echo "(--full: soak-length runs included)"
 echo
 [ ${#failures[@]} -gt 0 ] && echo "failed stages: ${failures[*]}"
+[ ${#failed_tests[@]} -gt 0 ] && { echo "failed tests:"; printf '  %s\n' "${failed_tests[@]}"; }
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -9,7 +9,9 @@
 # printed as it comes, under a "== <file>" line. It is then counted:
 # "ok N ... # skip" as skipped, other "ok" as passed, "not ok" as failed, and
 # every test the plan ("1..N") announced that never reported (bats stopped)
-# as failed; a bats run with no plan at all counts as one failure. With
+# as failed; a bats run with no plan at all counts as one failure. Each
+# failure gets a line "failed test: <file>: <test name>" (scripts/test.sh
+# repeats those at the end of the run). With
 # CXLKV_TEST_FILTER set (scripts/test.sh --filter REGEX) only the tests whose
 # name matches run (`bats --filter`), with CXLKV_TEST_TAGS (scripts/test.sh
 # --tags LIST) only those with the tags (`bats --filter-tags`, e.g. "health"
@@ -40,17 +42,25 @@ cxlkv_bats() {  # cxlkv_bats <stage name> <file.bats>...
     s=$(grep -cE '^ok [0-9]+ .* # skip' "$tap")
     p=$(grep -cE '^ok [0-9]+' "$tap"); p=$((p - s))
     fl=$(grep -cE '^not ok [0-9]+' "$tap")
+    rel=${f#"${CXLKV_ROOT:-$PWD}/"}
+    # Each failed test by name (scripts/lib/stage.sh: test.sh repeats these
+    # lines at the end of the run); --timing adds " in <N>ms" to the name.
+    sed -nE 's/^not ok [0-9]+ (.*)$/\1/p' "$tap" | sed -E 's/ in [0-9]+ms$//' |
+      while read -r t; do printf 'failed test: %s: %s\n' "$rel" "$t"; done
     rm -f "$tap"
     if [ -z "$plan" ]; then
       echo "$name: bats printed no plan for $f (exit status $rc): counted as one failure"
+      printf 'failed test: %s: bats printed no plan (exit status %s)\n' "$rel" "$rc"
       fl=$((fl + 1))
     else
       n_all=$((p + s + fl))
       if [ "$n_all" -lt "$plan" ]; then
         echo "$name: $f planned $plan tests, $n_all reported: $((plan - n_all)) counted as failed"
+        printf 'failed test: %s: %s planned tests never reported\n' "$rel" $((plan - n_all))
         fl=$((fl + plan - n_all))
       fi
-      [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ] && { echo "$name: bats exited $rc on $f"; fl=1; }
+      [ "$rc" -ne 0 ] && [ "$fl" -eq 0 ] && { echo "$name: bats exited $rc on $f";
+        printf 'failed test: %s: bats exited %s\n' "$rel" "$rc"; fl=1; }
     fi
     passed=$((passed + p)); skipped=$((skipped + s)); failed=$((failed + fl))
     [ "$fl" -gt 0 ] && bad=1

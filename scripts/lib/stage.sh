@@ -74,17 +74,36 @@ cxlkv_build_main() {  # cxlkv_build_main [targets...]
   cxlkv_build_dir build "$CXLKV_MAIN_ARGS" "$@"
 }
 
+# A failing test's name on a line of its own, "failed test: <name>", printed
+# by the helpers below at the end of what they ran: scripts/test.sh repeats
+# these lines under the run's closing table, so the last lines of a run's
+# log name every test that failed, whatever stage it was in.
+cxlkv_failed_test() { printf 'failed test: %s\n' "$*"; }
+
+# The tests pytest's short summary (-rfE) names as failed or in error in the
+# log <file> of a pytest run, each as a "failed test:" line.
+cxlkv_pytest_failed() {  # cxlkv_pytest_failed <log>
+  local t
+  sed -nE 's/^(FAILED|ERROR) ([^ ]+).*/\2/p' "$1" | while read -r t; do cxlkv_failed_test "$t"; done
+}
+
 # Runs ctest with the given arguments, teeing its output, and adds what it
 # ran to the caller's passed/failed/skipped counters. No test run counts as
 # one failure (a label that selects nothing is a broken stage, not a pass).
+# Each failed test is named once more after ctest's output ("failed test:").
 cxlkv_ctest() {  # cxlkv_ctest <build dir> [ctest args...]
   local dir=$1; shift
   local log; log=$(mktemp)
   ctest --test-dir "$CXLKV_ROOT/$dir" --output-on-failure "$@" 2>&1 | tee "$log"
-  local total fail skip
+  local total fail skip t
   total=$(grep -oE 'tests failed out of [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
   fail=$(grep -oE '[0-9]+ tests failed out of' "$log" | grep -oE '^[0-9]+' | tail -1)
   skip=$(grep -cE 'Test +#[0-9]+: .*Skipped' "$log")
+  # ctest's closing list: "The following tests FAILED:", then one
+  # "<tab><number> - <name> (Failed|Timeout|...)" line per test (a
+  # parameterized gtest's name ends in "  # GetParam() = <bytes>": cut).
+  sed -n '/^The following tests FAILED:/,/^[^[:space:]]/s/^[[:space:]]*[0-9]* - \(.*\) ([A-Za-z ]*)$/\1/p' "$log" |
+    sed 's/  # GetParam() = .*//' | while read -r t; do cxlkv_failed_test "$t ($dir)"; done
   rm -f "$log"
   if [ -z "$total" ] || [ "$total" -eq 0 ]; then
     echo "ctest in $dir ran no tests ($*)"

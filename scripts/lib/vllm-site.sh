@@ -34,7 +34,7 @@ cxlkv_vllm_site() {
 cxlkv_vllm_pytest() {  # cxlkv_vllm_pytest <pytest args...>
   local log rc errors summary
   log=$(mktemp)
-  "$PY" -m pytest -v -s -rs -p no:cacheprovider "$@" 2>&1 | tee "$log"
+  "$PY" -m pytest -v -s -rsfE -p no:cacheprovider "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   # pytest's own closing line ("==== 3 passed, 1 skipped in 9.1s ===="), not
   # the counts a test prints (the contract tests print each release's).
@@ -43,6 +43,7 @@ cxlkv_vllm_pytest() {  # cxlkv_vllm_pytest <pytest args...>
   failed=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+'); failed=${failed:-0}
   skipped=$(grep -oE '[0-9]+ skipped' <<<"$summary" | grep -oE '[0-9]+'); skipped=${skipped:-0}
   errors=$(grep -oE '[0-9]+ errors?' <<<"$summary" | grep -oE '[0-9]+'); failed=$((failed + ${errors:-0}))
+  cxlkv_pytest_failed "$log"
   rm -f "$log"
   [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
   return "$rc"

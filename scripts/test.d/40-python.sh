@@ -39,8 +39,9 @@ ctest --test-dir build-py -L '\.gpu$' -V 2>/dev/null | grep -E "^[0-9]+: SKIPPED
 export PYTHONPATH=$PWD/build-py/python
 log=$(mktemp)
 if "$PY" -c 'import pytest' > /dev/null 2>&1; then
-  "$PY" -m pytest -v -rs python/tests 2>&1 | tee "$log"
+  "$PY" -m pytest -v -rsfE python/tests 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  cxlkv_pytest_failed "$log"
   p=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+'); f=$(grep -oE '[0-9]+ failed' "$log" | tail -1 | grep -oE '[0-9]+')
   s=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 | grep -oE '[0-9]+')
 else
@@ -67,6 +68,7 @@ elif "$mypy_py" -m mypy --config-file pyproject.toml; then
   p=$((p + 1))
 else
   echo "python: FAILED: mypy found type errors in python/cxlkv (above)"
+  cxlkv_failed_test "mypy (pyproject.toml)"
   f=$((f + 1)); rc=1
 fi
 # The closing line scripts/test.sh reads (skipped GPU tests printed their reason above).

@@ -45,7 +45,7 @@
 # second writer on one node refused by the node's partition lock, a
 # hardware-coherence claim left unallocated; 8 checks, about 45 s).
 # First, beside the world's start: test/scripts/bats-check.sh, how this stage counts
-# bats' results and that the failure hook prints the cluster state (7 checks).
+# bats' results and that the failure hook prints the cluster state (8 checks).
 # The log ends with the seconds of every file ("dra: seconds per file").
 # Default vs --full (CXLKV_FULL=1): --full adds gates-off's last-capacity
 # race (the default keeps the start probe, annotation mode's fixed devices,

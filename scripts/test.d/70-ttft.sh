@@ -91,11 +91,12 @@ SCEN=(--platform cpu --python "$PY" --api offline --max-tokens 1 --tiers T4pc
       --max-model-len 4096 --region-size 256MiB --start-timeout 600 --load-policy always)
 check() {  # check NAME COMMAND...: one pass or one failure
   local name=$1; shift
-  if "$@"; then echo "PASS $name"; passed=$((passed + 1)); else echo "FAIL $name"; failed=$((failed + 1)); fi
+  if "$@"; then echo "PASS $name"; passed=$((passed + 1)); else echo "FAIL $name"; cxlkv_failed_test "$name"; failed=$((failed + 1)); fi
 }
 # The report's arithmetic on synthetic logs first (a second, no engines).
 "$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py \
   bench/ttft/test_lmcache.py bench/ttft/test_mooncake.py 2>&1 | tee "$RUN/pytest.txt"
+cxlkv_pytest_failed "$RUN/pytest.txt"
 p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
 f=$(grep -oE '[0-9]+ failed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); failed=$((failed + ${f:-0}))
 [ -n "$p" ] || failed=$((failed + 1))
@@ -144,6 +145,7 @@ check "report rebuilds summary.json, tables.md and plots" \
 /usr/bin/python3 bench/ttft/check_report.py "$RUN/report" > "$RUN/check.txt" 2>&1
 cat "$RUN/check.txt"
 p=$(grep -c '^PASS' "$RUN/check.txt"); f=$(grep -c '^FAIL' "$RUN/check.txt")
+sed -n 's/^FAIL //p' "$RUN/check.txt" | while IFS= read -r t; do cxlkv_failed_test "check_report: $t"; done
 passed=$((passed + p)); failed=$((failed + f))
 [ "$p" -gt 0 ] || failed=$((failed + 1))
 [ "$failed" -eq 0 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks how the stages run bats files, on planted files in a temporary
 # directory: scripts/lib/bats.sh's cxlkv_bats counts a passing, a failing and
-# a skipped test as such; a file whose setup_file fails and a file whose bats
+# a skipped test as such and names the failing one; a file whose setup_file fails and a file whose bats
 # run dies midway count as failed, never as passed; CXLKV_TEST_FILTER runs
 # only the named test; and test/e2e/lib/dra.bash's failure hook prints the
 # cluster state after a failing test and only then (a stand-in kubectl that
@@ -47,6 +47,8 @@ EOF
 read -r p f s rc < <(counts "$T/mixed.bats")
 check "a passing, a failing and a skipped test count 1 passed, 1 failed, 1 skipped, status non-zero ($p $f $s $rc)" \
   '[ "$p $f $s" = "1 1 1" ] && [ "$rc" != 0 ]'
+check "the failing test, and only it, is named on a line \"failed test: <file>: <name>\" (scripts/test.sh repeats those at the end)" \
+  '[ "$(grep "^failed test: " "$T/out")" = "failed test: $T/mixed.bats: fails" ]'
 read -r p f s rc < <(counts "$T/setup-fails.bats")
 check "a file whose setup_file fails counts no test passed, both failed ($p $f $s $rc)" \
   '[ "$p $f $s" = "0 2 0" ] && [ "$rc" != 0 ]'
