@@ -97,15 +97,14 @@ flags are not in 0.5.3).
 import json
 import os
 import re
-import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from replica import _EXC, StartError, free_port, repo_relative, stop_process_group  # noqa: E402
+from replica import (_EXC, ServerProcess, StartError, dist_version, free_port,  # noqa: E402
+                     repo_relative)
 
 TIERS = ("T5", "T6")
 VERSION = "0.5.3"
@@ -177,16 +176,7 @@ def site_env(site):
 
 def installed_version(python, site=None):
     """lmcache's version as the interpreter's metadata names it, or None."""
-    code = ("import importlib.metadata as m\n"
-            "try:\n    print(m.version('lmcache'))\n"
-            "except m.PackageNotFoundError:\n    print('')\n")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                             env=dict(os.environ, **site_env(site)))
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    v = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
-    return v[0] if v and v[0] else None
+    return dist_version(python, "lmcache", dict(os.environ, **site_env(site)))
 
 
 def _find(obj, key):
@@ -204,20 +194,22 @@ def _find(obj, key):
     return out
 
 
-class Server:
+class Server(ServerProcess):
     """One `lmcache server` process: started in its own process group, ready
     when GET /healthcheck answers 200 (the engine is initialised), stopped
     with SIGTERM then SIGKILL of the group; its log in log_dir; T6's devdax
     file created before and removed after."""
 
+    STOP_GRACE_S = 20
+
     def __init__(self, name, tier, *, python, log_dir, l1_bytes, clients=2, site=None,
                  extra=()):
-        self.name, self.tier = name, tier
+        self.tier = tier
         self.zmq_port, self.http_port = free_port(), free_port()
         while self.http_port == self.zmq_port:
             self.http_port = free_port()
+        super().__init__(name, "lmcache server", log_dir, f"http://127.0.0.1:{self.http_port}")
         self.l1_bytes = int(l1_bytes)
-        self.log_path = os.path.join(log_dir, f"{name}.log")
         self.devdax_path = os.path.join(DAX_DIR, f"{name}.dax") if tier == "T6" else None
         self.cmd = server_argv(tier, python, zmq_port=self.zmq_port, http_port=self.http_port,
                                l1_bytes=self.l1_bytes, clients=clients,
@@ -228,13 +220,6 @@ class Server:
                     "LMCACHE_TRACK_USAGE": "false"})
         env.update(site_env(site))
         self.env = env
-        self.proc = None
-        self.started_at = self.ready_s = None
-        self._log = None
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
 
     def l1_path(self):
         """The file that holds the L1 bytes: T5's shared-memory pool
@@ -258,43 +243,17 @@ class Server:
                                  f"has {st.f_bavail * st.f_frsize} bytes free (--region-size)", "")
             with open(self.devdax_path, "wb") as f:
                 f.truncate(self.l1_bytes)
-        self._log = open(self.log_path, "ab")
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        super().start()
 
-    def _get(self, path, timeout=5):
-        url = f"http://127.0.0.1:{self.http_port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
+    def probe(self):
+        status, _ = self._get("/healthcheck", timeout=2)
+        return status == 200
 
-    def wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                tail = self.log_tail()
-                lines = tail.strip().splitlines()
-                cause = self.root_cause() or (lines[-1][-300:] if lines else "")
-                hint = (" (lmcache is not importable: give ttft.py --lmcache-site DIR from "
-                        "scripts/lmcache-site.sh, or install the bundle set lmcache)"
-                        if "No module named 'lmcache" in tail else "")
-                raise StartError(f"{self.name} (lmcache server) exited with "
-                                 f"{self.proc.returncode} before it was ready{hint}: {cause}",
-                                 tail)
-            try:
-                status, _ = self._get("/healthcheck", timeout=2)
-                if status == 200:
-                    self.ready_s = time.monotonic() - self.started_at
-                    return self.ready_s
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise StartError(f"{self.name} (lmcache server) not ready after {timeout:.0f} s",
-                                 self.log_tail())
-            time.sleep(0.5)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+    def start_hint(self, tail):
+        if "No module named 'lmcache" in tail:
+            return (" (lmcache is not importable: give ttft.py --lmcache-site DIR from "
+                    "scripts/lmcache-site.sh, or install the bundle set lmcache)")
+        return ""
 
     def status(self):
         """GET /status as JSON (the L1 manager's object counts are in it)."""
@@ -369,15 +328,6 @@ class Server:
                 "l1_write_locked": locked, "l1_logged_tokens": logged,
                 "expected_chunks": chunks, "store_complete": done}
 
-    def log_tail(self, n=6000):
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - n))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
     def root_cause(self):
         """The first error line of the server's log, or None."""
         try:
@@ -389,13 +339,9 @@ class Server:
             pass
         return None
 
-    def stop(self, grace=20):
+    def stop(self, grace=None):
         pid = self.pid
-        if self.proc is not None:
-            stop_process_group(self.proc, grace)
-        if self._log:
-            self._log.close()
-            self._log = None
+        super().stop(grace)
         # What the server leaves behind when killed: its pool (named after its
         # own pid, so never another's) and T6's file.
         left = [p for p in (f"/dev/shm/{SHM_PREFIX}{pid}" if pid else None, self.devdax_path)

@@ -87,12 +87,12 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from replica import _EXC, StartError, free_port, repo_relative, stop_process_group  # noqa: E402
+from replica import (_EXC, ServerProcess, dist_version, free_port,  # noqa: E402
+                     repo_relative)
 
 TIERS = ("T3",)
 VERSION = "0.3.14"
@@ -168,16 +168,8 @@ def import_error(python, site=None):
 
 
 def installed_version(python, site=None):
-    code = ("import importlib.metadata as m\n"
-            "try:\n    print(m.version('mooncake-transfer-engine-cuda13'))\n"
-            "except m.PackageNotFoundError:\n    print('')\n")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                             env=dict(os.environ, **site_env(site)))
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    v = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
-    return v[0] if v and v[0] else None
+    return dist_version(python, "mooncake-transfer-engine-cuda13",
+                        dict(os.environ, **site_env(site)))
 
 
 def parse_metrics(text):
@@ -214,19 +206,21 @@ def puts_done(c):
     return c[keys[0]] - c[keys[1]] + c[keys[2]] - c[keys[3]]
 
 
-class Master:
+class Master(ServerProcess):
     """One mooncake_master: started in its own process group, ready when GET
     /health says service_ready, stopped with SIGTERM then SIGKILL of the
     group; its log in log_dir beside the engines'; the config file the
     replicas read written there too."""
 
+    POLL_S = 0.3
+    STOP_GRACE_S = 15
+
     def __init__(self, name, *, python, log_dir, segment_bytes, local_buffer_bytes, site=None,
                  extra=()):
-        self.name = name
         self.rpc_port, self.metrics_port = free_port(), free_port()
         while self.metrics_port == self.rpc_port:
             self.metrics_port = free_port()
-        self.log_path = os.path.join(log_dir, f"{name}.log")
+        super().__init__(name, "mooncake_master", log_dir, f"http://127.0.0.1:{self.metrics_port}")
         self.config_path = os.path.join(log_dir, f"{name}.json")
         self.config = config(self.rpc_port, segment_bytes, local_buffer_bytes)
         self.cmd = master_argv(python, rpc_port=self.rpc_port, metrics_port=self.metrics_port,
@@ -235,13 +229,6 @@ class Master:
         env.update({"PYTHONUNBUFFERED": "1"})
         env.update(site_env(site))
         self.env = env
-        self.proc = None
-        self.started_at = self.ready_s = None
-        self._log = None
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
 
     def describe(self):
         return {"name": self.name, "rpc_port": self.rpc_port, "metrics_port": self.metrics_port,
@@ -251,47 +238,23 @@ class Master:
     def start(self):
         with open(self.config_path, "w") as f:
             json.dump(self.config, f, indent=1)
-        self._log = open(self.log_path, "ab")
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        super().start()
 
-    def _get(self, path, timeout=5):
-        url = f"http://127.0.0.1:{self.metrics_port}{path}"
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
+    def probe(self):
+        try:
+            status, body = self._get("/health", timeout=2)
+            return status == 200 and bool(json.loads(body).get("service_ready"))
+        except ValueError:  # not JSON (yet)
+            return False
 
-    def wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                tail = self.log_tail()
-                lines = tail.strip().splitlines()
-                cause = self.root_cause() or (lines[-1][-300:] if lines else "")
-                hint = ""
-                if "No module named 'mooncake" in tail:
-                    hint = (" (mooncake is not importable: give ttft.py --mooncake-site DIR from "
-                            "scripts/mooncake-site.sh, or install the bundle set mooncake)")
-                elif "error while loading shared libraries" in tail:
-                    hint = (" (a system library is missing: the bundle set mooncake links what "
-                            "the machine lacks into its lib/, which must be on LD_LIBRARY_PATH)")
-                raise StartError(f"{self.name} (mooncake_master) exited with "
-                                 f"{self.proc.returncode} before it was ready{hint}: {cause}",
-                                 tail)
-            try:
-                status, body = self._get("/health", timeout=2)
-                if status == 200 and json.loads(body).get("service_ready"):
-                    self.ready_s = time.monotonic() - self.started_at
-                    return self.ready_s
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise StartError(f"{self.name} (mooncake_master) not ready after {timeout:.0f} s",
-                                 self.log_tail())
-            time.sleep(0.3)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+    def start_hint(self, tail):
+        if "No module named 'mooncake" in tail:
+            return (" (mooncake is not importable: give ttft.py --mooncake-site DIR from "
+                    "scripts/mooncake-site.sh, or install the bundle set mooncake)")
+        if "error while loading shared libraries" in tail:
+            return (" (a system library is missing: the bundle set mooncake links what "
+                    "the machine lacks into its lib/, which must be on LD_LIBRARY_PATH)")
+        return ""
 
     def counters(self):
         """The master's region-wide counters (COUNTERS), {} when unreachable."""
@@ -332,15 +295,6 @@ class Master:
                 "master_puts_done": None if ends is None or ends0 is None else ends - ends0,
                 "expected_keys": keys, "store_complete": done}
 
-    def log_tail(self, n=6000):
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - n))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
     def root_cause(self):
         """The first error line of the master's log (an exception, a loader
         error, or glog's E/F lines), or None."""
@@ -354,10 +308,3 @@ class Master:
         except OSError:
             pass
         return None
-
-    def stop(self, grace=15):
-        if self.proc is not None:
-            stop_process_group(self.proc, grace)
-        if self._log:
-            self._log.close()
-            self._log = None

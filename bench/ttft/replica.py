@@ -73,6 +73,22 @@ def stop_process_group(proc, grace):
         pass
 
 
+def dist_version(python, dist, env):
+    """The version of the installed distribution `dist` as interpreter
+    `python` sees it with environment `env`, or None (not installed, or the
+    interpreter failed)."""
+    code = ("import importlib.metadata as m\n"
+            f"try:\n    print(m.version({dist!r}))\n"
+            "except m.PackageNotFoundError:\n    print('')\n")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                             env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    v = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
+    return v[0] if v and v[0] else None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -85,19 +101,115 @@ class StartError(RuntimeError):
         self.log_tail = log_tail
 
 
-class Replica:
+class ServerProcess:
+    """A server the harness starts in its own process group (session), its
+    output in log_dir/<name>.log, ready when probe() says so, stopped with
+    stop_process_group: what a vLLM Replica, LMCache's server
+    (lmcache_tier.Server) and mooncake_master (mooncake_tier.Master) share.
+    A subclass sets cmd and env, and answers probe() and root_cause()."""
+
+    POLL_S = 0.5  # seconds between two readiness probes
+    STOP_GRACE_S = 30  # stop()'s default: seconds from SIGTERM to SIGKILL
+
+    def __init__(self, name, label, log_dir, base_url):
+        # label: what messages call the server ("T4", "lmcache server");
+        # base_url: its HTTP address, "http://127.0.0.1:8000".
+        self.name, self.label, self.base_url = name, label, base_url
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.proc = None
+        self.started_at = self.ready_s = None
+        self._log = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self):
+        self._log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _get(self, path, timeout=5):
+        """(HTTP status, body) of GET path; raises OSError when unreachable."""
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as r:
+            return r.status, r.read()
+
+    def probe(self):
+        """True once the server answers as ready; may raise OSError."""
+        raise NotImplementedError
+
+    def root_cause(self):
+        """The first error line of the server's log, or None."""
+        raise NotImplementedError
+
+    def start_hint(self, tail):
+        """What to do about a failed start whose log ends in tail; "" for nothing known."""
+        return ""
+
+    def exit_error(self):
+        """The StartError of a server that exited before it was ready: its
+        first error line (root_cause) or its log's last line, and a hint."""
+        tail = self.log_tail()
+        lines = tail.strip().splitlines()
+        cause = self.root_cause() or (lines[-1][-300:] if lines else "")
+        return StartError(f"{self.name} ({self.label}) exited with {self.proc.returncode} "
+                          f"before it was ready{self.start_hint(tail)}: {cause}", tail)
+
+    def wait_ready(self, timeout):
+        """Blocks until probe() says ready and returns the seconds since
+        start(); raises StartError (with the log's tail) if the process exits
+        or the timeout passes first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise self.exit_error()
+            try:
+                if self.probe():
+                    self.ready_s = time.monotonic() - self.started_at
+                    return self.ready_s
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise StartError(f"{self.name} ({self.label}) not ready after {timeout:.0f} s",
+                                 self.log_tail())
+            time.sleep(self.POLL_S)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=6000):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, grace=None):
+        """Ends the process group (stop_process_group; grace defaults to
+        STOP_GRACE_S) and closes the log."""
+        if self.proc is not None:
+            stop_process_group(self.proc, self.STOP_GRACE_S if grace is None else grace)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+
+class Replica(ServerProcess):
+    """One vLLM server (module docstring), ready when /health answers 200."""
+
     def __init__(self, name, tier, tier_flags, *, model_dir, served_name, platform, index,
                  n_replicas, gpus, log_dir, max_model_len, gpu_util=None, load_dummy=False,
                  eager=True, cpu_kv_bytes=256 << 20, gpu_kv_bytes=None, python=sys.executable,
                  extra_env=None,
                  extra_flags=(), api="server"):
-        self.name, self.tier = name, tier
+        self.tier = tier
         self.port = free_port()
         self.host = "127.0.0.1"
+        super().__init__(name, tier, log_dir, f"http://{self.host}:{self.port}")
         self.model = served_name
-        self.log_path = os.path.join(log_dir, f"{name}.log")
-        self.proc = None
-        self.started_at = self.ready_s = None
         env = dict(os.environ)
         env.update({"PYTHONHASHSEED": "0",  # the paper's prerequisite; cxlkv on 0.26 needs it
                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -152,44 +264,14 @@ class Replica:
                 "cpu_bind": self.env.get("VLLM_CPU_OMP_THREADS_BIND"),
                 "argv": repo_relative(self.cmd[1:]), "log": os.path.basename(self.log_path)}
 
-    def start(self):
-        self._log = open(self.log_path, "ab")
-        self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+    def probe(self):
+        status, _ = self._get("/health", timeout=2)
+        return status == 200
 
-    def wait_ready(self, timeout):
-        """Blocks until /health answers 200; raises StartError (with the log's
-        tail) if the process exits or the timeout passes first."""
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.host}:{self.port}/health"
-        while True:
-            if self.proc.poll() is not None:
-                raise StartError(f"{self.name} ({self.tier}) exited with {self.proc.returncode} "
-                                 "before it was ready", self.log_tail())
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        self.ready_s = time.monotonic() - self.started_at
-                        return self.ready_s
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise StartError(f"{self.name} ({self.tier}) not ready after {timeout:.0f} s",
-                                 self.log_tail())
-            time.sleep(0.5)
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, n=6000):
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - n))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+    def exit_error(self):
+        # No cause in the message: ttft.py records every replica's root_cause() beside it.
+        return StartError(f"{self.name} ({self.tier}) exited with {self.proc.returncode} "
+                          "before it was ready", self.log_tail())
 
     def root_cause(self):
         """The first exception message in the engine log (the worker's or
@@ -228,9 +310,3 @@ class Replica:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-    def stop(self, grace=30):
-        if self.proc is None:
-            return
-        stop_process_group(self.proc, grace)
-        self._log.close()
