@@ -27,6 +27,27 @@ dead() { [ ! -e "/proc/$1" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/nul
 # gone <kubectl get arguments>: the object does not exist (any more).
 gone() { ! kubectl get "$@" >/dev/null 2>&1; }
 
+# dump_kube_state: the Kubernetes part of a failure hook's print-out
+# (lib/dra.bash's dra_dump_state, realnodes.bash's rn_dump_state): pods and
+# claims in every namespace, ResourceSlices, the last 25 Events, and
+# `kubectl describe` (its last 30 lines) of up to five pods neither Running
+# nor Succeeded.
+dump_kube_state() {
+  echo "--- pods and claims, every namespace"
+  kubectl get pods,resourceclaims -A -o wide 2>&1
+  echo "--- ResourceSlices"
+  kubectl get resourceslices -o wide 2>&1
+  echo "--- the last 25 Events, every namespace"
+  kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -25
+  kubectl get pods -A -o json 2>/dev/null |
+    jq -r 2>/dev/null '.items[] | select(.status.phase != "Running" and .status.phase != "Succeeded")
+           | "\(.metadata.namespace) \(.metadata.name)"' | head -5 |
+    while read -r ns name; do
+      echo "--- kubectl describe pod -n $ns $name (its last 30 lines)"
+      kubectl describe pod -n "$ns" "$name" 2>&1 | tail -30
+    done
+}
+
 # A @test runs in a process of its own, so a step that learns something a
 # later step of its scenario needs writes it to the file of the world's facts,
 # which every test sources first (lib/dra.bash's dra_keep/dra_need,

@@ -173,19 +173,7 @@ teardown() { dra_teardown; }
 dra_dump_state() (
   set +e
   echo "=== cluster state after \"${BATS_TEST_DESCRIPTION:-?}\" failed (scratch: $E)"
-  echo "--- pods and claims, every namespace"
-  kubectl get pods,resourceclaims -A -o wide 2>&1
-  echo "--- ResourceSlices"
-  kubectl get resourceslices -o wide 2>&1
-  echo "--- the last 25 Events, every namespace"
-  kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -25
-  kubectl get pods -A -o json 2>/dev/null |
-    jq -r 2>/dev/null '.items[] | select(.status.phase != "Running" and .status.phase != "Succeeded")
-           | "\(.metadata.namespace) \(.metadata.name)"' | head -5 |
-    while read -r ns name; do
-      echo "--- kubectl describe pod -n $ns $name (its last 30 lines)"
-      kubectl describe pod -n "$ns" "$name" 2>&1 | tail -30
-    done
+  dump_kube_state
   echo "--- regions at the fabric manager (id, claim)"
   region_list 2>&1
   local f logs=()

@@ -36,9 +36,9 @@
 RN_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=${ROOT:-$(cd "$RN_LIB/../../.." && pwd)}
 CHART=$ROOT/deployments/helm/cxlkv
-# The generic helpers (fail, note, dead, gone, state_keep, state_need) are
-# lib/common.bash's, shared with lib/dra.bash, which this file cannot load:
-# loading it starts the DRA world of fake nodes.
+# The generic helpers (fail, note, dead, gone, state_keep, state_need,
+# dump_kube_state) are lib/common.bash's, shared with lib/dra.bash, which
+# this file cannot load: loading it starts the DRA world of fake nodes.
 # shellcheck source=test/e2e/lib/common.bash
 source "$ROOT/test/e2e/lib/common.bash"
 # shellcheck source=test/e2e/lib/dra-env.sh
@@ -155,21 +155,7 @@ rn_dump_state() (
   echo "=== cluster state after \"${BATS_TEST_DESCRIPTION:-?}\" failed (scratch: $E)"
   echo "--- nodes"
   kubectl get nodes -o wide 2>&1
-  echo "--- pods and claims, every namespace"
-  kubectl get pods,resourceclaims -A -o wide 2>&1
-  echo "--- ResourceSlices"
-  kubectl get resourceslices -o wide 2>&1
-  echo "--- the last 25 Events, every namespace"
-  kubectl get events -A --sort-by=.lastTimestamp 2>&1 | tail -25
-  kubectl get pods -A -o json 2>/dev/null | python3 -c '
-import json, sys
-for p in json.load(sys.stdin)["items"]:
-    if p["status"].get("phase") not in ("Running", "Succeeded"):
-        print(p["metadata"]["namespace"], p["metadata"]["name"])' | head -5 |
-    while read -r ns name; do
-      echo "--- kubectl describe pod -n $ns $name (its last 30 lines)"
-      kubectl describe pod -n "$ns" "$name" 2>&1 | tail -30
-    done
+  dump_kube_state
   local p
   for p in $(kubectl get pods -n "$NS" -o name 2>/dev/null); do
     echo "--- kubectl logs -n $NS $p (last ${RN_DUMP_LINES:-12} lines)"
