@@ -34,23 +34,12 @@ setup_file() {
     { echo "fake-node-1's plugin did not restart"; return 1; }
 }
 
-rel_adds() { grep -c "claim default/$1: added host $2 to region" "$E/logs/ctl-rel.log" || true; }
 ep_stale() { curl -s "$F/cxlkv/v1/stats" | jq -r '.staleUnassignsRefused // "none"' 2>/dev/null || echo none; }
 # The held unassign reached the manager: the fault rule's count is used up.
 ep_held() { curl -s "$F/cxlkv/v1/faults" | jq -e '.rules | length > 0 and .[0].count == 0' >/dev/null; }
 
 @test "epoch: a region on fake-node-0 and fake-node-1; ep-1 finished and left reservedFor" {
-  claim_pod epoch 1Gi ep-0 fake-node-0 \
-    sh -c 'printf cxlkv-epoch-race | dd of="$CXL_DAX_DEVICE" conv=notrunc 2>/dev/null && echo wrote && exec sleep 600'
-  pod_yaml ep-1 epoch fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
-  wait_until 90 running ep-0 || fail "ep-0: $(phase ep-0)"
-  wait_until 60 succeeded ep-1 || fail "ep-1: $(phase ep-1)"
-  wait_until 10 grep -q wrote "$E/fake-node-0/logs/default_ep-0_main.log" || fail "ep-0 did not write"
-  RE=$(memory_id epoch)
-  dra_keep RE
-  assert_eq "$(fab_hosts "$RE")" "fake-node-0 fake-node-1" "hosts of region $RE"
-  ep_left() { [ "$(cj epoch '.status.reservedFor | length')" = 1 ]; }
-  wait_until 30 ep_left || fail "reservedFor: $(cj epoch '.status.reservedFor')"
+  release_pair epoch ep cxlkv-epoch-race RE
 }
 
 @test "epoch: fake-node-1's release held past ep-2's arrival is refused as stale; the host stays mapped, device and CDI spec kept, ep-2 reads ep-0's bytes" {

@@ -36,22 +36,11 @@ setup_file() {
     { echo "fake-node-1's plugin did not restart"; return 1; }
 }
 
-rel_adds() { grep -c "claim default/$1: added host $2 to region" "$E/logs/ctl-rel.log" || true; }
 reserved() { cj "$1" '[.status.reservedFor[]?.name] | sort | join(" ")'; }
 
 # bats test_tags=race
 @test "race: a region on fake-node-0 and fake-node-1; ra-1 finished and left reservedFor (still prepared there)" {
-  claim_pod race 1Gi ra-0 fake-node-0 \
-    sh -c 'printf cxlkv-release-race | dd of="$CXL_DAX_DEVICE" conv=notrunc 2>/dev/null && echo wrote && exec sleep 600'
-  pod_yaml ra-1 race fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
-  wait_until 90 running ra-0 || fail "ra-0: $(phase ra-0)"
-  wait_until 60 succeeded ra-1 || fail "ra-1: $(phase ra-1)"
-  wait_until 10 grep -q wrote "$E/fake-node-0/logs/default_ra-0_main.log" || fail "ra-0 did not write"
-  RR=$(memory_id race)
-  dra_keep RR
-  assert_eq "$(fab_hosts "$RR")" "fake-node-0 fake-node-1" "hosts of region $RR"
-  left_1() { [ "$(cj race '.status.reservedFor | length')" = 1 ]; }
-  wait_until 30 left_1 || fail "reservedFor: $(reserved race)"
+  release_pair race ra cxlkv-release-race RR
 }
 
 # bats test_tags=race

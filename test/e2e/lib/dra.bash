@@ -407,3 +407,29 @@ replay_ok() {
     echo "  $(basename "$f"): $(jq .cross_replica_hits "$f") cross-replica hits"
   done
 }
+
+# ---- the release scenarios (dra-release.bats, dra-release-epoch.bats) -------
+
+# rel_adds <claim> <node>: how often the controller ctl-rel added <node> back
+# to the claim's region (its log).
+rel_adds() { grep -c "claim default/$1: added host $2 to region" "$E/logs/ctl-rel.log" || true; }
+# release_pair <claim> <pod prefix> <word> <var>: the scenarios' first step.
+# Claim <claim> (1 GiB) with pod <prefix>-0 on fake-node-0, which writes
+# <word> at the region's start and stays, and <prefix>-1 on fake-node-1,
+# which checks the device and exits; the region (mapped to both nodes) is
+# kept as <var> (dra_keep). Returns once <prefix>-1 has left reservedFor,
+# fake-node-1 still mapped and prepared.
+release_pair() {
+  local claim=$1 p0=$2-0 p1=$2-1 word=$3 var=$4
+  claim_pod "$claim" 1Gi "$p0" fake-node-0 \
+    sh -c "printf $word | dd of=\"\$CXL_DAX_DEVICE\" conv=notrunc 2>/dev/null && echo wrote && exec sleep 600"
+  pod_yaml "$p1" "$claim" fake-node-1 sh -c 'test -s "$CXL_DAX_DEVICE"' | kubectl apply -f - >/dev/null
+  wait_until 90 running "$p0" || fail "$p0: $(phase "$p0")"
+  wait_until 60 succeeded "$p1" || fail "$p1: $(phase "$p1")"
+  wait_until 10 grep -q wrote "$E/fake-node-0/logs/default_${p0}_main.log" || fail "$p0 did not write"
+  printf -v "$var" '%s' "$(memory_id "$claim")"
+  dra_keep "$var"
+  assert_eq "$(fab_hosts "${!var}")" "fake-node-0 fake-node-1" "hosts of region ${!var}"
+  one_left() { [ "$(cj "$claim" '.status.reservedFor | length')" = 1 ]; }
+  wait_until 30 one_left || fail "reservedFor: $(cj "$claim" '[.status.reservedFor[]?.name] | sort | join(" ")')"
+}
