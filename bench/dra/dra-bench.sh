@@ -22,41 +22,11 @@
 # Prints a table and one JSON object; the ratio is paper / binding-conditions
 # per percentile (>1: ours is faster). Needs root (private mount namespaces).
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-source "$ROOT/scripts/lib/stage.sh"
-cd "$ROOT"
+source "$(dirname "$0")/lib.sh"
 N=10
 JSON_OUT=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    --claims) N=$2; shift 2 ;;
-    --json) JSON_OUT=$2; shift 2 ;;
-    *) echo "dra-bench: unknown argument $1 (--claims N, --json FILE)" >&2; exit 2 ;;
-  esac
-done
-BIN=$ROOT/build/bin
-CLUSTER=$ROOT/test/e2e/cluster.sh
-PIDS=()
-E=""
-finish() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  [ -n "${CXLKV_E2E_DIR:-}" ] && { bash "$CLUSTER" down >/dev/null 2>&1 || true; }
-  [ -n "$E" ] && rm -rf "$E" /dev/shm/"$(basename "$E")"
-}
-trap finish EXIT
-cxlkv_build_main cxlkv-dra-kubeletplugin cxlkv-dra-controller cxlkv-fabricd cxlkv-hostd >/dev/null ||
-  exit 1
-FK=$(test/e2e/fakekubelet/build.sh) || exit 1
-E=$(mktemp -d /tmp/cxlkv-dra-bench.XXXXXX)
-mkdir -p "$E/logs"
-BACKING=/dev/shm/$(basename "$E")
-NODES=(fake-node-0 fake-node-1)
-source "$ROOT/test/e2e/lib/dra-env.sh"
-dra_cluster_up 2 || exit 1
-dra_fabric_up 5000 "${NODES[@]}" || { echo "dra-bench: fabricd did not start"; exit 1; }
-for n in "${NODES[@]}"; do dra_node_up "$n" 1.5s; done
-dra_deviceclass
+bench_args dra-bench "--claims N, --json FILE" --claims=N --json=JSON_OUT -- "$@"
+bench_world_up dra-bench 1.5s fake-node-0 fake-node-1
 # Every claim change, stamped on arrival: first allocation, first time the
 # pod's node is Materialized with a CDI device.
 cat >"$E/stamp.py" <<'PY'
@@ -92,7 +62,6 @@ PY
 (kubectl get resourceclaims -w -o json 2>"$E/logs/watch.log" | python3 "$E/stamp.py" "$E/watch.jsonl") &
 PIDS+=($!)
 
-gone() { ! kubectl get "$@" >/dev/null 2>&1; }
 started() { [ -s "$1" ]; }
 run_flow() {  # run_flow <flow>: N claims, one after the other
   local flow=$1
@@ -100,36 +69,11 @@ run_flow() {  # run_flow <flow>: N claims, one after the other
     --identity "bench-$flow" --flow "$flow" --resync-period 5 --lease-duration 6
   # The slice must say which flow it is (binding conditions or none).
   local want=1; [ "$flow" = paper ] && want=0
-  slice_flow() {
-    [ "$(kubectl get resourceslice cxlkv.dev-cma-0-blade-0 -o json 2>/dev/null |
-      python3 -c 'import json,sys; print(int("bindingConditions" in json.load(sys.stdin)["spec"]["devices"][0]))')" = "$want" ]
-  }
-  wait_until 40 slice_flow || { echo "dra-bench: the slice never matched flow $flow"; return 1; }
+  wait_until 40 slice_flow "$want" || { echo "dra-bench: the slice never matched flow $flow"; return 1; }
   for i in $(seq 1 "$N"); do
     local name="$flow-$i" node=fake-node-$((i % 2))
-    cat <<YAML | kubectl apply -f - >/dev/null
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $name, namespace: default}
-spec:
-  devices:
-    requests:
-      - name: kv
-        exactly: {deviceClassName: cxlkv.dev, capacity: {requests: {memory: 1Gi}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $name, namespace: default}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $node}
-  restartPolicy: Never
-  resourceClaims: [{name: kv, resourceClaimName: $name}]
-  containers:
-    - name: main
-      image: none
-      command: [sh, -c, 'date +%s.%N; test -s "\$CXL_DAX_DEVICE" && exec sleep 600']
-      resources: {claims: [{name: kv}]}
-YAML
+    { bench_claim_yaml "$name" default 1Gi; echo ---; bench_pod_yaml "$name" default "$node" "exec sleep 600"; } |
+      kubectl apply -f - >/dev/null
     local log=$E/$node/logs/default_${name}_main.log
     wait_until 120 started "$log" || echo "dra-bench: $name did not start"
     echo "$flow $name $node $(head -1 "$log" 2>/dev/null)" >>"$E/started.txt"
@@ -144,8 +88,9 @@ YAML
 run_flow binding-conditions || exit 1
 run_flow paper || exit 1
 sleep 1
-python3 - "$E/watch.jsonl" "$E/started.txt" "$N" "$JSON_OUT" <<'PY'
+PYTHONPATH=$ROOT/bench/dra python3 - "$E/watch.jsonl" "$E/started.txt" "$N" "$JSON_OUT" <<'PY'
 import json, statistics, sys
+from summary import emit, pct
 watch, started, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 alloc, cdi = {}, {}
 node_of, t_start = {}, {}
@@ -160,14 +105,6 @@ for line in open(watch):
         alloc[name] = e["t"]
     if name in node_of and node_of[name] in e["materialized"] and name not in cdi:
         cdi[name] = e["t"]
-
-def pct(xs, p):
-    xs = sorted(xs)
-    if not xs:
-        return None
-    k = (len(xs) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 res = {"claims_per_flow": n, "flows": {}}
 for flow in ("binding-conditions", "paper"):
@@ -193,10 +130,7 @@ r = res["ratio_paper_over_ours"]
 print(f"{'ratio paper/ours':<20} {'':>3} {fmt(r['alloc_to_cdi_p50_s']):>15} "
       f"{fmt(r['alloc_to_cdi_p99_s']):>8} {fmt(r['alloc_to_started_p50_s']):>19} "
       f"{fmt(r['alloc_to_started_p99_s']):>8}")
-text = json.dumps(res)
-if out:
-    open(out, "w").write(text + "\n")
-print(text)
+emit(res, out)
 ok = all(v["samples_cdi"] == n and v["samples_started"] == n for v in res["flows"].values())
 sys.exit(0 if ok else 1)
 PY

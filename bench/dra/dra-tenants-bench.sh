@@ -37,48 +37,16 @@
 # Prints a table and one JSON object. Needs root (private mount namespaces).
 # Not in the default test run (several minutes).
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-source "$ROOT/scripts/lib/stage.sh"
-cd "$ROOT"
+source "$(dirname "$0")/lib.sh"
 N=6
 HOLD=3
 MODES="binding-conditions capacity annotation"
 JSON_OUT=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    --claims) N=$2; shift 2 ;;
-    --hold) HOLD=$2; shift 2 ;;
-    --modes) MODES=$2; shift 2 ;;
-    --json) JSON_OUT=$2; shift 2 ;;
-    *) echo "dra-tenants-bench: unknown argument $1 (--claims N, --hold S, --modes LIST, --json FILE)" >&2
-       exit 2 ;;
-  esac
-done
-BIN=$ROOT/build/bin
-CLUSTER=$ROOT/test/e2e/cluster.sh
-PIDS=()
-E=""
-finish() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  [ -n "${CXLKV_E2E_DIR:-}" ] && { bash "$CLUSTER" down >/dev/null 2>&1 || true; }
-  [ -n "$E" ] && rm -rf "$E" /dev/shm/"$(basename "$E")"
-}
-trap finish EXIT
+bench_args dra-tenants-bench "--claims N, --hold S, --modes LIST, --json FILE" \
+  --claims=N --hold=HOLD --modes=MODES --json=JSON_OUT -- "$@"
 if [ "$(id -u)" != 0 ]; then echo "dra-tenants-bench: needs root (the fake kubelet)" >&2; exit 2; fi
-cxlkv_build_main cxlkv-dra-kubeletplugin cxlkv-dra-controller cxlkv-fabricd cxlkv-hostd >/dev/null ||
-  exit 1
-FK=$(test/e2e/fakekubelet/build.sh) || exit 1
-E=$(mktemp -d /tmp/cxlkv-tenants.XXXXXX)
-mkdir -p "$E/logs"
-BACKING=/dev/shm/$(basename "$E")
-NODES=(fake-node-0 fake-node-1 fake-node-2)
 TENANTS=(team-a team-b team-c)
-source "$ROOT/test/e2e/lib/dra-env.sh"
-dra_cluster_up 3 || exit 1
-dra_fabric_up 5000 "${NODES[@]}" || { echo "dra-tenants-bench: fabricd did not start"; exit 1; }
-for n in "${NODES[@]}"; do dra_node_up "$n" 1s; done
-dra_deviceclass
+bench_world_up dra-tenants-bench 1s fake-node-0 fake-node-1 fake-node-2
 for t in "${TENANTS[@]}"; do
   kubectl create namespace "$t" >/dev/null
   kubectl label namespace "$t" cxlkv.dev/memory-budget=4Gi >/dev/null
@@ -108,7 +76,6 @@ while True:
 PY
 python3 "$E/sample.py" "$F" "$E/samples.txt" &
 PIDS+=($!)
-gone() { ! kubectl get "$@" >/dev/null 2>&1; }
 
 run_mode() {  # run_mode <mode>: every tenant's N claims at once; prints nothing
   local mode=$1 flow extra=()
@@ -122,11 +89,7 @@ run_mode() {  # run_mode <mode>: every tenant's N claims at once; prints nothing
       --identity "bench-$mode-$r" --flow "$flow" --resync-period 5 --lease-duration 6 "${extra[@]}"
   done
   local want=1; [ "$flow" = paper ] && want=0
-  slice_flow() {
-    [ "$(kubectl get resourceslice cxlkv.dev-cma-0-blade-0 -o json 2>/dev/null |
-      python3 -c 'import json,sys; print(int("bindingConditions" in json.load(sys.stdin)["spec"]["devices"][0]))')" = "$want" ]
-  }
-  wait_until 40 slice_flow || { echo "dra-tenants-bench: the slice never matched mode $mode" >&2; return 1; }
+  wait_until 40 slice_flow "$want" || { echo "dra-tenants-bench: the slice never matched mode $mode" >&2; return 1; }
   echo "mode $mode start $(date +%s.%N)" >>"$E/marks.txt"
   local t i k=0 size node name
   for i in $(seq 1 "$N"); do
@@ -145,32 +108,9 @@ spec:
         exactly: {deviceClassName: cxlkv.dev}
 YAML
       else
-        cat <<YAML >"$E/$t-$name.yaml"
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $name, namespace: $t}
-spec:
-  devices:
-    requests:
-      - name: kv
-        exactly: {deviceClassName: cxlkv.dev, capacity: {requests: {memory: $size}}}
-YAML
+        bench_claim_yaml "$name" "$t" "$size" >"$E/$t-$name.yaml"
       fi
-      cat <<YAML >>"$E/$t-$name.yaml"
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $name, namespace: $t}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $node}
-  restartPolicy: Never
-  resourceClaims: [{name: kv, resourceClaimName: $name}]
-  containers:
-    - name: main
-      image: none
-      command: [sh, -c, 'date +%s.%N; test -s "\$CXL_DAX_DEVICE" && sleep $HOLD']
-      resources: {claims: [{name: kv}]}
-YAML
+      { echo ---; bench_pod_yaml "$name" "$t" "$node" "sleep $HOLD"; } >>"$E/$t-$name.yaml"
       echo "$mode $t $name $node $size $(date +%s.%N)" >>"$E/created.txt"
       kubectl apply -f "$E/$t-$name.yaml" >/dev/null
     done
@@ -243,8 +183,9 @@ kill "${PIDS[-1]}" 2>/dev/null
 for f in "$E"/fake-node-*/logs/*_main.log; do
   b=$(basename "$f" _main.log); echo "${b%%_*} ${b#*_} $(head -1 "$f")"
 done >"$E/started.txt"
-python3 - "$E" "$N" "$MODES" "$JSON_OUT" <<'PY'
+PYTHONPATH=$ROOT/bench/dra python3 - "$E" "$N" "$MODES" "$JSON_OUT" <<'PY'
 import json, sys
+from summary import emit, pct
 E, n, modes, out = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
 created, started, marks = {}, {}, {}
 for line in open(f"{E}/created.txt"):
@@ -278,14 +219,6 @@ try:
 except FileNotFoundError:
     pass
 BLADE = 8 << 30
-
-def pct(xs, p):
-    xs = sorted(xs)
-    if not xs:
-        return None
-    k = (len(xs) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 skipped = open(f"{E}/skipped.txt").read().split() if __import__("os").path.exists(f"{E}/skipped.txt") else []
 res = {"skipped_modes": skipped, "claims_per_tenant": n, "tenants": 3, "blade_bytes": BLADE, "budget_per_tenant": "4Gi",
@@ -341,10 +274,7 @@ for mode, r in res["modes"].items():
           f"{fmt(r['ready_p99_ratio_to_binding_conditions']):>6} {fmt(r['makespan_s'], '{:.1f}'):>9} "
           f"{r['leaked_regions']}+{r['stuck_claims']:>4} "
           f"{'/'.join(fmt(b / (1 << 30), '{:.0f}') for b in r['peak_tenant_composed_bytes'].values()) or '-':>16}")
-text = json.dumps(res)
-if out:
-    open(out, "w").write(text + "\n")
-print(text)
+emit(res, out)
 ok = all(r["admitted"] == r["claims"] and r["leaked_regions"] == 0 and r["stuck_claims"] == 0
          for r in res["modes"].values())
 sys.exit(0 if ok else 1)
