@@ -34,30 +34,6 @@ constexpr uint64_t kPagesPerSlot = 4;
 constexpr uint64_t kSlot = kPage * kPagesPerSlot;
 constexpr uint64_t kRegionBytes = 320ull << 20;
 
-class RegionGpuTest : public test::GpuTest {
- protected:
-  void SetUp() override {
-    test::GpuTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    opts_ = test::TestOptions(kRegionBytes, kSlot);
-    region_ = test::MustOpen(scratch_.path(), opts_);
-    ASSERT_TRUE(region_);
-    ASSERT_TRUE(
-        region_->RegisterNamespace(NamespaceDesc{"gpu-test", "bfloat16", "HND", 0, 0}, &ns_).ok());
-  }
-  void OpenGpu(RegionGpuOptions o = {}) {
-    Status s = RegionGpu::Open(region_.get(), o, &gpu_);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ASSERT_TRUE(gpu_->direct());
-  }
-
-  test::ScratchRegion scratch_{"gpu"};
-  RegionOptions opts_;
-  std::unique_ptr<Region> region_;
-  NamespaceId ns_ = 0;
-  std::unique_ptr<RegionGpu> gpu_;
-};
-
 // A paged "KV cache": pages of kPage bytes; block i of a request is the
 // pages table[i*4 .. i*4+3], scattered in the cache like vLLM's block table.
 struct PagedBlocks {
@@ -118,17 +94,61 @@ std::vector<BlockKey> Keys(uint64_t first, size_t n) {
   return k;
 }
 
+// n blocks, ids first..first+n-1, written into a paged cache of their own
+// (pages shuffled by seed), and their keys: what each test stores.
+struct CachedBlocks {
+  CachedBlocks(size_t n, uint64_t first, uint32_t seed)
+      : cache(n * kPagesPerSlot * kPage),
+        table(Shuffled(n * kPagesPerSlot, seed)),
+        keys(Keys(first, n)) {
+    FillCache(cache, table, n, first);
+  }
+  // The first m blocks' pages in the cache.
+  PagedBlocks paged(size_t m) const { return Paged(cache, table, m); }
+
+  DeviceBuffer cache;
+  std::vector<uint32_t> table;
+  std::vector<BlockKey> keys;
+};
+
+class RegionGpuTest : public test::GpuTest {
+ protected:
+  void SetUp() override {
+    test::GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    opts_ = test::TestOptions(kRegionBytes, kSlot);
+    region_ = test::MustOpen(scratch_.path(), opts_);
+    ASSERT_TRUE(region_);
+    ASSERT_TRUE(
+        region_->RegisterNamespace(NamespaceDesc{"gpu-test", "bfloat16", "HND", 0, 0}, &ns_).ok());
+  }
+  void OpenGpu(RegionGpuOptions o = {}) {
+    Status s = RegionGpu::Open(region_.get(), o, &gpu_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(gpu_->direct());
+  }
+  // Stores every block of b on path; asserts that each one was stored.
+  void StoreAll(const CachedBlocks& b, GpuPath path = GpuPath::kDirect) {
+    GpuStoreResult st;
+    Status s = gpu_->Store(ns_, b.keys.data(), b.paged(b.keys.size()).view(), path, 0, &st);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(st.stored, b.keys.size());
+  }
+
+  test::ScratchRegion scratch_{"gpu"};
+  RegionOptions opts_;
+  std::unique_ptr<Region> region_;
+  NamespaceId ns_ = 0;
+  std::unique_ptr<RegionGpu> gpu_;
+};
+
 TEST_F(RegionGpuTest, BlocksStoredFromGpuLoadBitExactIntoAnotherProcessGpu) {
   OpenGpu();
   constexpr size_t n = 32;
   constexpr uint64_t first = 7000;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 1);
-  FillCache(cache, table, n, first);
-  const auto keys = Keys(first, n);
-  const PagedBlocks pb = Paged(cache, table, n);
+  const CachedBlocks b(n, first, 1);
   GpuStoreResult st;
-  Status s = gpu_->Store(ns_, keys.data(), pb.view(), GpuPath::kDirect, 0, &st);
+  Status s = gpu_->Store(ns_, b.keys.data(), b.paged(n).view(), GpuPath::kDirect, 0, &st);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (size_t i = 0; i < n; ++i)
     ASSERT_TRUE(st.status[i].ok()) << i << ": " << st.status[i].ToString();
@@ -151,16 +171,13 @@ TEST_F(RegionGpuTest, BlocksStoredFromGpuLoadBitExactIntoAnotherProcessGpu) {
 TEST_F(RegionGpuTest, StoredBlocksKeepTheirChainDepths) {
   OpenGpu();
   constexpr size_t n = 4;
-  constexpr uint64_t first = 300;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 3);
-  FillCache(cache, table, n, first);
-  const auto keys = Keys(first, n);
+  const CachedBlocks b(n, 300, 3);
+  const std::vector<BlockKey>& keys = b.keys;
   const std::vector<uint32_t> depths = {0, 1, 2, 40};
   GpuStoreResult st;
-  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st,
-                          depths.data())
-                  .ok());
+  ASSERT_TRUE(
+      gpu_->Store(ns_, keys.data(), b.paged(n).view(), GpuPath::kDirect, 0, &st, depths.data())
+          .ok());
   ASSERT_EQ(st.stored, n);
   std::vector<SlotView> slots;
   ASSERT_TRUE(ScanSlots(*region_, 0, region_->info().num_slots, &slots).ok());
@@ -180,14 +197,9 @@ TEST_F(RegionGpuTest, CorruptedSlotIsDetectedOnGpuAndDropped) {
   OpenGpu();
   constexpr size_t n = 8;
   constexpr uint64_t first = 100;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 2);
-  FillCache(cache, table, n, first);
-  const auto keys = Keys(first, n);
-  GpuStoreResult st;
-  ASSERT_TRUE(
-      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
-  ASSERT_EQ(st.stored, n);
+  const CachedBlocks b(n, first, 2);
+  const std::vector<BlockKey>& keys = b.keys;
+  ASSERT_NO_FATAL_FAILURE(StoreAll(b));
 
   // Flip one bit of block 3's slot, as a stray write by another tenant would.
   ReadLease l;
@@ -222,63 +234,49 @@ TEST_F(RegionGpuTest, SlotAreaLargerThanOneRegistrationSegment) {
   EXPECT_GT(gpu_->engine()->RegisteredSegments(), 5u);
   const size_t n = region_->info().num_slots / 2;  // hashed over the whole slot area
   constexpr uint64_t first = 50000;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage), dst(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 4);
-  FillCache(cache, table, n, first);
-  const auto keys = Keys(first, n);
-  GpuStoreResult st;
-  ASSERT_TRUE(
-      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
-  ASSERT_EQ(st.stored, n);
+  const CachedBlocks b(n, first, 4);
+  DeviceBuffer dst(n * kPagesPerSlot * kPage);
+  ASSERT_NO_FATAL_FAILURE(StoreAll(b));
   dst.Fill(0xEE);
   GpuLoadResult res;
   ASSERT_TRUE(
-      gpu_->Load(ns_, keys.data(), Paged(dst, table, n).view(), GpuPath::kDirect, &res).ok());
+      gpu_->Load(ns_, b.keys.data(), Paged(dst, b.table, n).view(), GpuPath::kDirect, &res).ok());
   EXPECT_EQ(res.prefix, n);
-  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(CacheHolds(dst, table, i, first));
+  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(CacheHolds(dst, b.table, i, first));
 }
 
 TEST_F(RegionGpuTest, StagedAndDirectPathsInteroperate) {
   OpenGpu();
   constexpr size_t n = 12;
   constexpr uint64_t first = 900;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage), dst(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 5);
-  FillCache(cache, table, n, first);
-  const auto keys = Keys(first, n);
-  GpuStoreResult st;
-  ASSERT_TRUE(
-      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kStaged, 0, &st).ok());
-  ASSERT_EQ(st.stored, n);
+  const CachedBlocks b(n, first, 5);
+  DeviceBuffer dst(n * kPagesPerSlot * kPage);
+  ASSERT_NO_FATAL_FAILURE(StoreAll(b, GpuPath::kStaged));
   for (GpuPath p : {GpuPath::kDirect, GpuPath::kStaged}) {
     dst.Fill(0x11);
     GpuLoadResult res;
-    ASSERT_TRUE(gpu_->Load(ns_, keys.data(), Paged(dst, table, n).view(), p, &res).ok());
+    ASSERT_TRUE(gpu_->Load(ns_, b.keys.data(), Paged(dst, b.table, n).view(), p, &res).ok());
     EXPECT_EQ(res.prefix, n) << GpuPathName(p);
-    for (size_t i = 0; i < n; ++i) EXPECT_TRUE(CacheHolds(dst, table, i, first)) << GpuPathName(p);
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_TRUE(CacheHolds(dst, b.table, i, first)) << GpuPathName(p);
   }
 }
 
 TEST_F(RegionGpuTest, MissesAndDuplicatesAreReportedPerBlock) {
   OpenGpu();
   constexpr size_t n = 4;
-  DeviceBuffer cache(n * kPagesPerSlot * kPage);
-  const auto table = Shuffled(n * kPagesPerSlot, 6);
-  FillCache(cache, table, n, 1);
-  auto keys = Keys(1, n);
+  const CachedBlocks b(n, 1, 6);
+  auto keys = b.keys;
   GpuStoreResult st;
-  ASSERT_TRUE(
-      gpu_->Store(ns_, keys.data(), Paged(cache, table, 2).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), b.paged(2).view(), GpuPath::kDirect, 0, &st).ok());
   ASSERT_EQ(st.stored, 2u);
-  ASSERT_TRUE(
-      gpu_->Store(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, 0, &st).ok());
+  ASSERT_TRUE(gpu_->Store(ns_, keys.data(), b.paged(n).view(), GpuPath::kDirect, 0, &st).ok());
   EXPECT_EQ(st.stored, 2u);
   EXPECT_EQ(st.outcome[0], StoreOutcome::kDuplicate);
   EXPECT_EQ(st.outcome[3], StoreOutcome::kStored);
   keys[1] = BlockKey::FromId(424242);  // never stored
   GpuLoadResult res;
-  ASSERT_TRUE(
-      gpu_->Load(ns_, keys.data(), Paged(cache, table, n).view(), GpuPath::kDirect, &res).ok());
+  ASSERT_TRUE(gpu_->Load(ns_, keys.data(), b.paged(n).view(), GpuPath::kDirect, &res).ok());
   EXPECT_TRUE(res.status[0].ok());
   EXPECT_TRUE(res.status[1].IsNotFound()) << res.status[1].ToString();
   EXPECT_EQ(res.prefix, 1u);
