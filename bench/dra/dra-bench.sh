@@ -72,8 +72,9 @@ run_flow() {  # run_flow <flow>: N claims, one after the other
   wait_until 40 slice_flow "$want" || { echo "dra-bench: the slice never matched flow $flow"; return 1; }
   for i in $(seq 1 "$N"); do
     local name="$flow-$i" node=fake-node-$((i % 2))
-    { bench_claim_yaml "$name" default 1Gi; echo ---; bench_pod_yaml "$name" default "$node" "exec sleep 600"; } |
-      kubectl apply -f - >/dev/null
+    { claim_yaml "$name" 1Gi; echo ---
+      ns_pod_yaml default "$name" "$name" "$node" 'date +%s.%N; test -s "$CXL_DAX_DEVICE" && exec sleep 600'
+    } | kubectl apply -f - >/dev/null
     local log=$E/$node/logs/default_${name}_main.log
     wait_until 120 started "$log" || echo "dra-bench: $name did not start"
     echo "$flow $name $node $(head -1 "$log" 2>/dev/null)" >>"$E/started.txt"

@@ -108,9 +108,11 @@ spec:
         exactly: {deviceClassName: cxlkv.dev}
 YAML
       else
-        bench_claim_yaml "$name" "$t" "$size" >"$E/$t-$name.yaml"
+        claim_yaml "$name" "$size" "$t" >"$E/$t-$name.yaml"
       fi
-      { echo ---; bench_pod_yaml "$name" "$t" "$node" "sleep $HOLD"; } >>"$E/$t-$name.yaml"
+      { echo ---
+        ns_pod_yaml "$t" "$name" "$name" "$node" "date +%s.%N; test -s \"\$CXL_DAX_DEVICE\" && sleep $HOLD"
+      } >>"$E/$t-$name.yaml"
       echo "$mode $t $name $node $size $(date +%s.%N)" >>"$E/created.txt"
       kubectl apply -f "$E/$t-$name.yaml" >/dev/null
     done

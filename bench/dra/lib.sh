@@ -74,38 +74,3 @@ slice_flow() {
   [ "$(kubectl get resourceslice cxlkv.dev-cma-0-blade-0 -o json 2>/dev/null |
     python3 -c 'import json,sys; print(int("bindingConditions" in json.load(sys.stdin)["spec"]["devices"][0]))')" = "$1" ]
 }
-
-# bench_claim_yaml <name> <namespace> <size>: a ResourceClaim (YAML) for
-# <size> of the blade's consumable capacity.
-bench_claim_yaml() {
-  cat <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: $2}
-spec:
-  devices:
-    requests:
-      - name: kv
-        exactly: {deviceClassName: cxlkv.dev, capacity: {requests: {memory: $3}}}
-YAML
-}
-
-# bench_pod_yaml <name> <namespace> <node> <then>: a pod (YAML) on <node>
-# with the claim of the same name, whose container prints the time it
-# started (its log's first line), checks the device and runs <then>.
-bench_pod_yaml() {
-  cat <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $2}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $3}
-  restartPolicy: Never
-  resourceClaims: [{name: kv, resourceClaimName: $1}]
-  containers:
-    - name: main
-      image: none
-      command: [sh, -c, 'date +%s.%N; test -s "\$CXL_DAX_DEVICE" && $4']
-      resources: {claims: [{name: kv}]}
-YAML
-}

@@ -34,22 +34,6 @@ teardown_file() {
   dra_teardown_file
 }
 
-ns_pod_yaml() {  # ns_pod_yaml <ns> <name> <claim> <node>: a pod that holds its region
-  cat <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $2, namespace: $1}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $4}
-  restartPolicy: Never
-  resourceClaims: [{name: kv, resourceClaimName: $3}]
-  containers:
-    - name: main
-      image: none
-      command: [sh, -c, 'test -s "\$CXL_DAX_DEVICE" && exec sleep 600']
-      resources: {claims: [{name: kv}]}
-YAML
-}
 nphase() { kubectl -n "$1" get pod "$2" -o jsonpath='{.status.phase}' 2>/dev/null; }
 nrunning() { [ "$(nphase "$1" "$2")" = Running ]; }
 nuid() { kubectl -n "$1" get resourceclaim "$2" -o jsonpath='{.metadata.uid}' 2>/dev/null; }

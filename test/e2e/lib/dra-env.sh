@@ -128,3 +128,40 @@ spec:
   selectors: [{cel: {expression: 'device.driver == "cxlkv.dev"'}}]
 YAML
 }
+
+# claim_yaml <name> <size> [namespace] [device class]: a ResourceClaim (YAML)
+# for <size> of the class's consumable capacity (default: in default, of
+# cxlkv.dev).
+claim_yaml() {
+  cat <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $1, namespace: ${3:-default}}
+spec:
+  devices:
+    requests:
+      - name: kv
+        exactly: {deviceClassName: ${4:-cxlkv.dev}, capacity: {requests: {memory: $2}}}
+YAML
+}
+
+# ns_pod_yaml <namespace> <name> <claim> <node> [shell command]: a pod (YAML)
+# on <node> holding <claim>, whose one container runs the command (default:
+# checks the region's device and holds it).
+ns_pod_yaml() {
+  local cmd=${5:-'test -s "$CXL_DAX_DEVICE" && exec sleep 600'}
+  cat <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $2, namespace: $1}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $4}
+  restartPolicy: Never
+  resourceClaims: [{name: kv, resourceClaimName: $3}]
+  containers:
+    - name: main
+      image: none
+      command: [sh, -c, '$cmd']
+      resources: {claims: [{name: kv}]}
+YAML
+}

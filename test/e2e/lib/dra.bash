@@ -285,18 +285,7 @@ ctl_ensure() {
 
 # ---- Kubernetes objects ----------------------------------------------------
 
-claim_yaml() {  # claim_yaml <name> <size> [namespace]
-  cat <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: ${3:-default}}
-spec:
-  devices:
-    requests:
-      - name: kv
-        exactly: {deviceClassName: cxlkv.dev, capacity: {requests: {memory: $2}}}
-YAML
-}
+# claim_yaml, ns_pod_yaml: lib/dra-env.sh.
 # pod_yaml <name> <claim> <node> <cmd...>: a pod (JSON) in default whose one
 # container runs cmd with the claim; kubectl apply reads it.
 pod_yaml() {
