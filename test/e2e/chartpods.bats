@@ -128,16 +128,6 @@ tenant_pod() {
            containers: [{name: "main", image: "none", command: ["/bin/sh", "-c", $cmd],
                          resources: {claims: [{name: "kv"}]}}]}}' | kubectl apply -f - >/dev/null
 }
-tenant_claim() {  # tenant_claim <name> <memory>: a claim of the chart's DeviceClass
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: team-a}
-spec:
-  devices:
-    requests: [{name: kv, exactly: {deviceClassName: cxl-shared-memory, capacity: {requests: {memory: $2}}}}]
-YAML
-}
 tenant_gone() { ! kubectl get "$1" "$2" -n team-a >/dev/null 2>&1; }
 plog() { echo "$E/$2/logs/team-a_$1_main.log"; }
 # stored: the distinct blocks holder-0 stored (its replay's JSON line).

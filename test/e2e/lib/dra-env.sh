@@ -145,6 +145,11 @@ spec:
 YAML
 }
 
+# tenant_claim <name> <memory>: applies a claim of the chart's DeviceClass
+# (cxl-shared-memory) in the tenants' namespace team-a: the chart's worlds
+# (chartpods.bats, realnodes/realnodes.bats).
+tenant_claim() { claim_yaml "$1" "$2" team-a cxl-shared-memory | kubectl apply -f - >/dev/null; }
+
 # ns_pod_yaml <namespace> <name> <claim> <node> [shell command]: a pod (YAML)
 # on <node> holding <claim>, whose one container runs the command (default:
 # checks the region's device and holds it).

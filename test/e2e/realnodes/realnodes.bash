@@ -202,16 +202,6 @@ unprepared_kv2() { plugin_log "$1" | grep -c "unprepare claim=kv2 .*result=succe
 # ---- workloads --------------------------------------------------------------------------
 
 nd() { echo "$CXLKV_E2E_DIR/nodes/$1"; }
-claim_yaml() {  # claim_yaml <name> <memory>
-  cat <<YAML
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: $1, namespace: team-a}
-spec:
-  devices:
-    requests: [{name: kv, exactly: {deviceClassName: cxl-shared-memory, capacity: {requests: {memory: $2}}}}]
-YAML
-}
 # What every workload container runs first: its CDI edits, seen from inside.
 SEE='echo "cdi-env: $(env | grep "^CXL_" | sort | tr "\n" " ")"
 test -n "$CXL_DAX_DEVICE" && test -e "$CXL_DAX_DEVICE" || { echo "no region at [$CXL_DAX_DEVICE]"; exit 3; }

@@ -84,7 +84,7 @@ load realnodes
 @test "scenario 1: replay containers on both nodes, sharing one claim, Succeed" {
   rn_need_chart
   wait_until 30 kubectl get serviceaccount default -n team-a || fail "no default ServiceAccount in team-a"
-  claim_yaml kv 2Gi | kubectl apply -f - >/dev/null
+  tenant_claim kv 2Gi
   local i
   for i in 0 1; do
     pod "replay-$i" "node-$i" kv "exec $REPLAY --limit 400 --replica-index $i --replica-count 2 --control /shared/replay.ctl"
@@ -139,7 +139,7 @@ PY
 # bats test_tags=kubelet-restart
 @test "kubelet restart: holder pods run on both nodes and see claim kv2's region" {
   rn_need_chart
-  claim_yaml kv2 1Gi | kubectl apply -f - >/dev/null
+  tenant_claim kv2 1Gi
   pod holder-0 node-0 kv2 "$REPLAY --limit 100 --replica-index 0 --replica-count 1 --control /shared/kv2.ctl >/shared/kv2.json && exec sleep 600"
   pod holder-1 node-1 kv2 "exec sleep 600"
   wait_until 120 is_phase holder-0 Running && wait_until 60 is_phase holder-1 Running &&
@@ -231,7 +231,7 @@ PY
 # bats test_tags=plugin-replaced
 @test "plugin replaced: a new claim on node-0 is prepared by the new plugin pod; its container sees the region" {
   rn_need PLUGIN_REPLACED
-  claim_yaml kv3 1Gi | kubectl apply -f - >/dev/null
+  tenant_claim kv3 1Gi
   pod after-0 node-0 kv3 'test -s "$CXL_DAX_DEVICE"'
   wait_until 120 is_phase after-0 Succeeded && sees_region after-0 "$(memory_id kv3)" ||
     fail "pod of a claim after the plugin's replacement: $(phase after-0)"
