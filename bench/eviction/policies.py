@@ -33,13 +33,20 @@ def _mix64(x):
     return x
 
 
+def prefix_hits(chain, held):
+    """How many of chain's blocks, from its first on, are in `held`: the
+    hits a request counts when it looks (every policy counts them alike)."""
+    k = 0
+    while k < len(chain) and chain[k] in held:
+        k += 1
+    return k
+
+
 def exact_lru(chains, slots):
     order = {}  # insertion-ordered dict as the LRU list: first = least recent
     hit = 0
     for chain in chains:
-        k = 0
-        while k < len(chain) and chain[k] in order:
-            k += 1
+        k = prefix_hits(chain, order)
         hit += k
         for h in chain:
             if h in order:
@@ -66,9 +73,7 @@ def belady(chains, slots):
     hit = 0
     i = 0
     for chain in chains:
-        k = 0
-        while k < len(chain) and chain[k] in cache:
-            k += 1
+        k = prefix_hits(chain, cache)
         hit += k
         for h in chain:
             n = nxt[i]
@@ -100,9 +105,7 @@ def region(chains, slots, victim="prefix", ways=16):
     now = 0
     hit = 0
     for chain in chains:
-        k = 0
-        while k < len(chain) and chain[k] in where:
-            k += 1
+        k = prefix_hits(chain, where)
         hit += k
         for d, h in enumerate(chain):
             now += 1
@@ -223,9 +226,7 @@ def indexed(chains, slots, window=1024, batch=32, entries=2, ways=16, rank="lru-
         key[s] = None
 
     for chain in chains:
-        k = 0
-        while k < len(chain) and chain[k] in where:
-            k += 1
+        k = prefix_hits(chain, where)
         hit += k
         if tick == "request":
             now += 1
