@@ -152,24 +152,27 @@ rel_adds() { cat "$E"/logs/controller-*.log | grep -c "claim default/rel: added 
   note "refused: $err"
 }
 
+# wrong_uid_refused <API version>: that version's prepare of claim sel on
+# fake-node-0 with a UID that is not the claim's is refused, naming both
+# UIDs, and adds no checkpoint entry.
+wrong_uid_refused() {
+  local wrong=00000000-0000-4000-8000-00000000dead before0 err
+  before0=$(ckpt_entries fake-node-0)
+  err=$(call_prepare fake-node-0 sel "$wrong" "$1")
+  [[ "$err" == *"has UID $SUID, the kubelet asked for $wrong"* ]] || fail "$1 prepare with a wrong UID answered: '$err'"
+  assert_eq "$(ckpt_entries fake-node-0)" "$before0" "fake-node-0's checkpoint entries"
+}
+
 # bats test_tags=prepare
 @test "prepare checks: v1 prepare with a UID that is not the claim's is refused; no checkpoint entry" {
   dra_need SUID
-  local wrong=00000000-0000-4000-8000-00000000dead before0 err
-  before0=$(ckpt_entries fake-node-0)
-  err=$(call_prepare fake-node-0 sel "$wrong" v1)
-  [[ "$err" == *"has UID $SUID, the kubelet asked for $wrong"* ]] || fail "v1 prepare with a wrong UID answered: '$err'"
-  assert_eq "$(ckpt_entries fake-node-0)" "$before0" "fake-node-0's checkpoint entries"
+  wrong_uid_refused v1
 }
 
 # bats test_tags=prepare
 @test "prepare checks: v1beta1 prepare with a UID that is not the claim's is refused; no checkpoint entry" {
   dra_need SUID
-  local wrong=00000000-0000-4000-8000-00000000dead before0 err
-  before0=$(ckpt_entries fake-node-0)
-  err=$(call_prepare fake-node-0 sel "$wrong" v1beta1)
-  [[ "$err" == *"has UID $SUID, the kubelet asked for $wrong"* ]] || fail "v1beta1 prepare with a wrong UID answered: '$err'"
-  assert_eq "$(ckpt_entries fake-node-0)" "$before0" "fake-node-0's checkpoint entries"
+  wrong_uid_refused v1beta1
 }
 
 # bats test_tags=prepare
