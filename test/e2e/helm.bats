@@ -209,26 +209,26 @@ YAML
 @test "quota refuses a capacity-mib annotation that is not a whole number of MiB" {
   refuses "must be a whole number of MiB, not '2Gi'" team-a claim - 1 cxl-shared-memory 2Gi
 }
-@test "quota: the namespace label cxlkv.dev/max-claim-memory=1Gi lowers team-a's cap" {
-  kubectl label namespace team-a cxlkv.dev/max-claim-memory=1Gi >/dev/null
-  run dry_create team-a claim 2Gi
+# with_cap_label <value> <dry_create arguments...>: run dry_create with
+# team-a's label cxlkv.dev/max-claim-memory=<value> (removed after).
+with_cap_label() {
+  kubectl label namespace team-a --overwrite cxlkv.dev/max-claim-memory="$1" >/dev/null
+  shift
+  run dry_create "$@"
   kubectl label namespace team-a cxlkv.dev/max-claim-memory- >/dev/null
   echo "$output"
+}
+@test "quota: the namespace label cxlkv.dev/max-claim-memory=1Gi lowers team-a's cap" {
+  with_cap_label 1Gi team-a claim 2Gi
   [ "$status" -ne 0 ]
   [[ "$output" == *"the cap per claim in namespace team-a is 1Gi"* ]]
 }
 @test "quota: team-a's label leaves team-b's cap alone" {
-  kubectl label namespace team-a cxlkv.dev/max-claim-memory=1Gi >/dev/null
-  run dry_create team-b claim 2Gi
-  kubectl label namespace team-a cxlkv.dev/max-claim-memory- >/dev/null
-  echo "$output"
+  with_cap_label 1Gi team-b claim 2Gi
   [ "$status" -eq 0 ]
 }
 @test "quota refuses a namespace label that is not a quantity" {
-  kubectl label namespace team-a --overwrite cxlkv.dev/max-claim-memory=lots >/dev/null
-  run dry_create team-a claim 1Gi
-  kubectl label namespace team-a cxlkv.dev/max-claim-memory- >/dev/null
-  echo "$output"
+  with_cap_label lots team-a claim 1Gi
   [ "$status" -ne 0 ]
   [[ "$output" == *"is not a quantity: 'lots'"* ]]
 }
@@ -312,12 +312,17 @@ YAML
 @test "rbac: hostd cannot get nodes" { can no hostd get nodes; }
 
 # ---- granular status authorization with the controller's real token --------
-@test "controller token writes status.devices of a two-node claim" {
+# ctl_writes_devices: the controller's token writes status.devices of the
+# two-node claim (write_devices); the devices are removed again after.
+ctl_writes_devices() {
   run write_devices "$(ctl_token)"
   kubectl patch resourceclaim shared -n team-a --subresource=status --type=json \
     -p '[{"op":"remove","path":"/status/devices"}]' >/dev/null || true
   echo "$output"
   [ "$status" -eq 0 ]
+}
+@test "controller token writes status.devices of a two-node claim" {
+  ctl_writes_devices
 }
 # The control: the same write without the resourceclaims/driver rule.
 @test "without the resourceclaims/driver rule the controller's write is forbidden" {
@@ -331,11 +336,7 @@ YAML
 }
 @test "helm upgrade restores the resourceclaims/driver rule (the write succeeds again)" {
   upgrade >/dev/null
-  run write_devices "$(ctl_token)"
-  kubectl patch resourceclaim shared -n team-a --subresource=status --type=json \
-    -p '[{"op":"remove","path":"/status/devices"}]' >/dev/null || true
-  echo "$output"
-  [ "$status" -eq 0 ]
+  ctl_writes_devices
 }
 
 # ---- the plugin's token, bound to a pod on fake-node-0 ----------------------
