@@ -54,14 +54,7 @@ teardown_file() {
 }
 
 @test "local: a 2 GiB claim shared by two replay pods on fake-node-0: both run to completion" {
-  local i
-  claim_yaml kvl 2Gi | kubectl apply -f - >/dev/null
-  for i in 0 1; do
-    pod_yaml "local-$i" kvl "$N0" "$BIN/cxlkv" replay \
-      --trace "$ROOT/data/traces/mooncake-conversation-trace.jsonl" --limit 400 --block-tokens 16 \
-      --kv-bytes-per-token 64 --replica-index "$i" --replica-count 2 --control "$E/replay-local.ctl" --json --quiet |
-      kubectl apply -f - >/dev/null
-  done
+  replay_claim kvl local "$E/replay-local.ctl" "$N0" "$N0"
   wait_until 120 succeeded local-0 || fail "local-0: $(phase local-0)"
   wait_until 60 succeeded local-1 || fail "local-1: $(phase local-1)"
 }

@@ -42,15 +42,9 @@ load lib/dra
 }
 
 @test "scenario 1: a 2 GiB claim shared by pods on two nodes becomes composed (cxlkv.dev/composed True)" {
-  local i t0=$SECONDS
+  local t0=$SECONDS
   CTL=$E/replay.ctl
-  claim_yaml kv 2Gi | kubectl apply -f - >/dev/null
-  for i in 0 1; do
-    pod_yaml "replay-$i" kv "fake-node-$i" "$BIN/cxlkv" replay \
-      --trace "$ROOT/data/traces/mooncake-conversation-trace.jsonl" --limit 400 --block-tokens 16 \
-      --kv-bytes-per-token 64 --replica-index "$i" --replica-count 2 --control "$CTL" --json --quiet |
-      kubectl apply -f - >/dev/null
-  done
+  replay_claim kv replay "$CTL" fake-node-0 fake-node-1
   wait_until 120 composed_true kv || fail "claim kv never became composed: $(cj kv .status)"
   CDI=$(memory_id kv)
   [ -n "$CDI" ] || fail "composed, but no memoryId in the claim's device data"

@@ -309,6 +309,21 @@ claim_pod() {
   claim_yaml "$claim" "$size" | kubectl apply -f - >/dev/null &&
     pod_yaml "$1" "$claim" "${@:2}" | kubectl apply -f - >/dev/null
 }
+# replay_claim <claim> <pod prefix> <control file> <node> <node>: a 2 GiB claim
+# shared by two `cxlkv replay` pods, <prefix>-0 on the first node and
+# <prefix>-1 on the second (replicas 0 and 1 of 2 over the first 400
+# requests of the Mooncake conversation trace, one control file), applied.
+replay_claim() {
+  local claim=$1 prefix=$2 ctl=$3 i
+  local nodes=("$4" "$5")
+  claim_yaml "$claim" 2Gi | kubectl apply -f - >/dev/null
+  for i in 0 1; do
+    pod_yaml "$prefix-$i" "$claim" "${nodes[$i]}" "$BIN/cxlkv" replay \
+      --trace "$ROOT/data/traces/mooncake-conversation-trace.jsonl" --limit 400 --block-tokens 16 \
+      --kv-bytes-per-token 64 --replica-index "$i" --replica-count 2 --control "$ctl" --json --quiet |
+      kubectl apply -f - >/dev/null
+  done
+}
 phase() { kubectl get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null || true; }
 running() { [ "$(phase "$1")" = Running ]; }
 succeeded() { [ "$(phase "$1")" = Succeeded ]; }
