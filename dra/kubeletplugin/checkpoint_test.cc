@@ -23,25 +23,6 @@ uint32_t Crc32(const std::string& s) {
       ::crc32(0L, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
 }
 
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/cxlkv-dra-checkpoint-test.XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/checkpoint.json";
-  }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
-  static Checkpoint Sample() { return test::SampleCheckpoint(); }
-  std::string Read() {
-    std::ifstream f(path_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-  void Write(const std::string& s) { std::ofstream(path_) << s; }
-  std::string dir_, path_;
-};
-
 void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
   EXPECT_EQ(x.version, y.version);
   EXPECT_EQ(x.boot_id, y.boot_id);
@@ -68,6 +49,45 @@ void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
     }
   }
 }
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cxlkv-dra-checkpoint-test.XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    path_ = dir_ + "/checkpoint.json";
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  static Checkpoint Sample() { return test::SampleCheckpoint(); }
+  std::string Read() {
+    std::ifstream f(path_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  void Write(const std::string& s) { std::ofstream(path_) << s; }
+  // Saves cp and loads it back: the same checkpoint.
+  void ExpectRoundTrip(const Checkpoint& cp) {
+    ASSERT_TRUE(SaveCheckpoint(path_, cp).ok());
+    Checkpoint back;
+    Status s = LoadCheckpoint(path_, &back);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectEqual(cp, back);
+  }
+  // Writes a hand-edited checkpoint with the checksum made to match it.
+  void WriteWithChecksum(nlohmann::json& j) {
+    j["checksum"] = Crc32(j["data"].dump());
+    Write(j.dump());
+  }
+  // Loading the file is refused as corruption, the message naming field.
+  void ExpectCorruptionNaming(const std::string& field) {
+    Checkpoint back;
+    Status s = LoadCheckpoint(path_, &back);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  }
+  std::string dir_, path_;
+};
 
 TEST_F(CheckpointTest, RoundTripsThroughTheFile) {
   Checkpoint cp = Sample();
@@ -131,8 +151,7 @@ TEST_F(CheckpointTest, FieldsAddedByANewerWriterAreIgnored) {
   Write(j.dump());  // the old checksum no longer matches
   Checkpoint cp;
   EXPECT_TRUE(LoadCheckpoint(path_, &cp).IsCorruption());
-  j["checksum"] = Crc32(j["data"].dump());
-  Write(j.dump());
+  WriteWithChecksum(j);
   Status s = LoadCheckpoint(path_, &cp);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ExpectEqual(Sample(), cp);
@@ -144,19 +163,12 @@ TEST_F(CheckpointTest, PendingReleasesRoundTripAndAreOmittedWhenEmpty) {
   Checkpoint cp = Sample();
   EXPECT_EQ(nlohmann::json::parse(EncodeCheckpoint(cp))["data"].count("pendingReleases"), 0u);
   cp.pending_releases = {"mem-1", "mem-2"};
-  ASSERT_TRUE(SaveCheckpoint(path_, cp).ok());
-  Checkpoint back;
-  Status s = LoadCheckpoint(path_, &back);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  ExpectEqual(cp, back);
+  ASSERT_NO_FATAL_FAILURE(ExpectRoundTrip(cp));
   nlohmann::json j = nlohmann::json::parse(Read());
   EXPECT_EQ(j["data"]["pendingReleases"], nlohmann::json({"mem-1", "mem-2"}));
   j["data"]["pendingReleases"] = {"mem-1", 7};
-  j["checksum"] = Crc32(j["data"].dump());
-  Write(j.dump());
-  s = LoadCheckpoint(path_, &back);
-  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  EXPECT_NE(s.message().find("pendingReleases"), std::string::npos) << s.message();
+  WriteWithChecksum(j);
+  ExpectCorruptionNaming("pendingReleases");
 }
 
 // Assignment epochs (additive fields, docs/dra-design.md "Release protocol"): a
@@ -173,25 +185,18 @@ TEST_F(CheckpointTest, AssignEpochsRoundTripAndAreOmittedWhenUnknown) {
   cp.claims.begin()->second.assign_epoch = 7;
   cp.pending_releases = {"mem-1", "mem-2"};
   cp.release_epochs = {{"mem-1", 3}};
-  ASSERT_TRUE(SaveCheckpoint(path_, cp).ok());
-  Checkpoint back;
-  Status s = LoadCheckpoint(path_, &back);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  ExpectEqual(cp, back);
+  ASSERT_NO_FATAL_FAILURE(ExpectRoundTrip(cp));
   nlohmann::json j = nlohmann::json::parse(Read());
   EXPECT_EQ(j["data"]["pendingReleaseEpochs"], nlohmann::json({{"mem-1", 3}}));
   // An epoch for a region that is not pending (a hand edit) is dropped.
   j["data"]["pendingReleaseEpochs"]["mem-9"] = 5;
-  j["checksum"] = Crc32(j["data"].dump());
-  Write(j.dump());
+  WriteWithChecksum(j);
+  Checkpoint back;
   ASSERT_TRUE(LoadCheckpoint(path_, &back).ok());
   EXPECT_EQ(back.release_epochs.count("mem-9"), 0u);
   j["data"]["pendingReleaseEpochs"]["mem-1"] = "3";
-  j["checksum"] = Crc32(j["data"].dump());
-  Write(j.dump());
-  s = LoadCheckpoint(path_, &back);
-  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
-  EXPECT_NE(s.message().find("pendingReleaseEpochs"), std::string::npos) << s.message();
+  WriteWithChecksum(j);
+  ExpectCorruptionNaming("pendingReleaseEpochs");
 }
 
 TEST_F(CheckpointTest, BootIdIsTrimmed) {
