@@ -90,8 +90,13 @@ rel_adds() { cat "$E"/logs/controller-*.log | grep -c "claim default/rel: added 
 # bats test_tags=release
 @test "release: a resync of fake-node-1's hostd keeps it released (hostd follows the manager)" {
   dra_need RM
-  curl -s -X POST "http://127.0.0.1:${HPORT[fake-node-1]}/cxlkv/v1/resync" >/dev/null
-  released_on_1 || fail "fake-node-1's resync brought region $RM back"
+  local r
+  # -d '': a POST without a Content-Length is refused with 400, and a
+  # refused resync would leave nothing to check.
+  r=$(curl -sf -X POST -d '' "http://127.0.0.1:${HPORT[fake-node-1]}/cxlkv/v1/resync") ||
+    fail "fake-node-1's hostd refused the resync"
+  note "resync: $r"
+  released_on_1 || fail "fake-node-1's resync ($r) brought region $RM back"
   N_ADD0=$(rel_adds)
   dra_keep N_ADD0
 }

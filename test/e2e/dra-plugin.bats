@@ -4,7 +4,8 @@
 #  - reboot: a node's reboot (new boot id, CDI dir wiped) while a pod holds a
 #    claim: prepare redoes the work; before it, health through kubelet's DRA
 #    manager (the plugin's DRAResourceHealth stream): Healthy, Unhealthy
-#    while the region is gone from the node, Healthy after hostd's resync;
+#    while the region is gone from the node (hostd resyncing only when told,
+#    meanwhile), Healthy after hostd's resync;
 #  - crash: the plugin SIGKILLed mid-prepare (failpoint
 #    dra.prepare.after_started) and restarted;
 #  - rolling update: two plugin processes on fake-node-1 with per-pod sockets
@@ -40,15 +41,35 @@ attached() { [ "$(grep -c attached "$1" 2>/dev/null)" -ge "$2" ]; }
 # bats test_tags=reboot,health
 @test "reboot: the region gone from fake-node-2, kubelet records the device Unhealthy" {
   dra_need MEM2
-  # hostd drops the region; its own resync materializes it again (every
-  # 10 s here: long enough for the 1 s health poll to see it gone).
-  curl -s -X DELETE "http://127.0.0.1:${HPORT[fake-node-2]}/cxlkv/v1/regions/$MEM2" >/dev/null
-  wait_until 10 is_health fake-node-2 Unhealthy || fail "after removing the region: health '$(health fake-node-2)'"
+  # hostd drops the region. Its resync would materialize it again whenever
+  # the next one came (every 10 s in the world), and a delete just before it
+  # left the 1 s health poll no window on a loaded machine: for this step
+  # fake-node-2's hostd resyncs at its start only, so the region stays gone
+  # until the next step asks for a resync, however late the poll runs.
+  hostd_restart fake-node-2 0 || fail "fake-node-2's hostd did not restart"
+  hostd_has fake-node-2 "$MEM2" || fail "fake-node-2's hostd does not list region $MEM2 after its restart"
+  curl -sf -X DELETE "http://127.0.0.1:${HPORT[fake-node-2]}/cxlkv/v1/regions/$MEM2" >/dev/null ||
+    fail "hostd refused to remove region $MEM2"
+  ! hostd_has fake-node-2 "$MEM2" || fail "hostd still lists region $MEM2 after removing it"
+  # Unhealthy for this reason, not for hostd's restart (hostd unreachable).
+  region_gone() { is_health fake-node-2 Unhealthy && [[ $(health_message fake-node-2) == *"region $MEM2 "*"no longer materialized"* ]]; }
+  wait_until 20 region_gone ||
+    fail "after removing the region: health '$(health fake-node-2)', reason '$(health_message fake-node-2)'"
 }
 
 # bats test_tags=reboot,health
 @test "reboot: hostd's resync restores the region: Healthy again" {
-  wait_until 30 is_health fake-node-2 Healthy || fail "health did not recover: '$(health fake-node-2)'"
+  dra_need MEM2
+  local r back=no
+  # A resync asked for (-d '': a POST without a Content-Length is refused
+  # with 400); then fake-node-2's hostd as the world has it (its resync
+  # every 10 s) before anything here can fail.
+  r=$(curl -sf -X POST -d '' "http://127.0.0.1:${HPORT[fake-node-2]}/cxlkv/v1/resync") || r="refused"
+  hostd_has fake-node-2 "$MEM2" && back=yes
+  hostd_restart fake-node-2 || fail "fake-node-2's hostd did not restart"
+  [ "$back" = yes ] || fail "the resync ($r) did not materialize region $MEM2 again"
+  wait_until 30 is_health fake-node-2 Healthy ||
+    fail "health did not recover: '$(health fake-node-2)', reason '$(health_message fake-node-2)'"
 }
 
 # bats test_tags=reboot

@@ -217,11 +217,21 @@ dra_stop_controllers() {
 fabricd_start() {
   start fabricd "$BIN/cxlkv-fabricd" --config "$E/fabricd.yaml" --listen "127.0.0.1:$FPORT"
 }
-hostd_start() {  # hostd_start <node> [log name]: cxlkv-hostd of the fabric, resync every 10 s
+# hostd_start <node> [log name] [resync seconds]: cxlkv-hostd of the fabric,
+# resync every 10 s unless told (0: at its start only).
+hostd_start() {
   local n=$1 d=$E/$1
   start "${2:-hostd-$n}" "$BIN/cxlkv-hostd" --host-id "$n" --listen "127.0.0.1:${HPORT[$n]}" --fabric "$F" \
     --cdi-dir "$d/cdi" --state-dir "$d/hostd" --dev-dir "$d/dev" --container-dir "$d/ctr" \
-    --allowed-backing-dir "$BACKING" --resync-interval 10
+    --allowed-backing-dir "$BACKING" --resync-interval "${3:-10}"
+}
+# hostd_restart <node> [resync seconds]: the node's hostd stopped and started
+# again (its log appended to) with that resync interval (default the
+# world's); true once it answers. Its first resync runs before it answers.
+hostd_restart() {
+  dra_stop "hostd-$1"
+  DRA_LOG_APPEND=1 hostd_start "$1" "hostd-$1" "${2:-10}"
+  wait_until 20 curl -sf "http://127.0.0.1:${HPORT[$1]}/cxlkv/v1/regions"
 }
 plugin_start() {  # plugin_start <node> [name suffix] [extra flags...]: /metrics on MPORT[node]
   local n=$1 sfx=${2:-} d=$E/$1
@@ -395,6 +405,10 @@ health() {
   jq -r '.["cxlkv.dev"].Devices["cma-0/blade-0/blade-0"].Health' "$E/$1/kubelet/dra/dra_health_state" 2>/dev/null
 }
 is_health() { [ "$(health "$1")" = "$2" ]; }
+# health_message <node>: the reason kubelet recorded with it ("" when healthy).
+health_message() {
+  jq -r '.["cxlkv.dev"].Devices["cma-0/blade-0/blade-0"].Message // ""' "$E/$1/kubelet/dra/dra_health_state" 2>/dev/null
+}
 # metric <node> <series>: its value on that node's plugin, 0 when absent.
 metric() {
   curl -s "http://127.0.0.1:${MPORT[$1]}/metrics" | awk -v k="$2" '$1 == k {print $2; f=1} END {if (!f) print 0}'
