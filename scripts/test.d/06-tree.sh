@@ -16,7 +16,8 @@
 #    (test/scripts/docs-check.sh, each check first proven on a planted
 #    tree): no file points into the shared directory beside the clone; no
 #    commit hash, load average, run date or work-period word in README.md,
-#    test/README.md or docs/ outside docs/results/.
+#    test/README.md or docs/ outside docs/results/; every relative link of
+#    the tree's Markdown files names a file that exists.
 # Warm: about 7 s on 2 cores (the lane check about 5 s of it, mostly waits;
 # the docs check under 1 s).
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two checks of the tree that keep the repository a reference that stands
+# Three checks of the tree that keep the repository a reference that stands
 # alone, each first proven on a planted tree:
 #   - pointers: no file of the tree (tracked, or untracked and not ignored)
 #     points into the "shared" directory beside the clone (dot-dot-slash
@@ -13,11 +13,16 @@
 #     of a run, no engineer, sprint, teammate, team member, worktree, work
 #     period, "stop 11", "this stop", "the lead", "this session", "the
 #     session's", "device time". History goes to CHANGELOG.md and
-#     docs/results/.
+#     docs/results/;
+#   - links: every relative Markdown link of every *.md file of the tree
+#     ("[text](path)", "![image](path)", an anchor after "#" ignored)
+#     names a file or directory that exists, relative to the file's own
+#     directory (web addresses and in-page anchors are not checked).
 # The self-test plants each kind of violation once, beside near misses that
 # must pass (the team-a namespace, "sessions per replica", "direct load
 # 0.89", a UUID, a 0x constant, a dated results folder's name, a results
-# README with a hash), and wants exactly the planted lines: a check that
+# README with a hash; links to a page, a page's anchor, an in-page anchor
+# and a web address), and wants exactly the planted lines: a check that
 # finds nothing, or too much, fails.
 # Prints "docs-check: ok: ..." / "docs-check: FAILED: ..." per check with the
 # offending lines, and exits non-zero if one failed. Under 1 s.
@@ -80,6 +85,23 @@ history_words() {
   return 0
 }
 
+# Prints "FILE:LINE:TARGET" for each relative link of the named Markdown
+# files (paths relative to the current directory) whose target does not
+# exist.
+broken_links() {
+  [ $# -gt 0 ] || return 0
+  local f dir line target
+  while IFS=: read -r f line target; do
+    case "$target" in
+      '#'* | *://* | mailto:*) continue ;;
+    esac
+    dir=.
+    case "$f" in */*) dir=${f%/*} ;; esac
+    [ -e "$dir/${target%%#*}" ] || echo "$f:$line:$target"
+  done < <(grep -noHP '\]\(\K[^)\s]+(?=\))' -- "$@" 2>/dev/null)
+  return 0
+}
+
 # Self-test on a planted tree.
 planted=$(mktemp -d /tmp/cxlkv-docs-check.XXXXXX)
 trap 'rm -rf "$planted"' EXIT
@@ -109,6 +131,11 @@ echo "Measured at a load average of 9." >"$planted/bench/x/notes.txt"
 echo "Rerun at a26b6be, load average 3." >"$planted/CHANGELOG.md"
 echo "see ${outside_dir}/reference/x.md" >"$planted/docs/clean2.md"
 printf 'int x;  // from %s/tools\n' "$outside_dir" >"$planted/src/a.cc"
+cat >"$planted/docs/links.md" <<'TXT'
+See [the clean page](clean.md), [its part](clean.md#part), [a page](#here) and
+[the web](https://example.com/x.md); [gone](missing.md) and ![a plot](results/plot.png).
+TXT
+printf 'Up: [readme](../../README.md), [no](../../nope/x.md#a)\n' >"$planted/docs/sub/links.md"
 echo "ok" >"$planted/src/b.cc"
 (
   cd "$planted" || exit 1
@@ -116,6 +143,8 @@ echo "ok" >"$planted/src/b.cc"
   mapfile -t docs < <(reference_docs "${all[@]}")
   history_words "${docs[@]}" | cut -d: -f1,2 >history.out
   outside_pointers "${all[@]}" | cut -d: -f1,2 | sort >pointers.out
+  mapfile -t md < <(printf '%s\n' "${all[@]}" | grep '\.md$')
+  broken_links "${md[@]}" | sort >links.out
 )
 want_history="README.md:1 README.md:2 README.md:3 README.md:4 README.md:5 README.md:6 README.md:7"
 want_history+=" bench/x/README.md:1 docs/sub/deep.md:1 test/README.md:1"
@@ -130,6 +159,14 @@ if [ "$got" = "docs/clean2.md:1 src/a.cc:1" ]; then
   ok "pointer check finds exactly the planted lines"
 else
   bad "pointer check on the planted tree: want 'docs/clean2.md:1 src/a.cc:1', found '$got'"
+fi
+
+got=$(tr '\n' ' ' <"$planted/links.out" | sed 's/ $//')
+want_links="docs/links.md:2:missing.md docs/links.md:2:results/plot.png docs/sub/links.md:1:../../nope/x.md#a"
+if [ "$got" = "$want_links" ]; then
+  ok "link check finds exactly the planted broken links"
+else
+  bad "link check on the planted tree: want '$want_links', found '$got'"
 fi
 
 # The tree itself.
@@ -157,5 +194,14 @@ else
       "run history to CHANGELOG.md or docs/results/; say what the software does, not who" \
       "or when):"
   echo "$history"
+fi
+mapfile -t md < <(printf '%s\n' "${files[@]}" | grep '\.md$')
+links=$(broken_links "${md[@]}")
+if [ -z "$links" ]; then
+  ok "every relative link of the Markdown files resolves (${#md[@]} files)"
+else
+  bad "relative links that name no file of the tree (FILE:LINE:TARGET; fix the path," \
+      "relative to the file's own directory):"
+  echo "$links"
 fi
 [ "$failed" -eq 0 ]
