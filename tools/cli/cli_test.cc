@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -182,6 +184,10 @@ TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
   Result r = Cxlkv("inspect --region /dev/shm/cxlkv-test/does-not-exist");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("does-not-exist"), std::string::npos) << r.out;
+  // It says how to go on: no command but format creates a region.
+  EXPECT_NE(r.out.find("cxlkv format --region /dev/shm/cxlkv-test/does-not-exist"),
+            std::string::npos)
+      << r.out;
   r = Cxlkv("format --region " + Region("sz") + " --region-size 12parsecs --slot-size 4KiB");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("unknown suffix"), std::string::npos) << r.out;
@@ -189,6 +195,45 @@ TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("--region"), std::string::npos) << r.out;
   EXPECT_EQ(Cxlkv("no-such-command").rc, 2);
+}
+
+// A scrub that finds a damaged slot fails and says how to drop it; once
+// dropped, the next scrub passes.
+TEST(CliTest, VerifyNamesTheDropForADamagedSlot) {
+  const std::string region = Region("scrub");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 8MiB --slot-size 64KiB").rc, 0);
+  const std::string d(65536, 'q');
+  {
+    cxlkv::RegionOptions o;
+    o.create_if_missing = false;
+    o.prefault = cxlkv::Prefault::kNone;
+    std::unique_ptr<cxlkv::Region> reg;
+    ASSERT_TRUE(cxlkv::Region::Open(region, o, &reg).ok());
+    cxlkv::NamespaceId ns;
+    ASSERT_TRUE(reg->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &ns).ok());
+    ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(7), d.data(), d.size()).ok());
+  }
+  {  // one byte of the payload flipped, found by its pattern in the data area
+    std::fstream f(region, std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t at = bytes.find(d.substr(0, 4096));
+    ASSERT_NE(at, std::string::npos);
+    f.seekp(static_cast<std::streamoff>(at + 100));
+    f.put('r');
+  }
+  Result r = Cxlkv("verify --region " + region);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("1 CRC failures, 0 dropped"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("cxlkv verify --region " + region + " --drop"), std::string::npos) << r.err;
+  r = Cxlkv("verify --region " + region + " --drop");
+  EXPECT_EQ(r.rc, 1) << r.out;  // the scrub found damage, and reports it
+  EXPECT_NE(r.out.find("1 CRC failures, 1 dropped"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("--drop"), std::string::npos) << r.err;
+  r = Cxlkv("verify --region " + region);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("verified 0 of 0 ready slots"), std::string::npos) << r.out;
+  ::unlink(region.c_str());
 }
 
 TEST(CliTest, ForceFormatIsRefusedWhileTheRegionIsInUse) {

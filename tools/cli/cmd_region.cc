@@ -184,6 +184,17 @@ int Verify(const RegionFlags& f, const TimingFlags& timing, bool drop, bool as_j
         (unsigned long long)rep.crc_failures, (unsigned long long)rep.dropped,
         (unsigned long long)rep.skipped_changed);
   }
+  if (rep.crc_failures > rep.dropped) {
+    // The damaged slots stay until a load or this scrub drops them: a load
+    // that verifies refuses their bytes, one that does not would serve them.
+    const bool software = r->info().config.coherence == CoherenceMode::kSoftware;
+    std::fprintf(stderr,
+                 "cxlkv verify: %llu slot(s) failed their CRC check and are still in the region "
+                 "(loads that verify refuse them); drop them with: cxlkv verify --region %s "
+                 "--drop%s\n",
+                 (unsigned long long)(rep.crc_failures - rep.dropped), f.region.c_str(),
+                 software ? " --partition P (each partition's holder drops its own)" : "");
+  }
   return rep.crc_failures == 0 ? kExitOk : kExitFailed;
 }
 

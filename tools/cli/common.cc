@@ -160,13 +160,28 @@ void TimingFlags::Apply(RegionOptions* o) const {
   if (liveness_timeout_ms != 0) o->liveness_timeout_ns = liveness_timeout_ms * 1'000'000;
 }
 
+namespace {
+
+// A region that is missing or was never formatted: the engine's NotFound says
+// which; the command adds how to go on, since none of these commands creates
+// a region.
+Status WithHowToCreate(const RegionFlags& f, Status s) {
+  if (!s.IsNotFound()) return s;
+  return Status::NotFound(s.message() +
+                          " (check --region and $CXL_DAX_DEVICE; to create one: cxlkv format "
+                          "--region " +
+                          f.region + " --region-size SIZE --slot-size SIZE)");
+}
+
+}  // namespace
+
 Status OpenObserver(const RegionFlags& f, std::unique_ptr<Region>* out) {
   RegionOptions o;
   CXLKV_RETURN_IF_ERROR(f.ToOptions(&o));
   o.create_if_missing = false;
   o.register_participant = false;
   o.format_stall_ns = 500'000'000;
-  return Region::Open(f.region, o, out);
+  return WithHowToCreate(f, Region::Open(f.region, o, out));
 }
 
 Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
@@ -183,7 +198,7 @@ Status OpenParticipant(const RegionFlags& f, const TimingFlags& timing,
         "docs/coherence.md)");
   }
   if (o.config.coherence == CoherenceMode::kSoftware) CXLKV_RETURN_IF_ERROR(HoldPartitionLock());
-  return Region::Open(f.region, o, out);
+  return WithHowToCreate(f, Region::Open(f.region, o, out));
 }
 
 Status HoldPartitionLock() {
