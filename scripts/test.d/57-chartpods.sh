@@ -13,8 +13,8 @@
 # Then:
 #   - the controller pod's probes: /healthz and /readyz answer on its pod
 #     IP; its owner Lease taken by another holder makes /readyz 503 and the
-#     kubelet's readiness probe marks the pod unready, Ready again once that
-#     record expires (about 25 s);
+#     kubelet's readiness probe marks the pod unready, Ready again once the
+#     test lets that record expire (about 12 s);
 #   - the DRA scenario 1 through the chart's DeviceClass: one 2 GiB claim,
 #     two replay pods on two nodes, blocks stored by one loaded by the other,
 #     the region freed and the finalizer gone after delete;

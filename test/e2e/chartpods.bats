@@ -209,17 +209,30 @@ readyz() { curl -s "http://$(ctl_ip):$CTL_PORT/readyz"; }
 
 # Another holder takes the controller's owner Lease (as a second replica of
 # the same name would): /readyz turns 503 and the kubelet's readiness probe
-# marks the pod unready; once that record expires (15 s, its own duration)
-# the controller renews its Lease again and is Ready again.
+# marks the pod unready; once that record expires the controller renews its
+# Lease again and is Ready again. The foreign record lasts until the next
+# step expires it (its duration 1 s from a new renewTime: the controller
+# judges a record by how long it has seen it unchanged), not for a fixed
+# time the probes had to beat: a 15 s record could expire before a loaded
+# node's probes marked the pod unready, and Ready False was never seen.
+owner_lease() {
+  kubectl get leases -n "$NS" -o json | jq -r '.items[] | select((.metadata.name | contains("-owner-"))
+    and (.spec.holderIdentity == "cxlkv-controller" or .spec.holderIdentity == "intruder")) | .metadata.name' | head -1
+}
+# intrude <lease> <seconds>: the Lease held by "intruder", renewed now, for that long.
+intrude() {
+  local now
+  now=$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)
+  kubectl patch lease "$1" -n "$NS" --type=merge -p "{\"spec\": {\"holderIdentity\": \"intruder\",
+    \"leaseDurationSeconds\": $2, \"renewTime\": \"$now\", \"acquireTime\": \"$now\"}}" >/dev/null
+}
+
 # bats test_tags=controller-probes
 @test "controller probes: its owner Lease taken by another holder: /readyz 503, the pod Ready False" {
-  local lease now
-  lease=$(kubectl get leases -n "$NS" -o json | jq -r '.items[] | select((.metadata.name | contains("-owner-"))
-    and .spec.holderIdentity == "cxlkv-controller") | .metadata.name' | head -1)
+  local lease
+  lease=$(owner_lease)
   [ -n "$lease" ] || fail "no owner Lease of cxlkv-controller in $NS"
-  now=$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)
-  kubectl patch lease "$lease" -n "$NS" --type=merge -p "{\"spec\": {\"holderIdentity\": \"intruder\",
-    \"leaseDurationSeconds\": 15, \"renewTime\": \"$now\", \"acquireTime\": \"$now\"}}" >/dev/null
+  intrude "$lease" 3600
   wait_until 30 is_ctl_ready False ||
     fail "controller still Ready $(ctl_ready) with its owner Lease held by another (/readyz $(readyz))"
   note "/readyz: $(readyz)"
@@ -227,7 +240,14 @@ readyz() { curl -s "http://$(ctl_ip):$CTL_PORT/readyz"; }
 
 # bats test_tags=controller-probes
 @test "controller probes: the foreign record expired: the controller renews its Lease, Ready True again" {
+  local lease
+  lease=$(owner_lease)
+  [ -n "$lease" ] || fail "no owner Lease of cxlkv-controller in $NS"
+  [ "$(kubectl get lease "$lease" -n "$NS" -o jsonpath='{.spec.holderIdentity}')" != intruder ] ||
+    intrude "$lease" 1
   wait_until 60 is_ctl_ready True || fail "controller not Ready again: $(ctl_ready), /readyz $(readyz)"
+  assert_eq "$(kubectl get lease "$lease" -n "$NS" -o jsonpath='{.spec.holderIdentity}')" cxlkv-controller \
+    "the owner Lease's holder"
 }
 
 # ---- scenario 1 through the chart's DeviceClass ----------------------------------
