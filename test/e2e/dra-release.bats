@@ -55,8 +55,12 @@ reserved() { cj "$1" '[.status.reservedFor[]?.name] | sort | join(" ")'; }
     fail "could not set the unassign delay"
   n_add0=$(rel_adds race fake-node-1)
   kubectl delete pod ra-1 --wait=false >/dev/null
-  # The release is on its way once hostd on fake-node-1 asked the manager.
-  sleep 2
+  # The release is on its way once hostd on fake-node-1 asked the manager:
+  # the delayed PATCH has taken the fault rule (its count down to 0). Waited
+  # for, not slept for: a loaded node's unprepare can take longer than a
+  # fixed 2 s, and ra-2 would then come before the release, not during it.
+  release_on_its_way() { [ "$(curl -s "$F/cxlkv/v1/faults" | jq '.rules[0].count')" = 0 ]; }
+  wait_until 30 release_on_its_way || fail "fake-node-1's release never reached the fabric manager"
   pod_yaml ra-2 race fake-node-1 sh -c 'head -c 18 "$CXL_DAX_DEVICE"; echo; exec sleep 600' | kubectl apply -f - >/dev/null
   t0=$SECONDS
   reserved_2() { [ "$(reserved race)" = "ra-0 ra-2" ]; }
