@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "host:port for /metrics, /healthz and /readyz (\"\" = off)")
       ->envname("CXLKV_DRA_METRICS_LISTEN");
-  app.add_option("--kubeconfig", kubeconfig, "kubeconfig (default: in-cluster)")
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig file (default: in a pod, its service account; else $KUBECONFIG, "
+                 "else ~/.kube/config)")
       ->envname("KUBECONFIG");
   app.add_option("--log-level", log_level)->envname("CXLKV_LOG_LEVEL");
   CLI11_PARSE(app, argc, argv);
@@ -108,7 +110,10 @@ int main(int argc, char** argv) {
   copt.user_agent = "cxlkv-dra-controller/" + opt.identity;
   if (ks.ok()) ks = cxlkv::kube::Client::New(kcfg, copt, &kube);
   if (!ks.ok()) {
-    std::fprintf(stderr, "cxlkv-dra-controller: kube: %s\n", ks.ToString().c_str());
+    // Outside a pod the default is a kubeconfig file: say how to name one.
+    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr;
+    std::fprintf(stderr, "cxlkv-dra-controller: kube: %s%s\n", ks.ToString().c_str(),
+                 outside ? " (outside a pod: pass --kubeconfig FILE or set KUBECONFIG)" : "");
     return 1;
   }
   std::unique_ptr<cxlkv::fabric::FabricClient> fabric;

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/metrics.h"
@@ -55,7 +56,9 @@ int main(int argc, char** argv) {
       ->envname("CXLKV_DRA_RELEASE_RETRY_MS");
   app.add_option("--cdi-dir", sopt.cdi_dir, "where hostd writes CDI specs (checked on prepare)")
       ->envname("CXLKV_CDI_DIR");
-  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: in-cluster)")
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig file (default: in a pod, its service account; else $KUBECONFIG, "
+                 "else ~/.kube/config)")
       ->envname("KUBECONFIG");
   app.add_option("--health-interval-ms", health_interval_ms, "device health check period")
       ->envname("CXLKV_DRA_HEALTH_INTERVAL_MS");
@@ -87,7 +90,10 @@ int main(int argc, char** argv) {
   cxlkv::kube::Status ks = kubeconfig.empty() ? cxlkv::kube::LoadDefault(&kcfg)
                                               : cxlkv::kube::LoadKubeconfig(kubeconfig, &kcfg);
   if (!ks.ok()) {
-    std::fprintf(stderr, "cxlkv-dra-kubeletplugin: kube config: %s\n", ks.ToString().c_str());
+    // Outside a pod the default is a kubeconfig file: say how to name one.
+    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr;
+    std::fprintf(stderr, "cxlkv-dra-kubeletplugin: kube config: %s%s\n", ks.ToString().c_str(),
+                 outside ? " (outside a pod: pass --kubeconfig FILE or set KUBECONFIG)" : "");
     return 1;
   }
   cxlkv::kube::ClientOptions kopt;
