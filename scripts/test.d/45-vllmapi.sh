@@ -14,8 +14,10 @@
 # hooks).
 # First run: the venv (scripts/vllm-venv.sh, shared with the vllm stage), the
 # nine trees (about 4 s each to fetch here) and the binding (about 3 min).
-# Warm: about 450 s on 2 shared cores (each release's interpreter imports its
-# vLLM and torch afresh, about 10 s of CPU; two releases run at a time).
+# Warm: about 50 s on 2 quiet cores (each release's interpreter imports its
+# vLLM and torch afresh, about 10 s of CPU; two releases run at a time), the
+# README's figure from the latest measured run in CHANGELOG.md; up to about
+# 450 s on 2 cores busy with other builds.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
 source "$(dirname "$0")/../lib/vllm-site.sh"
