@@ -149,6 +149,7 @@ TEST(CliTest, FormatInspectStatsVerifyWipeThroughTheCommand) {
   EXPECT_NE(r.out.find("slot_size mismatch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("131072"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;  // and how to go on
   // Store a block through the library, then look at it with the command.
   {
     cxlkv::RegionOptions o;

@@ -92,6 +92,13 @@ int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_
   }
   std::unique_ptr<Region> r;
   s = Region::Open(f.region, o, &r);
+  if (s.IsInvalidArgument() &&
+      s.message().find(" mismatch: the region has ") != std::string::npos) {
+    // format over a region formatted otherwise only checks it; say both ways on.
+    s = Status::InvalidArgument(s.message() +
+                                " (the region is already formatted: give its values, or reformat "
+                                "it with --force, which drops its blocks)");
+  }
   if (!s.ok()) return Fail("format", s);
   if (as_json) {
     std::printf("%s\n",
