@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -403,6 +404,34 @@ TEST(PauseTest, APausedChildIsInAProcessGroupOfItsOwnInTheTestsSession) {
   EXPECT_EQ(::getsid(z), ::getsid(0));
   ::kill(z, SIGCONT);
   EXPECT_EQ(Reap(z), 0);
+}
+
+// Out of the runner's group a child no longer dies of a ^C or a kill of
+// the group: it dies with the process that spawned it (test::Spawn), so a
+// killed test leaves no paused or looping child behind.
+TEST(PauseTest, ASpawnedChildDiesWithTheProcessThatSpawnedIt) {
+  auto* grandchild = SharedAnon<std::atomic<pid_t>>();
+  pid_t c = Spawn([&] {
+    grandchild->store(Spawn([] {
+      ::pause();
+      return 0;
+    }));
+    ::pause();
+    return 0;
+  });
+  ASSERT_TRUE(WaitFor([&] { return grandchild->load() > 0; }));
+  const pid_t g = grandchild->load();
+  ::kill(c, SIGKILL);
+  EXPECT_EQ(Reap(c), 128 + SIGKILL);
+  // Gone, or a zombie its new parent has not reaped yet.
+  auto dead = [g] {
+    std::ifstream stat("/proc/" + std::to_string(g) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const size_t paren = line.rfind(')');
+    return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+  };
+  EXPECT_TRUE(WaitFor(dead)) << "grandchild " << g << " outlived its parent";
 }
 
 }  // namespace

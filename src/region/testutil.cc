@@ -2,7 +2,9 @@
 #include "testutil.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,9 +66,15 @@ void FillPattern(uint64_t id, void* dst, size_t n) {
 
 pid_t Spawn(const std::function<int()>& fn) {
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);  // see the header: never a stopped job of the runner's group
+    // Out of the runner's group, ^C and a kill of the group no longer reach
+    // the child: it dies with the process that spawned it instead (one that
+    // died before this line is seen as a new parent).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     int rc = 1;
     try {
       rc = fn();

@@ -47,7 +47,10 @@ void FillPattern(uint64_t id, void* dst, size_t n);
 // processes SIGHUP and SIGCONT when it has a stopped one, which killed a
 // paused child (exit 128 + SIGHUP) or resumed it before the test let it. A
 // group whose one process's parent (the test) is in another group of the
-// session is never orphaned while the test runs.
+// session is never orphaned while the test runs. Out of that group the
+// child would miss a ^C or a kill of the group, so it gets SIGKILL when the
+// process that spawned it dies (PR_SET_PDEATHSIG; Spawn from the test's
+// main thread: the signal follows the spawning thread's exit).
 pid_t Spawn(const std::function<int()>& fn);
 // Waits for pid; returns its exit status (or 128+signal).
 int Reap(pid_t pid);
