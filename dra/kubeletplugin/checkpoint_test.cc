@@ -23,32 +23,8 @@ uint32_t Crc32(const std::string& s) {
       ::crc32(0L, reinterpret_cast<const Bytef*>(s.data()), static_cast<uInt>(s.size())));
 }
 
-void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
-  EXPECT_EQ(x.version, y.version);
-  EXPECT_EQ(x.boot_id, y.boot_id);
-  EXPECT_EQ(x.node_name, y.node_name);
-  EXPECT_EQ(x.pending_releases, y.pending_releases);
-  EXPECT_EQ(x.release_epochs, y.release_epochs);
-  ASSERT_EQ(x.claims.size(), y.claims.size());
-  for (const auto& [uid, a] : x.claims) {
-    const ClaimEntry& b = y.claims.at(uid);
-    EXPECT_EQ(a.uid, b.uid);
-    EXPECT_EQ(a.ns, b.ns);
-    EXPECT_EQ(a.name, b.name);
-    EXPECT_EQ(a.memory_id, b.memory_id);
-    EXPECT_EQ(a.state, b.state);
-    EXPECT_EQ(a.updated_unix, b.updated_unix);
-    EXPECT_EQ(a.assign_epoch, b.assign_epoch);
-    ASSERT_EQ(a.devices.size(), b.devices.size());
-    for (size_t i = 0; i < a.devices.size(); ++i) {
-      EXPECT_EQ(a.devices[i].request_names, b.devices[i].request_names);
-      EXPECT_EQ(a.devices[i].pool_name, b.devices[i].pool_name);
-      EXPECT_EQ(a.devices[i].device_name, b.devices[i].device_name);
-      EXPECT_EQ(a.devices[i].share_id, b.devices[i].share_id);
-      EXPECT_EQ(a.devices[i].cdi_device_ids, b.devices[i].cdi_device_ids);
-    }
-  }
-}
+// Field by field (defined below the fixture).
+void ExpectEqual(const Checkpoint& x, const Checkpoint& y);
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -88,6 +64,33 @@ class CheckpointTest : public ::testing::Test {
   }
   std::string dir_, path_;
 };
+
+void ExpectEqual(const Checkpoint& x, const Checkpoint& y) {
+  EXPECT_EQ(x.version, y.version);
+  EXPECT_EQ(x.boot_id, y.boot_id);
+  EXPECT_EQ(x.node_name, y.node_name);
+  EXPECT_EQ(x.pending_releases, y.pending_releases);
+  EXPECT_EQ(x.release_epochs, y.release_epochs);
+  ASSERT_EQ(x.claims.size(), y.claims.size());
+  for (const auto& [uid, a] : x.claims) {
+    const ClaimEntry& b = y.claims.at(uid);
+    EXPECT_EQ(a.uid, b.uid);
+    EXPECT_EQ(a.ns, b.ns);
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.memory_id, b.memory_id);
+    EXPECT_EQ(a.state, b.state);
+    EXPECT_EQ(a.updated_unix, b.updated_unix);
+    EXPECT_EQ(a.assign_epoch, b.assign_epoch);
+    ASSERT_EQ(a.devices.size(), b.devices.size());
+    for (size_t i = 0; i < a.devices.size(); ++i) {
+      EXPECT_EQ(a.devices[i].request_names, b.devices[i].request_names);
+      EXPECT_EQ(a.devices[i].pool_name, b.devices[i].pool_name);
+      EXPECT_EQ(a.devices[i].device_name, b.devices[i].device_name);
+      EXPECT_EQ(a.devices[i].share_id, b.devices[i].share_id);
+      EXPECT_EQ(a.devices[i].cdi_device_ids, b.devices[i].cdi_device_ids);
+    }
+  }
+}
 
 TEST_F(CheckpointTest, RoundTripsThroughTheFile) {
   Checkpoint cp = Sample();
