@@ -227,6 +227,7 @@ PYBIND11_MODULE(_cxlkv, m) {
       .def_readonly("slot_size", &RegionInfo::slot_size)
       .def_readonly("slot_stride", &RegionInfo::slot_stride)
       .def_readonly("num_slots", &RegionInfo::num_slots)
+      .def_readonly("num_entries", &RegionInfo::num_entries)
       .def_readonly("num_sets", &RegionInfo::num_sets)
       .def_readonly("ways", &RegionInfo::ways)
       .def_readonly("data_offset", &RegionInfo::data_offset)
@@ -404,7 +405,7 @@ PYBIND11_MODULE(_cxlkv, m) {
         py::arg("path"), py::kw_only(), py::arg("offset") = 0, py::arg("size") = 0,
         py::arg("liveness_timeout_ns") = LifecycleOptions{}.liveness_timeout_ns);
   }
-  // ScanSlots: one (slot, state name, generation, owner, ns, len, key, depth)
+  // ScanSlots: one (slot, state name, generation, owner, ns, len, key, depth, data)
   // tuple per slot of [first, first + count); the fields are untrusted region
   // bytes.
   m.def(
@@ -415,7 +416,7 @@ PYBIND11_MODULE(_cxlkv, m) {
         py::list out;
         for (const SlotView& v : views)
           out.append(py::make_tuple(v.slot, SlotStateName(v.state), v.generation, v.owner, v.ns,
-                                    v.len, v.key, v.depth));
+                                    v.len, v.key, v.depth, v.data));
         return out;
       },
       py::arg("region"), py::arg("first"), py::arg("count"));

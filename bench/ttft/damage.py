@@ -3,10 +3,11 @@ store and load by a writer outside every engine, as another tenant or a bug
 with access to the memory would, and what each tier then did with them.
 
 Where the stored KV is reachable from outside:
-- T4 (cxlkv): the region file. A slot's payload is bytes [0, len) at
-  data_offset + slot x slot_stride (docs/region_format.md); the slots that a
-  request stored are the READY (slot, generation) pairs that appeared
-  (cxlkv.scan_slots on an observer that maps the region).
+- T4 (cxlkv): the region file. A block's payload is bytes [0, len) at
+  data_offset + data x slot_stride, `data` being the data slot its directory
+  entry names (docs/region_format.md); the blocks that a request stored are
+  the READY (entry, generation) pairs that appeared (cxlkv.scan_slots on an
+  observer that maps the region).
 - T5 (LMCache, L1 in DRAM): the L1 pool, LMCache's POSIX shared-memory
   segment /dev/shm/lmcache_l1_pool_<server pid> (lmcache_tier.py).
 - T6 (LMCache, devdax L1): the file given to --l1-devdax-path.
@@ -83,19 +84,22 @@ class RegionSlots:
         self.info = observer.info()
 
     def ready(self):
-        rows = self.native.scan_slots(self.region, 0, self.info.num_slots)
-        return {(slot, gen): length for slot, state, gen, _owner, _ns, length, _key, _depth in rows
+        rows = self.native.scan_slots(self.region, 0, self.info.num_entries)
+        return {(slot, gen): (length, data)
+                for slot, state, gen, _owner, _ns, length, _key, _depth, data in rows
                 if state == "ready"}
 
     def ranges(self, before, after):
         """Payload ranges [(file offset, len)] of slots READY now and not before."""
         out = []
-        for (slot, gen), length in sorted(after.items()):
+        for (slot, gen), (length, data) in sorted(after.items()):
             if (slot, gen) in before:
                 continue
             if length <= 0 or length > self.info.slot_size:  # region bytes are untrusted
                 continue
-            out.append((self.info.offset + self.info.data_offset + slot * self.info.slot_stride,
+            if data >= self.info.num_slots:
+                continue
+            out.append((self.info.offset + self.info.data_offset + data * self.info.slot_stride,
                         length))
         return out
 

@@ -74,6 +74,10 @@ struct SlotView {
   // generation, or coherence=software (which keeps depths in the holder's
   // process memory).
   uint32_t depth = 0;
+  // The data slot holding the entry's block (layout 5: the entry's recorded
+  // index, untrusted; layout 4: `slot` itself). Its bytes are at
+  // data_offset + data x slot_stride.
+  uint64_t data = 0;
 };
 
 struct Occupancy {
@@ -81,12 +85,13 @@ struct Occupancy {
   uint64_t ready_bytes = 0;  // sum of `len` over READY slots
 };
 
-// Counts slots by state, one load per slot (a region in use moves under the
-// scan: the counts are not one instant's).
+// Counts directory entries by state, one load per entry (a region in use
+// moves under the scan: the counts are not one instant's); `free` is the
+// data slots no entry holds (num_slots minus the others).
 Occupancy ScanOccupancy(const Region& region);
 
-// Fills *out with slots [first, first + count), clipped to the region.
-// kInvalidArgument if first >= num_slots.
+// Fills *out with directory entries [first, first + count), clipped to the
+// region. kInvalidArgument if first >= num_entries.
 Status ScanSlots(const Region& region, uint64_t first, uint64_t count, std::vector<SlotView>* out);
 
 // kIOError if this process's mapping of the region was lost to a SIGBUS

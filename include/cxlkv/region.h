@@ -51,11 +51,12 @@ struct RegionInfo {
   uint64_t offset = 0;  // bytes into the file/device
   uint64_t size = 0;    // bytes of the region
   uint32_t layout_version = 0;
-  uint64_t slot_size = 0;    // payload bytes per slot
-  uint64_t slot_stride = 0;  // bytes between slot starts (>= slot_size)
-  uint64_t num_slots = 0;
-  uint64_t num_sets = 0;      // directory sets (each key may live in 2)
-  uint32_t ways = 0;          // slots per set
+  uint64_t slot_size = 0;     // payload bytes per slot
+  uint64_t slot_stride = 0;   // bytes between slot starts (>= slot_size)
+  uint64_t num_slots = 0;     // data slots: how many blocks the region holds
+  uint64_t num_entries = 0;   // directory entries (layout 5: 2 x num_slots; 4: num_slots)
+  uint64_t num_sets = 0;      // directory sets of `ways` entries (each key may live in 2)
+  uint32_t ways = 0;          // entries per set
   uint64_t data_offset = 0;   // region-relative offset of slot 0's bytes
   RegionConfig config;        // as recorded in the region
   uint64_t format_epoch = 0;  // random id of this format of the region
@@ -126,6 +127,7 @@ class WriteLease {
   size_t len_ = 0;
   uint64_t slot_ = 0;
   uint64_t state_word_ = 0;  // the WRITING word we installed
+  uint64_t data_word_ = 0;   // layout 5: our data slot's MOVING word
   BlockKey key_;             // what the commit binds the CRC to
   NamespaceId ns_ = 0;
 };

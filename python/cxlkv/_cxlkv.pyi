@@ -83,7 +83,8 @@ class RegionInfo:
     layout_version: int
     slot_size: int
     slot_stride: int
-    num_slots: int
+    num_slots: int  # data slots: blocks the region holds
+    num_entries: int  # directory entries (layout 5: 2 x num_slots), what scan_slots walks
     num_sets: int
     ways: int
     data_offset: int
@@ -143,13 +144,15 @@ def crc32c_combine(crc_a: int, crc_b: int, len_b: int) -> int: ...
 
 # include/cxlkv/lifecycle.h
 def scan_slots(region: Region, first: int, count: int
-               ) -> list[tuple[int, str, int, int, int, int, BlockKey, int]]:
-    """(slot, state, generation, owner, ns, len, key, depth) of slots
-    [first, first+count), clipped to the region; state is
+               ) -> list[tuple[int, str, int, int, int, int, BlockKey, int, int]]:
+    """(slot, state, generation, owner, ns, len, key, depth, data) of
+    directory entries [first, first+count), clipped to the region; data is
+    the data slot holding the entry's block (its bytes at data_offset +
+    data x slot_stride); state is
     free|writing|ready|evicting|invalid; depth is the chunk's depth in its
     prefix chain as its writer told it (0: not told, or coherence=software).
     The other fields are region bytes read as they are (untrusted).
-    InvalidArgumentError if first >= num_slots."""
+    InvalidArgumentError if first >= num_entries."""
     ...
 def check_attached(path: str, *, offset: int = 0, size: int = 0,
                    liveness_timeout_ns: int = 5_000_000_000) -> dict: ...

@@ -41,7 +41,7 @@ class RegionBindingTest(unittest.TestCase):
                              cxlkv.StoreOutcome.STORED)
         self.assertEqual(self.region.lookup_prefix(self.ns, [cxlkv.as_key(100 + d) for d in range(4)]), 4)
         w = _cxlkv.begin_write(self.region, self.ns, cxlkv.as_key(300), 64, depth=9)
-        slots = _cxlkv.scan_slots(self.region, 0, self.region.info().num_slots)
+        slots = _cxlkv.scan_slots(self.region, 0, self.region.info().num_entries)
         depth = {(v[6].hi, v[6].lo): v[7] for v in slots if v[1] in ("ready", "writing")}
         self.assertEqual([depth[(k.hi, k.lo)] for k in cxlkv.as_keys([100, 101, 102, 103, 300])],
                          [0, 1, 2, 3, 9])

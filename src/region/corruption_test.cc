@@ -92,13 +92,35 @@ TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
   ScratchRegion sr("ver");
   Populate(sr.path());
   RawRegion raw(sr.path());
-  raw.sb()->layout_version = 5;  // 4 is coherence=software's, 3 refused (software_test.cc)
+  // 5 is coherence=hardware's, 4 coherence=software's; 2 and 3 refused
+  // (below, and software_test.cc).
+  raw.sb()->layout_version = 7;
   std::unique_ptr<Region> r;
   Status s = Region::Open(sr.path(), Attach(), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  EXPECT_NE(s.message().find("layout version 7"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("layout version 5"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 2"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
+}
+
+// A version 2 region (a key's block in one of its 32 ways, before the index
+// named its data slot) is refused at attach, saying how to go on.
+TEST(CorruptionTest, Version2RegionIsRefusedNamingFormatForce) {
+  ScratchRegion sr("ver2");
+  Populate(sr.path());
+  {
+    RawRegion raw(sr.path());
+    raw.sb()->layout_version = 2;
+  }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), Attach(), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  EXPECT_NE(s.message().find("layout version 2"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("reads layout version 5"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("cxlkv format --force"), std::string::npos) << s.ToString();
+  // Allowed to create, it still never formats over the old region.
+  s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
 }
 
 // A version 1 region (slot CRCs over the payload only) is refused, not read.
@@ -113,7 +135,7 @@ TEST(CorruptionTest, Version1RegionIsRefusedNamingBothVersions) {
   Status s = Region::Open(sr.path(), Attach(), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
   EXPECT_NE(s.message().find("layout version 1"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("this build reads layout version 2"), std::string::npos)
+  EXPECT_NE(s.message().find("this build reads layout version 5"), std::string::npos)
       << s.ToString();
   // Allowed to create, it still never formats over the old region.
   s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);
@@ -181,7 +203,7 @@ TEST(CorruptionTest, DamagedDataByteIsACrcMissNeverData) {
   NamespaceId ns;
   ASSERT_TRUE(r->RegisterNamespace(kNs, &ns).ok());
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
-  impl->SlotData(impl->FindReadySlot(ns, BlockKey::FromId(17)))[kSlot - 1] ^= 0x80;
+  impl->EntryData(impl->FindReadySlot(ns, BlockKey::FromId(17)))[kSlot - 1] ^= 0x80;
   std::vector<uint8_t> buf(kSlot);
   Status s = r->Load(ns, BlockKey::FromId(17), buf.data(), buf.size());
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();

@@ -36,8 +36,9 @@ using test::TestOptions;
 using test::WaitFor;
 
 constexpr uint64_t kSlot = 4096;
-// One directory set of four ways: every key's candidate set is the same, so
-// a key moved to another way by damage is found there.
+// Four data slots, two index sets of four entries, and keys whose two
+// candidate sets are both of them (Populate): a key moved to another entry
+// by damage is found there.
 constexpr uint64_t kTiny = 108 << 10;
 constexpr int kBlocks = 4;
 const NamespaceDesc kNsA{"model-a", "bf16", "NHD", 0, 0};
@@ -67,7 +68,10 @@ class Raw {
     return reinterpret_cast<std::atomic<uint64_t>*>(map_->base() +
                                                     sb_->pins_off)[s * sb_->pin_words];
   }
-  uint8_t* data(uint64_t s) { return map_->base() + sb_->data_off + s * sb_->slot_stride; }
+  // The bytes entry `s` names (layout 5: its data slot index).
+  uint8_t* data(uint64_t s) {
+    return map_->base() + sb_->data_off + uint64_t{meta(s).data.load()} * sb_->slot_stride;
+  }
   uint64_t num_slots() const { return sb_->num_slots; }
 
  private:
@@ -99,9 +103,23 @@ Stored Populate(const std::string& path) {
   EXPECT_TRUE(r->RegisterNamespace(kNsA, &a).ok());
   EXPECT_TRUE(r->RegisterNamespace(kNsB, &b).ok());
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  // Keys whose candidate sets are both index sets (block 0's id in both
+  // namespaces, for block 3).
+  auto covers = [&](NamespaceId ns, uint64_t id) {
+    return RegionInternal::CandidateSlots(r.get(), ns, BlockKey::FromId(id)).size() ==
+           r->info().num_entries;
+  };
+  uint64_t ids[3] = {};
+  uint64_t next = 0;
+  while (!covers(a, next) || !covers(b, next)) ++next;
+  ids[0] = next++;
+  for (int i = 1; i < 3; ++i) {
+    while (!covers(a, next)) ++next;
+    ids[i] = next++;
+  }
   for (int i = 0; i < kBlocks; ++i) {
     st.ns[i] = i < 3 ? a : b;
-    st.id[i] = i < 3 ? i : 0;
+    st.id[i] = i < 3 ? ids[i] : ids[0];
     const auto d = Bytes(st.id[i], st.ns[i]);
     EXPECT_TRUE(r->Store(st.ns[i], BlockKey::FromId(st.id[i]), d.data(), d.size()).ok());
     st.slot[i] = impl->FindReadySlot(st.ns[i], BlockKey::FromId(st.id[i]));
@@ -205,12 +223,14 @@ void BumpGeneration(Raw& raw, const Stored& st) {
 
 void ShortenLength(Raw& raw, const Stored& st) { raw.meta(st.slot[2]).len.store(kSlot / 2); }
 
-// Everything of two slots swapped, state words and bytes included: a
-// consistent relocation (both blocks were their slot's first write, so the
-// generations are equal), which must still serve exactly the right bytes.
+// Everything of two index entries swapped, state words and data slot
+// indexes included: a consistent relocation (both blocks were their entry's
+// first write, so the generations are equal; each entry still names its own
+// bytes), which must still serve exactly the right bytes. Moving the bytes
+// instead (SwapData) is detected: the CRC binds the data slot.
 void SwapWholeSlots(Raw& raw, const Stored& st) {
   SwapAllButStateAndData(raw, st);
-  SwapData(raw, st);
+  SwapAtomic(raw.meta(st.slot[0]).data, raw.meta(st.slot[1]).data);
   SwapAtomic(raw.meta(st.slot[0]).state, raw.meta(st.slot[1]).state);
 }
 

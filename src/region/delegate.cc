@@ -109,7 +109,7 @@ Status CheckToken(const Region& region, const WriteToken& token, const PartedLay
     return Status::InvalidArgument("write token of another region (format epoch " +
                                    std::to_string(token.format_epoch) + ", this region " +
                                    std::to_string(info.format_epoch) + ")");
-  if (token.slot >= info.num_slots || token.len > info.slot_size)
+  if (token.slot >= info.num_entries || token.len > info.slot_size)
     return Status::InvalidArgument("write token outside the region's slots");
   if (token.len != layout.PayloadLen())
     return Status::InvalidArgument("write token of " + std::to_string(token.len) +
@@ -139,13 +139,26 @@ uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& lay
                        table.size() * sizeof(PartEntry));
 }
 
+// The bytes of the token's reservation: the data slot its entry names
+// (layout 5), read while the reservation holds (the owner set it before
+// exporting the token).
+Status TokenData(Region* region, const WriteToken& token, uint8_t** base) {
+  *base = Impl(region)->EntryData(token.slot);
+  if (*base == nullptr)
+    return Status::Corruption("the reservation of slot " + std::to_string(token.slot) +
+                              " names a data slot past the region's");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status BeginFillPart(Region* region, const WriteToken& token, const PartedLayout& layout,
                      uint32_t part, uint8_t** dst) {
   CXLKV_RETURN_IF_ERROR(CheckToken(*region, token, layout, part));
   CXLKV_RETURN_IF_ERROR(ReservationHolds(region, token, " no longer holds"));
-  *dst = Impl(region)->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  uint8_t* base;
+  CXLKV_RETURN_IF_ERROR(TokenData(region, token, &base));
+  *dst = base + static_cast<uint64_t>(part) * layout.part_len;
   return Status::OK();
 }
 
@@ -155,16 +168,16 @@ Status EndFillPart(Region* region, const WriteToken& token, const PartedLayout& 
   if (bytes > layout.part_len)
     return Status::InvalidArgument("filled " + std::to_string(bytes) + " bytes into a part of " +
                                    std::to_string(layout.part_len));
-  internal::RegionImpl* impl = Impl(region);
-  uint8_t* dst = impl->SlotData(token.slot) + static_cast<uint64_t>(part) * layout.part_len;
+  uint8_t* base;
+  CXLKV_RETURN_IF_ERROR(TokenData(region, token, &base));
+  uint8_t* dst = base + static_cast<uint64_t>(part) * layout.part_len;
   if (bytes < layout.part_len) {
     const uint64_t pad = layout.part_len - bytes;
     std::memset(dst + bytes, 0, pad);
     crc = Crc32cCombine(crc, internal::Crc32c(dst + bytes, pad), pad);
   }
   const PartEntry entry{crc, 0, token.word};
-  uint8_t* table =
-      impl->SlotData(token.slot) + static_cast<uint64_t>(layout.parts) * layout.part_len;
+  uint8_t* table = base + static_cast<uint64_t>(layout.parts) * layout.part_len;
   std::memcpy(table + static_cast<uint64_t>(part) * sizeof(PartEntry), &entry, sizeof(entry));
   // Release: the part and its entry are complete before anyone who sees
   // our report (through the engine's own channel) commits.

@@ -191,7 +191,7 @@ TEST(DelegateTest, CorruptPartFailsItsOwnLoadOnly) {
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
   const int64_t slot = impl->FindReadySlot(ns, key);
   ASSERT_GE(slot, 0);
-  impl->SlotData(slot)[kLayout.part_len + 17] ^= 0x40;
+  impl->EntryData(slot)[kLayout.part_len + 17] ^= 0x40;
   Kv got(2);
   EXPECT_TRUE(LoadPart(r.get(), ns, key, kLayout, 0, got.pages(ids)).ok());
   EXPECT_TRUE(LoadPart(r.get(), ns, key, kLayout, 1, got.pages(ids)).IsCorruption());

@@ -4,8 +4,9 @@
 // per key ("two choices" keeps sets evenly filled, so a region sized for N
 // blocks holds N blocks without conflict misses). Each set has a tag line
 // (one cache line of 16 fingerprints) so a lookup touches two cache lines on
-// a miss and three on a hit. Slot i's metadata and data are at fixed
-// offsets: no separate allocator, nothing to leak.
+// a miss and three on a hit. Layout 5: an entry names the data slot its
+// block lives in (one more dependent load on a hit, data.cc), so the index
+// is not where the bytes are, and eviction is free to take any block.
 #include <time.h>
 
 #include <chrono>
@@ -109,17 +110,19 @@ std::vector<uint64_t> RegionImpl::CandidateSlots(NamespaceId ns, const BlockKey&
   return out;
 }
 
-void RegionImpl::Touch(uint64_t slot, uint64_t word) const {
+void RegionImpl::Touch(uint64_t slot, uint64_t word, uint32_t now) const {
   // Recency for eviction (ClaimSlot pass 2). Written at most once per
   // kTouchGranularityMs per slot, and the use count at most kMaxUses times
   // per block, so readers of a hot block do not bounce its line on every
   // lookup. Plain stores, no CAS: concurrent readers may lose a count, and
   // a reader that lost the race with the slot's reuse may store the old
   // block's count, which the generation bits then reject (a hint).
-  const uint32_t now = RecencyTick();
   SlotMeta& m = meta_[slot];
   std::atomic<uint32_t>& t = m.last_use;
-  if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
+  // Signed: `now` may be a chain's tick older than the last use (StoreTick);
+  // recency only moves forward.
+  if (static_cast<int32_t>(now - t.load(std::memory_order_relaxed)) >=
+      static_cast<int32_t>(kTouchGranularityMs)) {
     t.store(now, std::memory_order_relaxed);
   }
   const uint32_t uses = UnpackDepth(m.uses.load(std::memory_order_relaxed), word);
@@ -301,7 +304,18 @@ bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {
   if (!meta_[slot].state.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
     return false;
   }
-  return ReleaseOwnedSlot(slot, mine);
+  // Layout 5: a READY entry's data slot goes with it (its writer set the
+  // index before READY). Any other entry's index may be a previous block's,
+  // naming a slot another entry holds now: a dead writer's MOVING slot is
+  // settled by the data sweep instead (SettleOrphanedData).
+  int64_t d = -1;
+  uint64_t dword = 0;
+  if (geo_.decoupled && WordState(word) == static_cast<uint8_t>(SlotState::kReady)) {
+    d = DetachDataSlot(slot, &dword);
+  }
+  const bool freed = ReleaseOwnedSlot(slot, mine);
+  if (d >= 0) ReleaseDataSlot(static_cast<uint64_t>(d), dword);
+  return freed;
 }
 
 bool RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
@@ -333,7 +347,7 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
   uint64_t w;
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
   if (slot < 0) return Status::NotFound("block not in region");
-  Touch(static_cast<uint64_t>(slot), w);
+  Touch(static_cast<uint64_t>(slot), w, RecencyTick());
   return Status::OK();
 }
 
@@ -349,6 +363,7 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
   }
   // Prefetch the tag lines of the next key while checking this one.
   size_t hits = 0;
+  const uint32_t now = RecencyTick();  // one tick for the chain (Touch)
   KeyPlace next = n ? Place(ns, keys[0]) : KeyPlace{};
   for (size_t i = 0; i < n; ++i) {
     const KeyPlace cur = next;
@@ -360,7 +375,7 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
     uint64_t w;
     const int64_t slot = Find(ns, keys[i], cur, &w, true);
     if (slot < 0) break;
-    Touch(static_cast<uint64_t>(slot), w);
+    Touch(static_cast<uint64_t>(slot), w, now);
     ++hits;
   }
   Count(Counter::kLookups, hits < n ? hits + 1 : n);
@@ -376,11 +391,12 @@ Status RegionImpl::PinPrefix(NamespaceId ns, const BlockKey* keys, size_t n, Pin
   CXLKV_RETURN_IF_ERROR(CheckWritable());
   std::vector<uint64_t> slots;
   slots.reserve(n);
+  const uint32_t now = RecencyTick();  // one tick for the chain (Touch)
   for (size_t i = 0; i < n; ++i) {
     uint64_t w;
     const int64_t slot = Find(ns, keys[i], Place(ns, keys[i]), &w, true);
     if (slot < 0 || !PinSlot(static_cast<uint64_t>(slot), w)) break;
-    Touch(static_cast<uint64_t>(slot), w);
+    Touch(static_cast<uint64_t>(slot), w, now);
     slots.push_back(static_cast<uint64_t>(slot));
   }
   Count(Counter::kLookups, slots.size() < n ? slots.size() + 1 : n);

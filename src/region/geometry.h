@@ -20,8 +20,10 @@ struct Geometry {
   uint64_t region_size = 0;
   uint64_t slot_size = 0;
   uint32_t max_participants = 0;
-  uint64_t num_slots = 0;
-  uint64_t num_sets = 0;
+  bool decoupled = false;    // layout 5: index entries name their data slots
+  uint64_t num_slots = 0;    // data slots
+  uint64_t num_entries = 0;  // index entries: 2 x num_slots decoupled, else num_slots
+  uint64_t num_sets = 0;     // index sets: num_entries / ways
   uint32_t ways = 0;
   uint32_t pin_words = 0;
   uint64_t slot_stride = 0;
@@ -32,15 +34,20 @@ struct Geometry {
   uint64_t tags_off = 0;
   uint64_t meta_off = 0;
   uint64_t pins_off = 0;
+  uint64_t dwords_off = 0;  // decoupled only: one DataState word per data slot
   uint64_t data_off = 0;
 };
 
-// Computes the geometry. kInvalidArgument if the inputs are out of range or
-// the region cannot hold at least one slot (message says how much is needed).
+// Computes the geometry: `decoupled` for layout 5 (coherence=hardware: an
+// index of 2 entries per data slot, and data words), else layout 4's (one
+// entry per slot, entry i's data in slot i). kInvalidArgument if the inputs
+// are out of range or the region cannot hold at least one slot (message
+// says how much is needed).
 Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
-                       Geometry* out);
+                       bool decoupled, Geometry* out);
 
-// Checks a superblock's recorded geometry against a recomputation.
+// Checks a superblock's recorded geometry against a recomputation (the
+// layout version decides `decoupled`).
 // kCorruption naming the first field that differs. `mapped_bytes` is how
 // much of the region this process actually mapped.
 Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out);

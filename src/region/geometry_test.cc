@@ -6,35 +6,47 @@
 namespace cxlkv::internal {
 namespace {
 
+// Both layouts: 5 (decoupled: 2 index entries per data slot, data words)
+// and 4 (one entry per slot).
 TEST(GeometryTest, EverythingFitsAndDoesNotOverlap) {
-  for (uint64_t size : {1ull << 20, 64ull << 20, 4ull << 30, 512ull << 30}) {
-    for (uint64_t slot : {64ull, 4096ull, 896ull << 10, 14ull << 20}) {
-      Geometry g;
-      Status s = ComputeGeometry(size, slot, 64, &g);
-      if (!s.ok()) {
-        EXPECT_TRUE(s.IsInvalidArgument());
-        continue;
-      }
-      EXPECT_LT(g.registry_off, g.namespaces_off);
-      EXPECT_LT(g.namespaces_off, g.retired_off);
-      EXPECT_LT(g.retired_off, g.tags_off);
-      EXPECT_LE(g.tags_off + g.num_sets * 64, g.meta_off);
-      EXPECT_LE(g.meta_off + g.num_slots * 64, g.pins_off);
-      EXPECT_LE(g.pins_off + g.num_slots * 8 * g.pin_words, g.data_off);
-      EXPECT_LE(g.data_off + g.num_slots * g.slot_stride, size);
-      EXPECT_EQ(g.data_off % g.data_align, 0u);
-      EXPECT_EQ(g.num_slots, g.num_sets * g.ways);
-      // Nearly all of a large region is data.
-      if (size >= (4ull << 30) && slot >= 4096) {
-        EXPECT_GT(double(g.num_slots * g.slot_stride) / size, 0.95) << size << " " << slot;
+  for (bool decoupled : {true, false})
+    for (uint64_t size : {1ull << 20, 64ull << 20, 4ull << 30, 512ull << 30}) {
+      for (uint64_t slot : {64ull, 4096ull, 896ull << 10, 14ull << 20}) {
+        Geometry g;
+        Status s = ComputeGeometry(size, slot, 64, decoupled, &g);
+        if (!s.ok()) {
+          EXPECT_TRUE(s.IsInvalidArgument());
+          continue;
+        }
+        EXPECT_LT(g.registry_off, g.namespaces_off);
+        EXPECT_LT(g.namespaces_off, g.retired_off);
+        EXPECT_LT(g.retired_off, g.tags_off);
+        EXPECT_LE(g.tags_off + g.num_sets * 64, g.meta_off);
+        EXPECT_LE(g.meta_off + g.num_entries * 64, g.pins_off);
+        const uint64_t pins_end = g.pins_off + g.num_entries * 8 * g.pin_words;
+        if (decoupled) {
+          EXPECT_LE(pins_end, g.dwords_off);
+          EXPECT_LE(g.dwords_off + g.num_slots * 8, g.data_off);
+          EXPECT_EQ(g.num_entries, 2 * g.num_slots);
+        } else {
+          EXPECT_LE(pins_end, g.data_off);
+          EXPECT_EQ(g.dwords_off, 0u);
+          EXPECT_EQ(g.num_entries, g.num_slots);
+        }
+        EXPECT_LE(g.data_off + g.num_slots * g.slot_stride, size);
+        EXPECT_EQ(g.data_off % g.data_align, 0u);
+        EXPECT_EQ(g.num_entries, g.num_sets * g.ways);
+        // Nearly all of a large region is data.
+        if (size >= (4ull << 30) && slot >= 4096) {
+          EXPECT_GT(double(g.num_slots * g.slot_stride) / size, 0.95) << size << " " << slot;
+        }
       }
     }
-  }
 }
 
 TEST(GeometryTest, TooSmallRegionSaysHowMuchIsNeeded) {
   Geometry g;
-  Status s = ComputeGeometry(64 << 10, 1 << 20, 64, &g);
+  Status s = ComputeGeometry(64 << 10, 1 << 20, 64, true, &g);
   ASSERT_TRUE(s.IsInvalidArgument());
   EXPECT_NE(s.message().find("needs at least"), std::string::npos) << s.ToString();
 }

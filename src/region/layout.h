@@ -1,19 +1,30 @@
 // Copyright cxlkv authors.
 //
-// The on-media ABI of a region (layout version 2). Everything a process
-// reads from the region is untrusted: attach validates the whole superblock
-// and recomputes the geometry before touching anything else (geometry.cc).
-// Prose description: docs/region_format.md.
+// The on-media ABI of a region (layout version 5 for coherence=hardware,
+// 4 for coherence=software). Everything a process reads from the region is
+// untrusted: attach validates the whole superblock and recomputes the
+// geometry before touching anything else (geometry.cc). Prose description:
+// docs/region_format.md.
+//
+// Version 5 decouples the directory from where data lives: an index entry
+// (SlotMeta) names its data slot (SlotMeta::data), so eviction may take the
+// region's least recently used block wherever it is, not one of the 32
+// ways a key may live in (issue 24).
 //
 //   [superblock 4 KiB: Superblock | config JSON]
 //   [participant registry: max_participants x ParticipantRecord]
 //   [namespace table: kNamespaceEntries x NamespaceRecord]
 //   [retired counters: one CounterBlock]
-//   [set tags: num_sets x SetTags]          one cache line per set
-//   [slot meta: num_slots x SlotMeta]       one cache line per slot
-//   [pins: num_slots x pin_words x u64]     bit p = participant p pins it
+//   [set tags: num_sets x SetTags]            one cache line per index set
+//   [index: num_entries x SlotMeta]           one cache line per entry
+//   [pins: num_entries x pin_words x u64]     bit p = participant p pins it
+//   [data words: num_slots x u64]             version 5 only: DataState
 //   [pad to data_align]
 //   [data: num_slots x slot_stride]
+//
+// Version 5: num_entries = 2 x num_slots, num_sets = num_entries / ways.
+// Version 4: num_entries = num_slots (entry i's data is slot i), no data
+// words.
 #ifndef CXLKV_SRC_REGION_LAYOUT_H_
 #define CXLKV_SRC_REGION_LAYOUT_H_
 
@@ -27,8 +38,15 @@ namespace cxlkv::internal {
 
 inline constexpr uint64_t kMagic = 0x31474552564B4C43ull;  // "CLKVREG1" little-endian
 // 2: the slot CRC binds the payload to the slot's identity (SlotCrcTrailer)
-//    and SlotMeta records the writer. Version 1 regions are refused.
-inline constexpr uint32_t kLayoutVersion = 2;
+//    and SlotMeta records the writer. Refused since version 5 (a key's
+//    block could only live in its 32 ways); `cxlkv format --force` makes a
+//    version 5 region of it (its blocks are lost: a cache).
+inline constexpr uint32_t kLayoutVersionHardwareV2 = 2;
+// 5: coherence=hardware with the index decoupled from the data slots: 2 x
+//    num_slots index entries, each naming its data slot (SlotMeta::data),
+//    one DataState word per data slot, and the data slot index in the
+//    slot CRC's trailer (SlotCrcTrailerV5).
+inline constexpr uint32_t kLayoutVersion = 5;
 // 3: coherence=software as v0.1.0 shipped it: version 2's areas and words,
 //    plus `partitions`; every line has one writer host. Refused: a holder
 //    paused past its lease could publish a block that readers served
@@ -96,8 +114,11 @@ struct alignas(64) Superblock {
   uint64_t config_json_off;
   uint32_t config_json_len;
   uint32_t config_json_crc;
-  uint32_t partitions;  // versions 3, 4: write partitions (1..16); version 2: 0
-  uint8_t reserved[288];
+  uint32_t partitions;  // versions 3, 4: write partitions (1..16); version 5: 0
+  uint32_t reserved0;
+  uint64_t num_entries;  // version 5: index entries (2 x num_slots); 4: num_slots
+  uint64_t dwords_off;   // version 5: the data words; 4: 0
+  uint8_t reserved[268];
   uint32_t header_crc;  // CRC32C of bytes [offsetof(layout_version), offsetof(header_crc))
 };
 static_assert(sizeof(Superblock) == 512);
@@ -105,6 +126,7 @@ static_assert(offsetof(Superblock, magic) == 0);
 static_assert(offsetof(Superblock, layout_version) == 24);
 static_assert(offsetof(Superblock, header_crc) == 508);
 static_assert(offsetof(Superblock, partitions) == 216);
+static_assert(offsetof(Superblock, num_entries) == 224 && offsetof(Superblock, dwords_off) == 232);
 
 // ---- Participant registry ----
 //
@@ -188,11 +210,17 @@ struct alignas(64) SlotMeta {
   // by readers without a CAS (a lost increment is a hint lost), at most
   // kMaxUses times per block. Was reserved (zero) before.
   std::atomic<uint32_t> uses;
-  uint8_t reserved[12];
+  // Version 5: the data slot holding this entry's block, written by the
+  // entry's writer while it holds the entry WRITING and the data slot
+  // MOVING. Untrusted like every byte: readers check it is < num_slots, and
+  // the slot CRC binds it. Version 4: 0 (entry i's data is slot i).
+  std::atomic<uint32_t> data;
+  uint8_t reserved[8];
 };
 static_assert(sizeof(SlotMeta) == 64);
 static_assert(offsetof(SlotMeta, crc) == 32 && offsetof(SlotMeta, writer) == 40 &&
-              offsetof(SlotMeta, depth) == 44 && offsetof(SlotMeta, uses) == 48);
+              offsetof(SlotMeta, depth) == 44 && offsetof(SlotMeta, uses) == 48 &&
+              offsetof(SlotMeta, data) == 52);
 inline constexpr uint32_t kMaxUses = 3;
 
 // SlotMeta::depth and ::uses: [generation low 16 bits:16][value:16]. The
@@ -224,6 +252,28 @@ struct SlotCrcTrailer {
   uint32_t len;
 };
 static_assert(sizeof(SlotCrcTrailer) == 32);
+// Version 5: the same plus the data slot index, so a reader that followed a
+// stale or damaged SlotMeta::data fails the CRC like one with a stale
+// generation.
+struct SlotCrcTrailerV5 {
+  SlotCrcTrailer base;
+  uint32_t data;
+  uint32_t zero;  // 0: explicit padding, hashed
+};
+static_assert(sizeof(SlotCrcTrailerV5) == 40);
+
+// ---- Data slot words (version 5) ----
+//
+// One u64 per data slot: [generation:48][owner:12][state:4].
+// FREE(g) --ClaimDataSlot--> MOVING(g, writer)
+// HELD(g) --MoveDataSlot (its entry EVICTING by us)--> MOVING(g+1, evictor)
+// MOVING(g, writer) --commit (entry READY first)--> HELD(g, writer)
+// MOVING / HELD --ReleaseDataSlot--> FREE(g+1)
+// MOVING is a data slot in flight between entries: its owner is filling
+// it for an entry it holds WRITING, or is about to. A MOVING word of a dead
+// owner goes HELD if a READY or EVICTING entry names it (died before
+// freeing the victim's entry), else FREE(g+1).
+enum class DataState : uint8_t { kFree = 0, kHeld = 1, kMoving = 2 };
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trailer is hashed as stored");
 
 // ---- Word encodings ----

@@ -276,12 +276,11 @@ SlotState DecodeState(uint64_t word) {
 Occupancy ScanOccupancy(const Region& region) {
   const auto& impl = static_cast<const RegionImpl&>(region);
   Occupancy o;
-  for (uint64_t s = 0; s < region.info().num_slots; ++s) {
+  for (uint64_t s = 0; s < region.info().num_entries; ++s) {
     const internal::SlotMeta& m = impl.Meta(s);
     switch (DecodeState(m.state.load(std::memory_order_acquire))) {
       case SlotState::kFree:
-        ++o.free;
-        break;
+        break;  // counted below
       case SlotState::kWriting:
         ++o.writing;
         break;
@@ -297,11 +296,15 @@ Occupancy ScanOccupancy(const Region& region) {
         break;
     }
   }
+  // Free capacity: data slots no entry holds (layout 5 has two entries per
+  // data slot, so FREE entries are not free room; layout 4 one).
+  const uint64_t used = o.writing + o.ready + o.evicting + o.invalid;
+  o.free = region.info().num_slots > used ? region.info().num_slots - used : 0;
   return o;
 }
 
 Status ScanSlots(const Region& region, uint64_t first, uint64_t count, std::vector<SlotView>* out) {
-  const uint64_t n = region.info().num_slots;
+  const uint64_t n = region.info().num_entries;
   if (first >= n) {
     return Status::InvalidArgument("slot " + std::to_string(first) + " is past the region's " +
                                    std::to_string(n) + " slots");
@@ -323,6 +326,9 @@ Status ScanSlots(const Region& region, uint64_t first, uint64_t count, std::vect
     v.key.hi = m.key_hi.load(std::memory_order_relaxed);
     v.key.lo = m.key_lo.load(std::memory_order_relaxed);
     v.depth = internal::UnpackDepth(m.depth.load(std::memory_order_relaxed), w);
+    v.data = region.info().layout_version == internal::kLayoutVersion
+                 ? m.data.load(std::memory_order_relaxed)
+                 : s;
     out->push_back(v);
   }
   return Status::OK();

@@ -366,7 +366,7 @@ TEST(LifecycleTest, ScansReportTypedSlotStates) {
   EXPECT_EQ(o.ready_bytes, 1000u);
   EXPECT_EQ(o.free + o.ready + o.writing, r->info().num_slots);
   std::vector<SlotView> slots;
-  ASSERT_TRUE(ScanSlots(*r, 0, r->info().num_slots, &slots).ok());
+  ASSERT_TRUE(ScanSlots(*r, 0, r->info().num_entries, &slots).ok());
   int ready = 0, writing = 0;
   for (const SlotView& v : slots) {
     // The depth each writer told, read back bound to the slot's generation.
@@ -383,7 +383,7 @@ TEST(LifecycleTest, ScansReportTypedSlotStates) {
   }
   EXPECT_EQ(ready, 1);
   EXPECT_EQ(writing, 1);
-  EXPECT_TRUE(ScanSlots(*r, r->info().num_slots, 1, &slots).IsInvalidArgument());
+  EXPECT_TRUE(ScanSlots(*r, r->info().num_entries, 1, &slots).IsInvalidArgument());
   r->AbortWrite(&lease);
 }
 

@@ -22,6 +22,17 @@ RegionBytesCrc(const uint8_t* p, size_t n) {
 
 }  // namespace
 
+bool RegionImpl::FreeTakenEntry(uint64_t slot, uint64_t evicting) {
+  // Data slot first to MOVING(us), then the entry FREE, then the data slot
+  // FREE: dying between any two leaves words the reclaim sweeps settle
+  // (data.cc), never a FREE data slot a READY entry names.
+  uint64_t dword = 0;
+  const int64_t d = geo_.decoupled ? DetachDataSlot(slot, &dword) : -1;
+  const bool freed = ReleaseOwnedSlot(slot, evicting);
+  if (d >= 0) ReleaseDataSlot(static_cast<uint64_t>(d), dword);
+  return freed;
+}
+
 Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
   if (soft_) return SwDrop(ns, key);
   CXLKV_RETURN_IF_ERROR(CheckWritable());
@@ -29,8 +40,7 @@ Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
   const int64_t slot = Find(ns, key, Place(ns, key), &w, true);
   if (slot < 0) return Status::NotFound("block not in region");
   if (!TakeReadySlot(static_cast<uint64_t>(slot), w) ||
-      !ReleaseOwnedSlot(static_cast<uint64_t>(slot),
-                        PackWord(WordGen(w), self_index(), kEvicting))) {
+      !FreeTakenEntry(static_cast<uint64_t>(slot), PackWord(WordGen(w), self_index(), kEvicting))) {
     // Not ours after all: pinned, changed, or we were reclaimed meanwhile.
     CXLKV_RETURN_IF_ERROR(CheckWritable());
     return Status::Busy("block is pinned or changed concurrently");
@@ -42,7 +52,7 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
   if (soft_) return SwVerify(drop_corrupt, report);
   *report = ScrubReport{};
   if (drop_corrupt) CXLKV_RETURN_IF_ERROR(CheckWritable());
-  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+  for (uint64_t s = 0; s < geo_.num_entries; ++s) {
     std::atomic<uint64_t>& st = meta_[s].state;
     const uint64_t w = st.load(std::memory_order_acquire);
     const uint8_t state = WordState(w);
@@ -57,11 +67,13 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
       const NamespaceId ns = m.ns.load(std::memory_order_relaxed);
       const BlockKey key{m.key_hi.load(std::memory_order_relaxed),
                          m.key_lo.load(std::memory_order_relaxed)};
-      if (len <= geo_.slot_size) {
-        // The slot's own identity: a key, namespace or length that does not
-        // belong to these bytes (damage) fails like a damaged byte.
-        const uint32_t got =
-            BindSlotCrc(RegionBytesCrc(SlotData(s), len), WordGen(w), ns, key, len);
+      const int64_t d = EntryDataSlot(s);
+      if (len <= geo_.slot_size && d >= 0) {
+        // The slot's own identity: a key, namespace, length or data slot
+        // that does not belong to these bytes (damage) fails like a
+        // damaged byte.
+        const uint32_t got = BindSlotCrc(RegionBytesCrc(SlotData(static_cast<uint64_t>(d)), len),
+                                         WordGen(w), ns, key, len, geo_.decoupled ? d : -1);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (!SameReadableBlock(w, st.load(std::memory_order_relaxed))) {
           ++report->skipped_changed;
@@ -89,7 +101,7 @@ Status RegionImpl::Wipe(WipeReport* report) {
   if (soft_) return SwWipe(report);
   *report = WipeReport{};
   CXLKV_RETURN_IF_ERROR(CheckWritable());
-  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+  for (uint64_t s = 0; s < geo_.num_entries; ++s) {
     uint64_t w = meta_[s].state.load(std::memory_order_acquire);
     uint8_t state = WordState(w);
     if (state == kEvicting && !OwnerAlive(WordOwner(w)) && RestoreEvictedBlock(s, w)) {
@@ -106,14 +118,16 @@ Status RegionImpl::Wipe(WipeReport* report) {
     } else if (state == kWriting || state == kEvicting) {
       ++report->writing;
     } else if (state == kReady) {
-      if (TakeReadySlot(s, w) &&
-          ReleaseOwnedSlot(s, PackWord(WordGen(w), self_index(), kEvicting))) {
+      if (TakeReadySlot(s, w) && FreeTakenEntry(s, PackWord(WordGen(w), self_index(), kEvicting))) {
         ++report->dropped;
       } else {
         ++report->pinned;
       }
     }
   }
+  // Data slots a dead participant left in flight (the orphan sweep would
+  // after its stall timeout); counted with their entries above.
+  if (geo_.decoupled) (void)SettleOrphanedData([this](uint32_t o) { return !OwnerAlive(o); });
   return Status::OK();
 }
 

@@ -282,8 +282,8 @@ Status RegionImpl::FormatOrWait() {
 
 Status RegionImpl::CheckMetadataAreaBlank() const {
   Geometry g;
-  Status s =
-      ComputeGeometry(map_->size(), opts_.config.slot_size, opts_.config.max_participants, &g);
+  Status s = ComputeGeometry(map_->size(), opts_.config.slot_size, opts_.config.max_participants,
+                             opts_.config.coherence != CoherenceMode::kSoftware, &g);
   if (!s.ok()) return s.WithContext("format region " + map_->path());
   const auto* words = reinterpret_cast<const volatile uint64_t*>(base_);
   for (uint64_t i = 0; i < g.data_off / 8; ++i) {
@@ -333,6 +333,10 @@ Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_ver
   img.meta_off = g.meta_off;
   img.pins_off = g.pins_off;
   img.data_off = g.data_off;
+  if (g.decoupled) {
+    img.num_entries = g.num_entries;
+    img.dwords_off = g.dwords_off;
+  }
 
   nlohmann::json cfg = {
       {"layout_version", layout_version},
@@ -362,7 +366,7 @@ Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_ver
 Status RegionImpl::Format(uint64_t nonce) {
   const RegionConfig& c = opts_.config;
   Geometry g;
-  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
+  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, true, &g);
   if (!s.ok()) {
     sb_->format_lock.store(0, std::memory_order_release);
     return s.WithContext("format region " + map_->path());
@@ -414,6 +418,17 @@ Status RegionImpl::Validate() {
   // Validate a private copy: the region can change under us.
   Superblock sb;
   std::memcpy(static_cast<void*>(&sb), sb_, sizeof sb);
+  if (sb.layout_version == internal::kLayoutVersionHardwareV2) {
+    return Status::Unsupported(
+        "region " + path +
+        " has layout version 2 (coherence=hardware with each key's block in one of its 32 ways); "
+        "this build reads layout version " +
+        std::to_string(kLayoutVersion) +
+        " (coherence=hardware, an index decoupled from the data slots) and layout version " +
+        std::to_string(kLayoutVersionSoftware) +
+        " (coherence=software): reformat it with `cxlkv format --force` (its blocks are lost; "
+        "every process attached to it must run this build)");
+  }
   if (sb.layout_version == internal::kLayoutVersionSoftwareV3) {
     return Status::Unsupported(
         "region " + path +
@@ -532,6 +547,8 @@ Status RegionImpl::Validate() {
   tags_ = reinterpret_cast<SetTags*>(base_ + geo_.tags_off);
   meta_ = reinterpret_cast<SlotMeta*>(base_ + geo_.meta_off);
   pins_ = reinterpret_cast<std::atomic<uint64_t>*>(base_ + geo_.pins_off);
+  dwords_ =
+      geo_.decoupled ? reinterpret_cast<std::atomic<uint64_t>*>(base_ + geo_.dwords_off) : nullptr;
   data_ = base_ + geo_.data_off;
 
   info_.path = path;
@@ -542,6 +559,7 @@ Status RegionImpl::Validate() {
   info_.slot_size = geo_.slot_size;
   info_.slot_stride = geo_.slot_stride;
   info_.num_slots = geo_.num_slots;
+  info_.num_entries = geo_.num_entries;
   info_.num_sets = geo_.num_sets;
   info_.ways = geo_.ways;
   info_.data_offset = geo_.data_off;

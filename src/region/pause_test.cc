@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -37,8 +38,9 @@ using test::WaitFor;
 using test::WaitStopped;
 
 constexpr uint64_t kSlot = 4096;
-// One directory set of four ways: a freed slot is the next claim's first
-// free way, so the zombie's slot is the one the parent reuses.
+// Four data slots (and two index sets of four entries): a freed data slot is
+// the next claim's first free one, so the zombie's data slot is the one the
+// parent reuses.
 constexpr uint64_t kTiny = 108 << 10;
 const NamespaceDesc kNs{"model", "bfloat16", "NHD", 0, 0};
 
@@ -87,7 +89,7 @@ TEST_P(PausedWriterTest, ReaderGetsTheOwnersBytesOrAMissAndTheKeyStaysStorable) 
   ScratchRegion sr("pause");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
-  ASSERT_EQ(r->info().num_sets, 1u);
+  ASSERT_EQ(r->info().num_slots, 4u);
   const NamespaceId ns = Ns(r.get());
   const BlockKey zkey = BlockKey::FromId(1);
   const BlockKey okey = c.same_key ? zkey : BlockKey::FromId(2);
@@ -121,12 +123,12 @@ TEST_P(PausedWriterTest, ReaderGetsTheOwnersBytesOrAMissAndTheKeyStaysStorable) 
   ASSERT_TRUE(WaitStopped(z));
   // Our heartbeat thread judges the paused process dead and reclaims it.
   ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
-  // The owner stores into the slot the zombie held (the first free way).
+  // The owner stores into the data slot the zombie held (the first free one).
   StoreOutcome out;
   ASSERT_TRUE(r->Store(ns, okey, owner_bytes.data(), kSlot, &out).ok());
   ASSERT_EQ(out, StoreOutcome::kStored);
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
-  ASSERT_EQ(impl->FindReadySlot(ns, okey), 0);
+  ASSERT_EQ(impl->EntryDataSlot(impl->FindReadySlot(ns, okey)), 0);
   ::kill(z, SIGCONT);
   ASSERT_EQ(Reap(z), 0);
   // The zombie was told, with the one code for it, and it was counted
@@ -197,7 +199,7 @@ TEST(PauseTest, ResumedZombieAbortLeavesTheNewOwnersBlockFindable) {
   ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
   ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
-  ASSERT_EQ(impl->FindReadySlot(ns, key), 0);
+  ASSERT_EQ(impl->EntryDataSlot(impl->FindReadySlot(ns, key)), 0);
   ::kill(z, SIGCONT);
   ASSERT_EQ(Reap(z), 0);
   std::vector<uint8_t> buf(kSlot);
@@ -301,12 +303,15 @@ TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
   ::kill(z, SIGCONT);
   ASSERT_EQ(Reap(z), 128 + SIGKILL);
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
-  ASSERT_EQ(internal::WordState(impl->Meta(0).state.load()),
+  // The entry an empty region's claim takes: the first way of the key's
+  // first index set.
+  const uint64_t e = RegionInternal::CandidateSlots(r.get(), ns, key)[0];
+  ASSERT_EQ(internal::WordState(impl->Meta(e).state.load()),
             static_cast<uint8_t>(internal::SlotState::kWriting));
   // Freed within a few liveness timeouts (150 ms each here).
   EXPECT_TRUE(WaitFor(
       [&] {
-        return internal::WordState(impl->Meta(0).state.load()) ==
+        return internal::WordState(impl->Meta(e).state.load()) ==
                static_cast<uint8_t>(internal::SlotState::kFree);
       },
       3000));
@@ -314,7 +319,7 @@ TEST(PauseTest, ClaimLandingAfterReclaimThenKillIsFreedByTheOrphanSweep) {
   StoreOutcome out;
   ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
   EXPECT_EQ(out, StoreOutcome::kStored);
-  EXPECT_EQ(impl->FindReadySlot(ns, key), 0);
+  EXPECT_EQ(impl->FindReadySlot(ns, key), static_cast<int64_t>(e));
 }
 
 // A reclaimer paused mid-sweep past the liveness timeout is itself reclaimed,
@@ -327,16 +332,27 @@ TEST(PauseTest, ResumedReclaimerDoesNotSweepTheIndexsNextOwner) {
   ScratchRegion sr("preclaim");
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   NamespaceId ns;
+  // Four keys whose two index sets are both the last one: stored in order,
+  // the fourth (`late`) takes its last entry, past the sweep's pause at the
+  // index's middle.
+  std::vector<BlockKey> last_set;
   {
     auto setup = MustOpen(sr.path(), opts);
     ns = Ns(setup.get());
+    const uint64_t first = setup->info().num_entries - setup->info().ways;
+    for (uint64_t id = 30; last_set.size() < 4 && id < 100'000; ++id) {
+      const auto c = RegionInternal::CandidateSlots(setup.get(), ns, BlockKey::FromId(id));
+      if (std::all_of(c.begin(), c.end(), [&](uint64_t e) { return e >= first; }))
+        last_set.push_back(BlockKey::FromId(id));
+    }
+    ASSERT_EQ(last_set.size(), 4u);
   }
   struct Sh {
     std::atomic<int> b_index{-1}, n_index{-1};
     std::atomic<bool> n_pinned{false}, done{false};
   };
   auto* sh = SharedAnon<Sh>();
-  const BlockKey late = BlockKey::FromId(21);  // will live in slot 3, past the sweep's pause
+  const BlockKey late = last_set[3];  // will live in the last entry, past the sweep's pause
   // B: dies (later) holding a lease, so that someone reclaims it.
   pid_t b = Spawn([&] {
     auto w = MustOpen(sr.path(), opts);
@@ -362,12 +378,11 @@ TEST(PauseTest, ResumedReclaimerDoesNotSweepTheIndexsNextOwner) {
   auto r = MustOpen(sr.path(), opts);
   ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
   const auto bytes = Block(0x42);
-  for (uint64_t id : {30, 31, 32})
-    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(id), bytes.data(), kSlot).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r->Store(ns, last_set[i], bytes.data(), kSlot).ok());
   ASSERT_TRUE(r->Store(ns, late, bytes.data(), kSlot).ok());
   auto* impl = static_cast<internal::RegionImpl*>(r.get());
-  ASSERT_EQ(impl->FindReadySlot(ns, late), 3);
-  // N takes B's old index and pins the block in slot 3.
+  ASSERT_EQ(impl->FindReadySlot(ns, late), static_cast<int64_t>(r->info().num_entries - 1));
+  // N takes B's old index and pins the block in the last entry.
   pid_t n = Spawn([&] {
     auto w = MustOpen(sr.path(), opts);
     sh->n_index = w->info().participant;

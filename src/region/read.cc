@@ -1,10 +1,13 @@
 // Copyright cxlkv authors.
 //
-// Reads. A load is a hit only if, after the copy, the slot still holds the
-// same READY state word (same generation, so not evicted and reused while
-// we copied), the same key, and the CRC32C of the copied bytes, bound to
-// the generation we observed and the key, namespace and length we asked
-// for and copied (BindSlotCrc), equals the recorded one. [Fan26] checked
+// Reads. Find the key's index entry, pin it, follow its data slot index
+// (layout 5: the entry's block lives in any data slot), copy. A load is a
+// hit only if, after the copy, the entry still holds the same READY state
+// word (same generation, so not evicted and reused while we copied; a
+// pinned entry's data slot is never moved, data.cc), the same key, and the
+// CRC32C of the copied bytes, bound to the generation we observed, the key,
+// namespace and length we asked for and copied, and the data slot we
+// copied from (BindSlotCrc), equals the recorded one. [Fan26] checked
 // the key before the copy only (its §6: alias on release-and-reacquire); the
 // generation closes that hole, and binding it into the CRC closes it
 // against writers that were reclaimed while paused and resumed.
@@ -51,6 +54,26 @@ CopyWithCrc(void* dst, const void* src, size_t n, bool verify) {
 
 }  // namespace
 
+int64_t RegionImpl::ReadDataSlot(uint64_t slot, uint64_t word, Status* bad) {
+  const int64_t d = EntryDataSlot(slot);
+  CXLKV_FAILPOINT_HIT("read.after_data");
+  if (d >= 0) return d;
+  // Out of range: damage, unless the entry was reused under an observer
+  // (which reads unpinned); then it is a miss like any changed word.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  Count(Counter::kMisses);
+  if (!SameReadableBlock(word, meta_[slot].state.load(std::memory_order_relaxed))) {
+    Count(Counter::kLoadRaces);
+    *bad = Status::NotFound("block replaced while it was being read");
+  } else {
+    Count(Counter::kCrcFailures);
+    *bad = Status::Corruption("index entry " + std::to_string(slot) +
+                              " names a data slot past the region's " +
+                              std::to_string(geo_.num_slots));
+  }
+  return -1;
+}
+
 Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t capacity,
                         const LoadOptions& options, LoadInfo* info) {
   if (soft_) return SwLoad(ns, key, dst, capacity, info);  // always verifies the CRC
@@ -86,8 +109,15 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
     Count(Counter::kMisses);
     return Status::NotFound("block evicted before it could be read");
   }
-  const uint32_t copy_crc = CopyWithCrc(dst, SlotData(slot), len, options.verify_crc);
-  const uint32_t got = options.verify_crc ? BindSlotCrc(copy_crc, WordGen(w), ns, key, len) : 0;
+  Status bad;
+  const int64_t d = ReadDataSlot(slot, w, &bad);
+  if (d < 0) {
+    if (pinned) UnpinSlot(slot);
+    return bad;
+  }
+  const uint32_t copy_crc =
+      CopyWithCrc(dst, SlotData(static_cast<uint64_t>(d)), len, options.verify_crc);
+  const uint32_t got = options.verify_crc ? BindSlotCrc(copy_crc, WordGen(w), ns, key, len, d) : 0;
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool unchanged =
       SameReadableBlock(w, m.state.load(std::memory_order_relaxed)) && KeyMatches(slot, ns, key);
@@ -106,7 +136,7 @@ Status RegionImpl::Load(NamespaceId ns, const BlockKey& key, void* dst, size_t c
     std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", crc, got);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
   }
-  Touch(slot, w);
+  Touch(slot, w, RecencyTick());
   const uint32_t writer = WordOwner(w);
   const bool cross = writer != static_cast<uint32_t>(self_);
   Count(Counter::kHits);
@@ -148,7 +178,13 @@ Status RegionImpl::BeginRead(NamespaceId ns, const BlockKey& key, ReadLease* lea
       return Status::NotFound("block evicted before it could be read");
     }
   }
-  RegionInternal::InitReadLease(lease, this, SlotData(slot), len, slot, w,
+  Status bad;
+  const int64_t d = ReadDataSlot(slot, w, &bad);
+  if (d < 0) {
+    if (pinned) UnpinSlot(slot);
+    return bad;
+  }
+  RegionInternal::InitReadLease(lease, this, SlotData(static_cast<uint64_t>(d)), len, slot, w,
                                 m.crc.load(std::memory_order_relaxed), WordOwner(w), pinned, ns,
                                 key);
   return Status::OK();
@@ -164,6 +200,7 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t*
   const uint32_t crc = lease->crc32c();
   const NamespaceId ns = RegionInternal::LeaseNs(*lease);
   const BlockKey key = RegionInternal::LeaseKey(*lease);
+  const auto d = static_cast<int64_t>(DataIndexOf(lease->data()));
   RegionInternal::CloseReadLease(lease);
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool unchanged = SameReadableBlock(w, meta_[slot].state.load(std::memory_order_relaxed)) &&
@@ -175,14 +212,14 @@ Status RegionImpl::EndRead(ReadLease* lease, const void* copied, const uint32_t*
     return Status::NotFound("block replaced while it was being read");
   }
   const uint64_t gen = WordGen(w);
-  if ((copied != nullptr && BindSlotCrc(Crc32c(copied, len), gen, ns, key, len) != crc) ||
-      (copied_crc32c != nullptr && BindSlotCrc(*copied_crc32c, gen, ns, key, len) != crc)) {
+  if ((copied != nullptr && BindSlotCrc(Crc32c(copied, len), gen, ns, key, len, d) != crc) ||
+      (copied_crc32c != nullptr && BindSlotCrc(*copied_crc32c, gen, ns, key, len, d) != crc)) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     if (self_ >= 0) ForceDropSlot(slot, w);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
   }
-  Touch(slot, w);
+  Touch(slot, w, RecencyTick());
   const uint32_t writer = WordOwner(w);
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, len);

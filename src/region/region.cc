@@ -13,13 +13,13 @@ Region::~Region() = default;
 
 void RegionInternal::SlotArea(Region* region, uint8_t** base, uint64_t* len) {
   const RegionInfo& info = region->info();
-  *base = SlotData(region, 0);
+  *base = static_cast<internal::RegionImpl*>(region)->SlotData(0);
   *len = info.num_slots * info.slot_stride;
 }
 
 // static_cast is right: Region's constructor is private to RegionImpl.
 uint8_t* RegionInternal::SlotData(Region* region, uint64_t slot) {
-  return static_cast<internal::RegionImpl*>(region)->SlotData(slot);
+  return static_cast<internal::RegionImpl*>(region)->EntryData(slot);
 }
 
 internal::Visibility* RegionInternal::GetVisibility(Region* region) {
@@ -43,6 +43,7 @@ WriteLease& WriteLease::operator=(WriteLease&& o) noexcept {
     len_ = o.len_;
     slot_ = o.slot_;
     state_word_ = o.state_word_;
+    data_word_ = o.data_word_;
     key_ = o.key_;
     ns_ = o.ns_;
     o.region_ = nullptr;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -131,7 +132,17 @@ class RegionImpl final : public Region {
   size_t ReapDeadParticipants() override;
 
   // ---- internal, for tests and tools (region_internal.h) ----
+  // The bytes of data slot `slot` (REQUIRES: slot < num_slots).
   uint8_t* SlotData(uint64_t slot) const { return data_ + slot * geo_.slot_stride; }
+  // The data slot index entry `entry` names (layout 5: SlotMeta::data; 4:
+  // the entry itself), or -1 if the recorded index is out of range.
+  int64_t EntryDataSlot(uint64_t entry) const;
+  // SlotData(EntryDataSlot(entry)), or null for an out-of-range index.
+  uint8_t* EntryData(uint64_t entry) const;
+  // The data slot whose bytes start at `p` (a lease's data()).
+  uint64_t DataIndexOf(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - data_) / geo_.slot_stride;
+  }
   SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
@@ -214,6 +225,9 @@ class RegionImpl final : public Region {
   // that it can be freed: CAS `word` -> WRITING(gen+1, us), then
   // ReleaseOwnedSlot. The generation bump fails every earlier reader.
   bool TakeAndFreeSlot(uint64_t slot, uint64_t word);
+  // Frees entry `slot`, taken from READY by us (EVICTING word `evicting`),
+  // and its data slot (layout 5). False if the entry is no longer ours.
+  bool FreeTakenEntry(uint64_t slot, uint64_t evicting);
   // True while `slot` still holds `owned_word`; checked right before every
   // metadata store a writer makes.
   bool Owns(uint64_t slot, uint64_t owned_word) const {
@@ -224,7 +238,9 @@ class RegionImpl final : public Region {
   uint32_t OwnerId() const { return self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask); }
   // A use of READY block `word` in `slot`: refreshes last_use (at most once
   // per kTouchGranularityMs) and counts the use (up to kMaxUses).
-  void Touch(uint64_t slot, uint64_t word) const;
+  // `now`: RecencyTick(), read once for a whole prefix so that a chain's
+  // chunks touched together stay equally recent.
+  void Touch(uint64_t slot, uint64_t word, uint32_t now) const;
   // Sets the tag of a READY slot that lost it (damage, or a paused writer's
   // late clear), if the slot still holds `word`: a hint only, so a race
   // with the slot's reuse costs at most a miss until the next store.
@@ -307,15 +323,22 @@ class RegionImpl final : public Region {
   std::vector<ParticipantInfo> SwParticipants() const;
 
   // write.cc / read.cc
-  // Claims a slot among place's ways: a FREE one, else the least recently
+  // Claims an entry among place's ways: a FREE one, else the least recently
   // used unpinned READY one. False if none; then, if a READY copy of (ns, key) without its
   // tag was seen first, *ready_copy is its slot (*word its word), else -1.
+  // Layout 5: an entry evicted from the key's sets comes with its data slot
+  // (*data, MOVING word *dword); a FREE entry with none (*data = -1).
   bool ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* slot,
-                 uint64_t* word, bool* evicted, int64_t* ready_copy);
+                 uint64_t* word, bool* evicted, int64_t* ready_copy, int64_t* data,
+                 uint64_t* dword);
   Status CheckWritable() const;
   // The one answer for "this participant was fenced": counts
   // store_failed_fenced region-wide, sets kFenced, returns kBusy.
   Status Fenced(StoreOutcome* outcome);
+  // The data slot READY entry `slot` (observed `word`) names, read after
+  // the pin; -1 with *bad set (a miss, or kCorruption for an index past the
+  // data area) if it names none.
+  int64_t ReadDataSlot(uint64_t slot, uint64_t word, Status* bad);
   // Our slot stopped holding our WRITING word while we wrote it.
   Status LostSlot(StoreOutcome* outcome);
 
@@ -332,6 +355,55 @@ class RegionImpl final : public Region {
       retired_->v[static_cast<uint32_t>(c)].fetch_add(1, std::memory_order_relaxed);
   }
   std::atomic<uint64_t>* PinWords(uint64_t slot) const { return pins_ + slot * geo_.pin_words; }
+
+  // ---- layout 5: data slots and eviction (data.cc, victims.cc) ----
+  // An entry's slot indices below are index entries; `data` ones are data
+  // slots. Word states: layout.h, DataState.
+  // A FREE data slot -> MOVING(gen, us): scans from this process's cursor,
+  // the whole region until a whole scan found none, then kFreeScanWords
+  // words per call. False if none of them was FREE.
+  bool ClaimDataSlot(uint64_t* data, uint64_t* dword);
+  // Takes the data slot of victim entry `victim` (READY `vword`) for a new
+  // block: victim -> EVICTING (false, restored, if pinned or changed), its
+  // data word -> MOVING(us), the victim entry -> FREE (tag cleared). False,
+  // the victim READY again, if its data index or word is not one a READY
+  // entry can name (damage: its readers fail and drop it).
+  bool MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t* data, uint64_t* dword);
+  // Detaches the data slot of an entry we own (EVICTING or WRITING by us,
+  // taken from READY): its data word HELD or MOVING -> MOVING(us). -1 if
+  // the entry names no data slot in a state a READY entry could hold.
+  int64_t DetachDataSlot(uint64_t entry, uint64_t* dword);
+  // `dword` (HELD or MOVING) -> FREE(gen + 1) if data slot `data` still
+  // holds it: an aborted write's, a dropped block's, an orphan's.
+  bool ReleaseDataSlot(uint64_t data, uint64_t dword);
+  // A committed write's data slot: MOVING(us) -> HELD (after its entry is
+  // READY, so a dead writer's MOVING slot is found named by it).
+  void SettleDataSlot(uint64_t data, uint64_t dword);
+  // MOVING data words whose owner fails `dead` (a reclaim: that index; the
+  // orphan sweep: not alive) -> HELD if a READY or EVICTING entry names the
+  // slot, else FREE(gen + 1). Reads every entry once if any was found.
+  // Returns how many were freed.
+  uint64_t SettleOrphanedData(const std::function<bool(uint32_t owner)>& dead);
+  // The same for the given data slots (slot -> the MOVING word seen).
+  uint64_t SettleMovingSlots(std::unordered_map<uint64_t, uint64_t> orphans);
+  // The next victim entry of this process's queue (refilled by
+  // RefillVictims) that still holds the READY word and last use it was
+  // queued with: *entry, *word. False if the region has no READY unpinned
+  // entry.
+  bool NextVictim(uint64_t* entry, uint64_t* word);
+  // Advances the sweep over the index by up to `budget` entries (0: to the
+  // end of the pass), keeping the kVictimQueue most evictable READY
+  // unpinned entries; a finished pass becomes the queue.
+  // REQUIRES: victim_mu_ held.
+  void RefillVictims(uint64_t budget);
+  // Our data slot for WRITING entry `slot`: the data slot it came with
+  // (*data already set, evicted from its sets), else a FREE one, else the
+  // next victim's. False: the region is full of pinned or in-flight blocks.
+  bool AcquireDataSlot(uint64_t* data, uint64_t* dword, bool* evicted);
+  // The last_use a store at `depth` records: now, or for a deeper chunk of
+  // the chain this thread stored last, that chain's tick (eviction then
+  // sees a request's chunks as equally recent and takes the deepest first).
+  uint32_t StoreTick(uint32_t depth) const;
   uint32_t self_index() const { return static_cast<uint32_t>(self_); }
 
   // ---- immutable after Init ----
@@ -380,6 +452,23 @@ class RegionImpl final : public Region {
 
   mutable std::atomic<uint32_t> clock_hand_{0};  // where eviction scans start
 
+  // ---- layout 5 (null/empty in layout 4) ----
+  std::atomic<uint64_t>* dwords_ = nullptr;  // one DataState word per data slot
+  std::atomic<uint64_t> free_cursor_{0};     // where ClaimDataSlot looks next
+  std::atomic<bool> data_full_{false};       // a whole ClaimDataSlot scan found none FREE
+  struct Victim {
+    int32_t rel;     // last_use - the pass's reference tick: smaller is older
+    uint32_t depth;  // deeper goes first among equally old
+    uint32_t last_use;
+    uint64_t entry;
+    uint64_t word;
+  };
+  std::mutex victim_mu_;
+  std::vector<Victim> victims_;   // guarded by victim_mu_: most evictable at the back
+  std::vector<Victim> building_;  // guarded by victim_mu_: this pass's heap
+  uint64_t sweep_cursor_ = 0;     // guarded by victim_mu_
+  uint32_t sweep_ref_ = 0;        // guarded by victim_mu_: the pass's reference tick
+
   // ---- coherence=software ----
   std::unique_ptr<Visibility> vis_;  // the CPU's, or a test's (emulator)
   bool soft_ = false;
@@ -408,6 +497,7 @@ class RegionImpl final : public Region {
   uint64_t orphan_cursor_ = 0;
   std::unordered_map<uint64_t, OrphanObs> orphan_slots_;  // slot -> observation
   std::unordered_map<uint64_t, OrphanObs> orphan_pins_;   // slot*pin_words+k -> observation
+  std::unordered_map<uint64_t, OrphanObs> orphan_data_;   // data slot -> observation
 };
 
 // True if a slot that held READY/EVICTING word `before` still holds the same
@@ -424,6 +514,15 @@ inline bool SameReadableBlock(uint64_t before, uint64_t after) {
 inline uint32_t BindSlotCrc(uint32_t payload_crc, uint64_t generation, NamespaceId ns,
                             const BlockKey& key, uint64_t len) {
   const SlotCrcTrailer t{generation, key.hi, key.lo, ns, static_cast<uint32_t>(len)};
+  return Crc32cFinish(Crc32cExtend(payload_crc ^ 0xFFFFFFFFu, &t, sizeof t));
+}
+// Layout 5: the same bound also to the data slot the entry names
+// (SlotCrcTrailerV5). `data` < 0: layout 4's trailer.
+inline uint32_t BindSlotCrc(uint32_t payload_crc, uint64_t generation, NamespaceId ns,
+                            const BlockKey& key, uint64_t len, int64_t data) {
+  if (data < 0) return BindSlotCrc(payload_crc, generation, ns, key, len);
+  const SlotCrcTrailerV5 t{
+      {generation, key.hi, key.lo, ns, static_cast<uint32_t>(len)}, static_cast<uint32_t>(data), 0};
   return Crc32cFinish(Crc32cExtend(payload_crc ^ 0xFFFFFFFFu, &t, sizeof t));
 }
 

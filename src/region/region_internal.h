@@ -57,8 +57,9 @@ class RegionInternal {
   // constructor is private to the implementation).
   static void SlotArea(Region* region, uint8_t** base, uint64_t* len);
 
-  // The payload bytes of slot `slot` (REQUIRES: slot < info().num_slots).
-  // Writing them bypasses the slot's CRC: for corruption injection.
+  // The payload bytes of the block entry `slot` names (REQUIRES: slot <
+  // info().num_entries; null if the entry names no data slot). Writing them
+  // bypasses the slot's CRC: for corruption injection.
   static uint8_t* SlotData(Region* region, uint64_t slot);
 
   // The slot holding (ns, key) READY right now, or -1. A snapshot: the slot
@@ -73,8 +74,10 @@ class RegionInternal {
   // ---- Lease plumbing (the implementation only) ----
 
   static void InitWriteLease(WriteLease* l, Region* r, void* data, size_t len, uint64_t slot,
-                             uint64_t word, NamespaceId ns, const BlockKey& key) {
+                             uint64_t word, NamespaceId ns, const BlockKey& key,
+                             uint64_t data_word = 0) {
     l->region_ = r;
+    l->data_word_ = data_word;
     l->data_ = data;
     l->len_ = len;
     l->slot_ = slot;
@@ -104,6 +107,8 @@ class RegionInternal {
   static void CloseReadLease(ReadLease* l) { l->region_ = nullptr; }
   static uint64_t LeaseSlot(const WriteLease& l) { return l.slot_; }
   static uint64_t LeaseWord(const WriteLease& l) { return l.state_word_; }
+  // Layout 5: the MOVING word of the lease's data slot (0 in layout 4).
+  static uint64_t LeaseDataWord(const WriteLease& l) { return l.data_word_; }
   static NamespaceId LeaseNs(const WriteLease& l) { return l.ns_; }
   static const BlockKey& LeaseKey(const WriteLease& l) { return l.key_; }
   static uint64_t LeaseSlot(const ReadLease& l) { return l.slot_; }

@@ -196,7 +196,7 @@ bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
 void RegionImpl::SweepParticipant(uint32_t index, uint64_t reclaiming) {
   const uint64_t bit = 1ull << (index % 64);
   const uint32_t word_ix = index / 64;
-  for (uint64_t s = 0; s < geo_.num_slots; ++s) {
+  for (uint64_t s = 0; s < geo_.num_entries; ++s) {
     // Still our reclaim? A reclaimer paused past the liveness timeout is
     // itself reclaimed and its sweep taken over; the entry may since belong
     // to a new participant, whose slots and pin bits carry the same index.
@@ -218,9 +218,12 @@ void RegionImpl::SweepParticipant(uint32_t index, uint64_t reclaiming) {
     if (pw.load(std::memory_order_seq_cst) & bit) {
       if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) CountReclaim(Counter::kReleasedPins);
     }
-    if (s == geo_.num_slots / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
+    if (s == geo_.num_entries / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
   }
   if (parts_[index].state.load(std::memory_order_seq_cst) != reclaiming) return;
+  // Layout 5: its data slots in flight, after its entries (a READY or
+  // EVICTING entry restored above keeps its data slot).
+  if (geo_.decoupled) (void)SettleOrphanedData([index](uint32_t o) { return o == index; });
   for (uint32_t n = 0; n < kNamespaceEntries; ++n) {
     uint64_t w = nss_[n].state.load(std::memory_order_acquire);
     if (WordState(w) == static_cast<uint8_t>(NamespaceState::kWriting) && WordOwner(w) == index) {
@@ -248,7 +251,7 @@ void RegionImpl::SweepOrphans() {
   // first, finds it unchanged and its owner still not alive.
   const auto now = Clock::now();
   const auto stall = std::chrono::nanoseconds(opts_.liveness_timeout_ns);
-  const uint64_t n = geo_.num_slots;
+  const uint64_t n = geo_.num_entries;
   const uint64_t per_pass = std::max<uint64_t>(
       1, opts_.liveness_timeout_ns / std::max<uint64_t>(1, opts_.heartbeat_interval_ns));
   const uint64_t chunk =
@@ -270,9 +273,20 @@ void RegionImpl::SweepOrphans() {
     m.erase(it);
     return true;
   };
+  std::unordered_map<uint64_t, uint64_t> moving;  // orphaned data slots to settle
   for (uint64_t i = 0; i < chunk; ++i) {
     const uint64_t s = orphan_cursor_;
     orphan_cursor_ = (orphan_cursor_ + 1) % n;
+    // Layout 5: data slot s (while s < num_slots) MOVING for an owner that
+    // is not alive: a mover or writer reclaimed before it acted.
+    if (geo_.decoupled && s < geo_.num_slots) {
+      const uint64_t dw = dwords_[s].load(std::memory_order_seq_cst);
+      if (WordState(dw) != static_cast<uint8_t>(DataState::kMoving) || OwnerAlive(WordOwner(dw))) {
+        orphan_data_.erase(s);
+      } else if (stale(orphan_data_, s, dw)) {
+        moving.emplace(s, dw);
+      }
+    }
     std::atomic<uint64_t>& st = meta_[s].state;
     uint64_t w = st.load(std::memory_order_seq_cst);
     const uint8_t state = WordState(w);
@@ -310,6 +324,8 @@ void RegionImpl::SweepOrphans() {
       if (cleared) Count(Counter::kReleasedPins, __builtin_popcountll(cleared));
     }
   }
+  // Not counted: each went with an entry that was.
+  if (!moving.empty()) (void)SettleMovingSlots(std::move(moving));
 }
 
 std::vector<ParticipantInfo> RegionImpl::Participants() const {

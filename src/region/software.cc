@@ -182,7 +182,7 @@ Status RegionImpl::SwFormatOrWait() {
 Status RegionImpl::SwFormat(uint64_t nonce) {
   const RegionConfig& c = opts_.config;
   Geometry g;
-  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, &g);
+  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, false, &g);
   if (!s.ok()) return s.WithContext("format region " + map_->path());
   if (c.software_partitions > g.num_sets) {
     return Status::InvalidArgument("format region " + map_->path() + ": " +

@@ -196,7 +196,7 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   }
   s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, 1), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
-  for (const char* v : {"layout version 3", "layout version 2", "layout version 4"})
+  for (const char* v : {"layout version 3", "layout version 5", "layout version 4"})
     EXPECT_NE(s.ToString().find(v), std::string::npos) << v << ": " << s.ToString();
 }
 

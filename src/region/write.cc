@@ -1,7 +1,10 @@
 // Copyright cxlkv authors.
 //
-// Writes: claim a slot (free way first, then the least recently used way of
-// the two candidate sets), fill it, publish it READY.
+// Writes (layout 5): claim an index entry in the key's two sets (a free one
+// first; only if both sets are full, the least recently used of their 32
+// entries, with its data slot), then a data slot (a free one, else the
+// victim queue's: data.cc, victims.cc), fill it, publish the entry READY,
+// then settle the data slot HELD.
 #include <algorithm>
 #include <cstring>
 
@@ -20,8 +23,9 @@ constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
 
 bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
                            uint64_t* slot_out, uint64_t* word_out, bool* evicted,
-                           int64_t* ready_copy) {
+                           int64_t* ready_copy, int64_t* data, uint64_t* dword) {
   *ready_copy = -1;
+  *data = -1;
   const uint32_t ways = geo_.ways;
   const int nsets = place.set[0] == place.set[1] ? 1 : 2;
   // Fill the emptier set first (two choices).
@@ -66,8 +70,10 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
       return false;
     }
   }
-  // Pass 2: evict among the unpinned READY candidates (up to 2 x kMaxWays)
-  // the one of largest EvictionRank: least recently used, with a chain's
+  // Pass 2, both index sets full (rare: twice as many entries as data
+  // slots, filled by two choices): evict among the unpinned READY entries
+  // (up to 2 x kMaxWays) the one of largest EvictionRank, and take its data
+  // slot with it: least recently used, with a chain's
   // deeper chunks counted older (region_impl.h). Not CLOCK: a prefix is
   // served only as far as its chunks are present without a gap, and almost
   // every chunk of a KV cache is read once (by the next turn or another
@@ -115,9 +121,17 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
     if (!TakeReadySlot(slot, cand[i].word)) continue;
     uint64_t evicting =
         PackWord(WordGen(cand[i].word), me, static_cast<uint8_t>(SlotState::kEvicting));
-    const uint64_t writing = PackWord(WordGen(cand[i].word) + 1, me, kWriting);
-    if (!meta_[slot].state.compare_exchange_strong(evicting, writing, std::memory_order_seq_cst))
+    const int64_t d = DetachDataSlot(slot, dword);
+    if (d < 0) {
+      RestoreEvictedBlock(slot, evicting);
       continue;
+    }
+    const uint64_t writing = PackWord(WordGen(cand[i].word) + 1, me, kWriting);
+    if (!meta_[slot].state.compare_exchange_strong(evicting, writing, std::memory_order_seq_cst)) {
+      ReleaseDataSlot(static_cast<uint64_t>(d), *dword);
+      continue;
+    }
+    *data = d;
     *slot_out = slot;
     *word_out = writing;
     *evicted = true;
@@ -191,7 +205,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
     if (WordState(w) == kReady) {
       // The caller holds this chunk as part of a prefix it is using: a use,
       // as a hit is (or the chain's deeper chunks would outlive it).
-      Touch(static_cast<uint64_t>(existing), w);
+      Touch(static_cast<uint64_t>(existing), w, StoreTick(depth));
       Count(Counter::kStoreDuplicate);
       *outcome = StoreOutcome::kDuplicate;
       return Status::OK();
@@ -203,8 +217,9 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   uint64_t slot, writing;
   bool evicted;
   CXLKV_FAILPOINT_HIT("write.before_claim");
-  int64_t untagged;
-  if (!ClaimSlot(ns, key, place, &slot, &writing, &evicted, &untagged)) {
+  int64_t untagged, data;
+  uint64_t dword = 0;
+  if (!ClaimSlot(ns, key, place, &slot, &writing, &evicted, &untagged, &data, &dword)) {
     if (untagged >= 0) {
       RepairTag(static_cast<uint64_t>(untagged), writing, place.tag);
       Count(Counter::kStoreDuplicate);
@@ -214,20 +229,21 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
     Count(Counter::kStoreFull);
     *outcome = StoreOutcome::kFull;
     return Status::NoSpace(
-        "no free or evictable slot for this block (both candidate sets are "
+        "no free or evictable index entry for this block (both of its index sets are "
         "pinned or being written)");
   }
-  // Order the WRITING word before any byte of the new payload: a reader
-  // still copying the old payload must see the generation change.
-  std::atomic_thread_fence(std::memory_order_release);
-  if (evicted) Count(Counter::kEvictions);
+  // Gives back what we hold: the entry, and a data slot once we have one.
+  auto give_back = [&] {
+    if (data >= 0) ReleaseDataSlot(static_cast<uint64_t>(data), dword);
+    ReleaseOwnedSlot(slot, writing);
+  };
   CXLKV_FAILPOINT_HIT("write.after_claim");
   // A participant paused before its claim CAS may have been reclaimed
   // meanwhile; the reclaimer's sweep then missed this slot, so give it back
   // ourselves. (seq_cst, with the claim CAS and the reclaimer's registry
   // CAS and sweep: one of us sees the other.)
   if (!StillRegistered()) {
-    ReleaseOwnedSlot(slot, writing);
+    give_back();
     return Fenced(outcome);
   }
   // No metadata store without ownership: each one is preceded by a check
@@ -244,9 +260,10 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   };
   if (!(put(m.key_hi, key.hi) && put(m.key_lo, key.lo) && put(m.ns, ns) &&
         put(m.len, static_cast<uint32_t>(len)) && put(m.writer, self_index()) &&
-        put(m.last_use, RecencyTick()) && put(m.depth, PackDepth(depth, WordGen(writing))) &&
+        put(m.last_use, StoreTick(depth)) && put(m.depth, PackDepth(depth, WordGen(writing))) &&
         put(m.uses, PackDepth(0, WordGen(writing))) &&
         put(tags.tag[slot % geo_.ways], place.tag))) {
+    if (data >= 0) ReleaseDataSlot(static_cast<uint64_t>(data), dword);
     return LostSlot(outcome);
   }
   // Two writers of the same key may claim different slots at once. After
@@ -265,21 +282,50 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
       if (os != kReady && os != kWriting) continue;
       if (!KeyMatches(other, ns, key)) continue;
       if (os == kReady) {
-        ReleaseOwnedSlot(slot, writing);
+        give_back();
         RepairTag(other, ow, place.tag);
         Count(Counter::kStoreDuplicate);
         *outcome = StoreOutcome::kDuplicate;
         return Status::OK();
       }
       if (other < slot) {
-        ReleaseOwnedSlot(slot, writing);
+        give_back();
         Count(Counter::kStoreLostRace);
         *outcome = StoreOutcome::kLostRace;
         return Status::Busy("another participant is storing this block");
       }
     }
   }
-  RegionInternal::InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
+  // The block is ours to store: now its data slot (unless the entry came
+  // with one), a free one or the next victim's. After the duplicate check,
+  // so a duplicate evicts nothing.
+  if (data < 0) {
+    uint64_t d;
+    bool moved;
+    if (!AcquireDataSlot(&d, &dword, &moved)) {
+      ReleaseOwnedSlot(slot, writing);
+      Count(Counter::kStoreFull);
+      *outcome = StoreOutcome::kFull;
+      return Status::NoSpace(
+          "no free data slot and no evictable block (every block is pinned or being written)");
+    }
+    data = static_cast<int64_t>(d);
+    evicted = moved;
+  }
+  // Order the victim entry's FREE (or our WRITING) word before any byte of
+  // the new payload: a reader still copying the old payload must see it.
+  std::atomic_thread_fence(std::memory_order_release);
+  if (evicted) Count(Counter::kEvictions);
+  if (!StillRegistered()) {
+    give_back();
+    return Fenced(outcome);
+  }
+  if (!put(m.data, static_cast<uint32_t>(data))) {
+    ReleaseDataSlot(static_cast<uint64_t>(data), dword);
+    return LostSlot(outcome);
+  }
+  RegionInternal::InitWriteLease(lease, this, SlotData(static_cast<uint64_t>(data)), len, slot,
+                                 writing, ns, key, dword);
   *outcome = StoreOutcome::kStored;
   return Status::OK();
 }
@@ -294,6 +340,8 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
   }
   const uint64_t slot = RegionInternal::LeaseSlot(*lease);
   const uint64_t writing = RegionInternal::LeaseWord(*lease);
+  const uint64_t dword = RegionInternal::LeaseDataWord(*lease);
+  const uint64_t data = DataIndexOf(lease->data());
   const size_t len = lease->len();
   const NamespaceId ns = RegionInternal::LeaseNs(*lease);
   const BlockKey key = RegionInternal::LeaseKey(*lease);
@@ -303,18 +351,29 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
     return map_->LostStatus();
   }
   SlotMeta& m = meta_[slot];
-  const uint32_t payload_crc = crc32c ? *crc32c : Crc32c(SlotData(slot), len);
+  const uint32_t payload_crc = crc32c ? *crc32c : Crc32c(SlotData(data), len);
   // Identity from our own lease, never from the slot's metadata.
-  const uint32_t crc = BindSlotCrc(payload_crc, WordGen(writing), ns, key, len);
-  if (!Owns(slot, writing)) return LostSlot(outcome);
+  const uint32_t crc =
+      BindSlotCrc(payload_crc, WordGen(writing), ns, key, len, static_cast<int64_t>(data));
+  // Losing the entry means we were reclaimed (or its word was damaged):
+  // give the data slot back if the reclaim has not (exact word: a no-op
+  // once it did).
+  if (!Owns(slot, writing)) {
+    ReleaseDataSlot(data, dword);
+    return LostSlot(outcome);
+  }
   m.crc.store(crc, std::memory_order_relaxed);
   CXLKV_FAILPOINT_HIT("write.before_commit");
   uint64_t expected = writing;
   const uint64_t ready = PackWord(WordGen(writing), self_index(), kReady);
   // Release: key, length, CRC and payload before READY.
   if (!m.state.compare_exchange_strong(expected, ready, std::memory_order_acq_rel)) {
+    ReleaseDataSlot(data, dword);
     return LostSlot(outcome);
   }
+  // READY first, then HELD: a writer dying between the two leaves a MOVING
+  // word that a READY entry names, which the reclaim settles HELD.
+  SettleDataSlot(data, dword);
   Count(Counter::kStores);
   Count(Counter::kBytesStored, len);
   *outcome = StoreOutcome::kStored;
@@ -326,9 +385,12 @@ void RegionImpl::AbortWrite(WriteLease* lease) {
   if (!lease->open()) return;
   const uint64_t slot = RegionInternal::LeaseSlot(*lease);
   const uint64_t writing = RegionInternal::LeaseWord(*lease);
+  const uint64_t dword = RegionInternal::LeaseDataWord(*lease);
+  const uint64_t data = DataIndexOf(lease->data());
   RegionInternal::CloseWriteLease(lease);
-  // A no-op once the slot is no longer ours (we were reclaimed and it was
-  // reused): the tag and state belong to the new owner.
+  // Both no-ops once no longer ours (we were reclaimed and they were
+  // reused): the words then belong to their new owners.
+  ReleaseDataSlot(data, dword);
   ReleaseOwnedSlot(slot, writing);
 }
 

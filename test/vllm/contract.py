@@ -392,9 +392,12 @@ def test_stored_chunks_carry_their_depth_in_the_request(region_path):
 
 def _flip(path, region, store_spec, at):
     """Flips one byte of the stored chunk's payload in the region file."""
+    from cxlkv import _cxlkv
+
     _epoch, slot, _word, _len = store_spec.tokens[0]
     info = region.info()
-    off = info.offset + info.data_offset + slot * info.slot_stride + at
+    (v,) = _cxlkv.scan_slots(region, slot, 1)  # the entry's data slot (layout 5)
+    off = info.offset + info.data_offset + v[8] * info.slot_stride + at
     with open(path, "r+b") as f:
         f.seek(off)
         c = f.read(1)

@@ -378,7 +378,7 @@ def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(worl
 
 
 def _slots(region):
-    return cxlkv._cxlkv.scan_slots(region, 0, region.info().num_slots)
+    return cxlkv._cxlkv.scan_slots(region, 0, region.info().num_entries)
 
 
 def test_sigkill_mid_store_and_events_of_the_shared_tier(tiny_model, tmp_path):
@@ -678,7 +678,8 @@ def test_corrupt_slot_is_recomputed_not_used(world):
                           prefault="none")
     info = r.info()
     counters0 = r.region_counters()
-    off = info.offset + info.data_offset + slot * info.slot_stride + 1000
+    (v,) = cxlkv._cxlkv.scan_slots(r, slot, 1)  # the entry's data slot (layout 5)
+    off = info.offset + info.data_offset + v[8] * info.slot_stride + 1000
     with open(world["region"], "r+b") as f:
         f.seek(off)
         byte = f.read(1)

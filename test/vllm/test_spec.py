@@ -188,7 +188,7 @@ def test_reset_closes_jobs_in_flight_on_0_32(region_path):
     assert out.keys_to_store == [key]
 
     def writing():
-        return [v for v in _cxlkv.scan_slots(m.region, 0, m.region.info().num_slots)
+        return [v for v in _cxlkv.scan_slots(m.region, 0, m.region.info().num_entries)
                 if v[1] == "writing"]
 
     assert len(writing()) == 1

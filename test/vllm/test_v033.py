@@ -263,7 +263,7 @@ def test_config_info_fills_exactly_the_declared_labels(v033, region_path):
 def _writing(region):
     from cxlkv import _cxlkv
 
-    return [v[0] for v in _cxlkv.scan_slots(region, 0, region.info().num_slots)
+    return [v[0] for v in _cxlkv.scan_slots(region, 0, region.info().num_entries)
             if v[1] == "writing"]
 
 

@@ -125,7 +125,7 @@ TEST(CliCoherenceTest, AHardwareRegionRefusesSoftwareModeAndPartitions) {
   Result r = Cxlkv("format --json" + geo);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(Json(r)["coherence"], "hardware");
-  EXPECT_EQ(Json(r)["layout_version"], 2);
+  EXPECT_EQ(Json(r)["layout_version"], 5);
   r = Cxlkv("inspect --coherence software --region " + region);
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(Has(r, "coherence mismatch: the region has hardware, this process expects software"))

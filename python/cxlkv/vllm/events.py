@@ -118,7 +118,7 @@ class SharedTierEvents:
 
     def _view(self, slot: int) -> tuple[str, int, int, BlockKey]:
         (v,) = _cxlkv.scan_slots(self.region, slot, 1)
-        _slot, state, generation, _owner, ns, _len, key, _depth = v
+        _slot, state, generation, _owner, ns, _len, key, _depth, _data = v
         return state, generation, ns, key
 
     def _still_there(self, slot: int) -> bool:
