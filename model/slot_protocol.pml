@@ -16,12 +16,30 @@
  * that continues its old steps. With RCRASHES > 0 the Reclaimer may die
  * mid-sweep; the next reclaimer takes the RECLAIMING entry over.
  *
+ * The default is layout 5 (issue 24) as src/region/ has it: NE = 2 x NSLOT
+ * index entries (state word, key, CRC, set tag, data pointer) name NSLOT
+ * data slots (payload, and a data word [gen][owner participant][state]
+ * FREE / HELD / MOVING); a Store claims an entry, then a FREE data slot or,
+ * through this process's victim queue, the data slot of a READY entry it
+ * evicts (MoveDataSlot); the slot stays MOVING(writer) until the entry is
+ * READY, then HELD; the CRC binds the data slot index. Entry 0 starts READY
+ * with key NK in data slot 0 (NO_PRELOAD: not). NENT=n: n entries.
+ * P0OP/P0KEY/P1OP/P1KEY: fixed roles (1 Store, 2 Load of that key).
+ *
  * Variants (-D flags): OLD_PROTOCOL is the protocol as of 4c4094f (layout
  * v1: CRC over the payload only, CommitWrite stores the CRC before and
  * regardless of its CAS, BeginWrite writes key and tag after the claim
- * without a re-check, tags cleared before the freeing CAS). Without it, the
- * layout v2 protocol; UNBOUND_CRC is v2 without the CRC trailer (the
- * ownership checks alone). CHECK_READS_ONLY keeps only the reader property (the
+ * without a re-check, tags cleared before the freeing CAS). V2_PROTOCOL is
+ * layout v2 (the data in its slot: NSLOT slots, no data words);
+ * UNBOUND_CRC is v2 without the CRC trailer (the ownership checks alone).
+ * Layout 5: LEASE_WORD is the protocol with the data word naming its holder
+ * lease (entry, entry generation) instead of a participant (docs/model.md:
+ * the fix for the engine's data-slot counterexample); its mutants
+ * MUT_ANY_LEASE and MUT_ENTRY_ONLY drop (part of) its check in the move.
+ * PUT_BACK, SETTLE_RESTORE, DETACH_BUMP are partial patches of the engine's
+ * protocol that were tried (each leaves a counterexample). UNBOUND_DATA: the
+ * CRC without the data slot index. REACH_STALE turns the victim queue's
+ * stale pop into an assertion (a reachability probe). CHECK_READS_ONLY keeps only the reader property (the
  * old-protocol run that must find defect 1 reports nothing else first);
  * CHECK_SETTLE_ONLY keeps only the end-state properties (slots settle, keys
  * stay storable).
@@ -59,6 +77,17 @@
 #define RCRASHES 0
 #endif
 
+#if defined(OLD_PROTOCOL) || defined(V2_PROTOCOL)
+#define INPLACE          /* layouts 1 and 2: the payload lives in its slot */
+#endif
+#ifdef INPLACE
+#define NE NSLOT         /* index entries = slots */
+#elif defined(NENT)
+#define NE NENT          /* layout 5 with another number of entries */
+#else
+#define NE (2 * NSLOT)   /* layout 5: 2 x data slots index entries */
+#endif
+
 #define R NP             /* the reclaimer's participant index */
 #define NPROC (NP + 1)
 #define NBUF NP          /* workers have store buffers; the reclaimer is SC */
@@ -81,33 +110,71 @@
 #define O_FULL 4
 #define O_FENCED 5
 
-/* Plain-stored words of slot s, as indexes into mem[]: the key fields
- * (key_hi, key_lo, ns and len are stored and checked alike: one word here),
- * the CRC word, the payload, the set tag of its way. */
+/* Plain-stored words of slot (entry) s, as indexes into mem[]: the key
+ * fields (key_hi, key_lo, ns and len are stored and checked alike: one word
+ * here), the CRC word, the payload (layout 5: the entry's data pointer; the
+ * payload is data slot d's word A_DATA(d)), the set tag of its way. */
 #define A_KEY(s) ((s) * 4)
 #define A_CRC(s) ((s) * 4 + 1)
+#ifdef INPLACE
 #define A_DATA(s) ((s) * 4 + 2)
+#define NMEM (NSLOT * 4)
+#else
+#define A_DPTR(s) ((s) * 4 + 2)
+#define A_DATA(d) (NE * 4 + (d))
+#define NMEM (NE * 4 + NSLOT)
+#endif
 #define A_TAG(s) ((s) * 4 + 3)
 
-/* "Bytes" are a tag (writer, generation of its lease, key): a payload is
- * equal to another only if it is the same writer's copy for the same lease.
- * 0 = bytes nobody wrote. Keys are 1..NK and the set tag of key k is k. */
-#define TOK(w, g, k) ((((w) * 16) + (g)) * 4 + (k))
+/* "Bytes" are a tag (writer, generation of its lease, key; layout 5 also
+ * the entry): a payload is equal to another only if it is the same
+ * writer's copy for the same lease. 0 = bytes nobody wrote. Keys are 1..NK
+ * and the set tag of key k is k. */
+#ifdef INPLACE
+#define TOK(w, e, g, k) ((((w) * 16) + (g)) * 4 + (k))
+#define TOKW(t) ((t) / 64)
+#else
+#define TOK(w, e, g, k) (((((w) * NE + (e)) * 16) + (g)) * 4 + (k))
+#define TOKW(t) ((t) / (NE * 64))
+#endif
+#define TOKG(t) (((t) / 4) % 16)
 #define TOKKEY(t) ((t) % 4)
 /* The CRC as a value: CRC32C collisions are not modelled, so the CRC of a
  * payload is the payload's tag. Layout v2 extends it with the trailer
- * (generation, key); v1 covers the payload only. */
+ * (generation, key); v1 covers the payload only; layout 5's trailer also
+ * binds the data slot index d (UNBOUND_DATA leaves d out). */
 #if defined(OLD_PROTOCOL) || defined(UNBOUND_CRC)
-#define CRCV(t, g, k) (t)
+#define CRCV(t, g, k, d) (t)
+#elif defined(INPLACE)
+#define CRCV(t, g, k, d) ((t) + 256 * ((g) * 4 + (k)))
+#elif defined(UNBOUND_DATA)
+#define CRCV(t, g, k, d) ((t) + (NPROC * NE * 64) * ((g) * 4 + (k)))
 #else
-#define CRCV(t, g, k) ((t) + 256 * ((g) * 4 + (k)))
+#define CRCV(t, g, k, d) ((t) + (NPROC * NE * 64) * (((g) * 4 + (k)) * NSLOT + (d)))
 #endif
 
-short mem[NSLOT * 4];
-byte sst[NSLOT];   /* slot state word: state */
-byte sgen[NSLOT];  /*                  generation */
-byte sown[NSLOT];  /*                  owner */
-byte pin[NSLOT];   /* pin word: bit p = participant p pins the slot */
+#ifdef INPLACE
+short mem[NMEM];
+#else
+int mem[NMEM];
+#endif
+byte sst[NE];   /* slot (entry) state word: state */
+byte sgen[NE];  /*                          generation */
+byte sown[NE];  /*                          owner */
+byte pin[NE];   /* pin word: bit p = participant p pins the slot */
+#ifndef INPLACE
+/* Data slot words (layout 5, layout.h DataState): [generation][owner
+ * participant][state] FREE / HELD / MOVING. FREE(g) -> MOVING(g, writer)
+ * (ClaimDataSlot); HELD or MOVING -> MOVING(g, me) (DetachDataSlot: an
+ * eviction, a drop); MOVING(g, me) -> HELD(g, me) after the writer's entry
+ * is READY (SettleDataSlot); the exact word -> FREE(g+1) (ReleaseDataSlot). */
+#define D_FREE 0
+#define D_HELD 1
+#define D_MOVING 2
+byte dsst[NSLOT];
+byte dsgen[NSLOT];
+byte dsown[NSLOT];
+#endif
 byte pst[NPROC];   /* participant state word (incarnations never repeat:
                       no entry is re-registered in this model) */
 bool crashed[NPROC];
@@ -115,7 +182,7 @@ byte ndone;        /* workers finished or crashed */
 byte crashmask;  /* workers that may crash (once each): chosen in init */
 byte pause_budget = PAUSES;
 byte rcrash_budget = RCRASHES;
-short ready_tok[NSLOT];  /* ghost: the payload tag the commit of the slot's
+short ready_tok[NE];  /* ghost: the payload tag the commit of the slot's
                           current generation published */
 
 #include "tso.pml"
@@ -147,6 +214,83 @@ inline CASW(s, eg, eo, es, ng, no, ns, ok) {
   }
 }
 
+#ifndef INPLACE
+/* Atomic load of data slot dd's word (layout 5). */
+inline LOADD(dd) {
+  d_step { xg = dsgen[dd]; xo = dsown[dd]; xst = dsst[dd] }
+}
+
+/* compare_exchange_strong on data slot dd's word. */
+inline CASD(dd, eg, eo, es, ng, no, ns, okv) {
+  DRAIN(me);
+  d_step {
+    if
+    :: dsgen[dd] == eg && dsown[dd] == eo && dsst[dd] == es ->
+       dsgen[dd] = ng; dsown[dd] = no; dsst[dd] = ns; okv = true
+    :: else -> okv = false
+    fi
+  }
+}
+
+/* @fn RegionImpl::ReleaseDataSlot: the exact word MOVING(g, o) -> FREE(g+1). */
+inline RELEASE_DATA(dd, g, o) {
+#ifdef LEASE_WORD
+  CASD(dd, g, o, D_MOVING, 0, 0, D_FREE, dok);
+#else
+  CASD(dd, g, o, D_MOVING, g + 1, 0, D_FREE, dok);
+#endif
+  if
+  :: dok -> printf("MSC: P%d frees data slot %d\n", me, dd)
+  :: else
+  fi;
+  dok = false
+}
+
+/* The writer's own data word: MOVING(gen mydg, owner MYDO). LEASE_WORD
+ * (the proposed fix): the word names its holder lease, (entry, entry
+ * generation), not a participant. */
+#ifdef LEASE_WORD
+#define MYDO myslot
+#else
+#define MYDO me
+#endif
+
+/* DETACH_BUMP: every word MOVING(me) is new (gen+1 on each claim and
+ * detach), so a CAS that expects an older one fails. */
+#ifdef DETACH_BUMP
+#define MBUMP 1
+#else
+#define MBUMP 0
+#endif
+
+/* A detach from an entry we then failed to free or claim: without
+ * PUT_BACK (the code as first written) the data slot is released; with it,
+ * our MOVING word goes back to HELD (owner as seen). */
+#ifdef PUT_BACK
+#define UNDETACH(dd, g, o) CASD(dd, g, me, D_MOVING, g, o, D_HELD, dok); dok = false
+#else
+#define UNDETACH(dd, g, o) RELEASE_DATA(dd, g, me)
+#endif
+
+/* @fn RegionImpl::DetachDataSlot: entry e is ours (taken from READY); the
+ * data slot it names, HELD or MOVING -> MOVING(g, me). dd = NONE if the
+ * word is in neither state or changed. */
+inline DETACH(e, dd, dg) {
+  LD(me, A_DPTR(e), dd);
+  LOADD(dd);
+  if
+  :: xst == D_HELD || xst == D_MOVING ->
+     CASD(dd, xg, xo, xst, xg + MBUMP, me, D_MOVING, dok);
+     if
+     :: dok -> dg = xg + MBUMP; dgo = xo; printf("MSC: P%d detaches data slot %d from entry %d\n", me, dd, e)
+     :: else -> dd = NONE
+     fi
+  :: else -> dd = NONE
+  fi;
+  xg = 0; xo = 0; xst = 0; dok = false
+}
+#endif
+
 /* @fn RegionImpl::ClearTag: CAS tag -> 0. */
 inline CLEARTAG(s, tag) {
   DRAIN(me);
@@ -163,7 +307,7 @@ inline FIND(k, readable_only) {
   fs = NONE;
   s = 0;
   do
-  :: s < NSLOT ->
+  :: s < NE ->
      LD(me, A_TAG(s), t);
      if
      :: t == k ->
@@ -229,7 +373,7 @@ inline CLAIM(k) {
   claimed = false;
   s = 0;
   do
-  :: s < NSLOT ->
+  :: s < NE ->
      LOADW(s);
      if
      :: ws == S_FREE ->
@@ -248,7 +392,7 @@ inline CLAIM(k) {
      lost (Find skipped it) is looked for ignoring tags: fs, fg, fo. */
   s = 0;
   do
-  :: !claimed && s < NSLOT ->
+  :: !claimed && s < NE ->
      LOADW(s);
      if
      :: ws == S_READY ->
@@ -275,27 +419,75 @@ inline CLAIM(k) {
 #endif
   if
   :: !claimed && fs == NONE ->
-     select (start : 0 .. NSLOT - 1);
+     select (start : 0 .. NE - 1);
      c = 0;
      do
-     :: c < 2 * NSLOT && !claimed ->
-        s = (start + c) % NSLOT;
+     :: c < 2 * NE && !claimed ->
+        s = (start + c) % NE;
         LOADW(s);
         if
         :: ws == S_READY ->
            if
-           :: c < NSLOT -> skip  /* eviction order: any way may be passed over */
+           :: c < NE -> skip  /* eviction order: any way may be passed over */
            :: pin[s] != 0 -> skip  /* SlotPinned pre-check */
            :: pin[s] == 0 ->
               TAKE_READY(s, wg, wo, ok);
               if
               :: ok ->
                  FP;
+#ifdef LEASE_WORD
+                 /* layout 5, LEASE_WORD: the entry, then its data slot
+                    re-labelled (v, g) -> MOVING(v, g+1) */
+                 CASW(s, wg, me, S_EVICTING, wg + 1, me, S_WRITING, ok);
+                 if
+                 :: ok ->
+                    claimed = true; myslot = s; mygen = wg + 1;
+                    LD(me, A_DPTR(s), d);
+                    FP;
+                    LOADD(d);
+                    if
+                    :: (xst == D_HELD || xst == D_MOVING) && xo == s && xg == wg ->
+                       CASD(d, xg, xo, xst, mygen, myslot, D_MOVING, dok);
+                       if
+                       :: dok -> myd = d; mydg = mygen
+                       :: else
+                       fi
+                    :: else
+                    fi;
+                    d = 0; xg = 0; xo = 0; xst = 0; dok = false
+                 :: else
+                 fi
+#elif !defined(INPLACE)
+                 /* layout 5: both index sets full; the entry taken comes
+                    with its data slot (DetachDataSlot), else it is put back */
+                 DETACH(s, d, dg);
+                 if
+                 :: d == NONE ->
+                    /* @fn RegionImpl::RestoreEvictedBlock */
+                    CASW(s, wg, me, S_EVICTING, wg, TOKW(ready_tok[s]), S_READY, ok);
+                    ok = false
+                 :: else -> FP
+                 fi;
+                 if
+                 :: d != NONE ->
+#endif
+#ifndef LEASE_WORD
                  CASW(s, wg, me, S_EVICTING, wg + 1, me, S_WRITING, ok);
                  if
                  :: ok -> claimed = true; myslot = s; mygen = wg + 1
+#ifndef INPLACE
+                    ; myd = d; mydg = dg
+                 :: !ok -> UNDETACH(d, dg, dgo)
+#else
                  :: else
+#endif
                  fi
+#ifndef INPLACE
+                 :: else
+                 fi;
+                 d = 0; dg = 0; dgo = 0
+#endif
+#endif
               :: else
               fi
            fi
@@ -310,6 +502,16 @@ inline CLAIM(k) {
   s = 0;
   wg = 0; wo = 0; ws = 0
 }
+
+/* Where a writer's payload goes: its slot (layouts 1, 2), its data slot
+ * (layout 5). */
+#ifdef INPLACE
+#define WSLOT myslot
+#define RSLOT fs
+#else
+#define WSLOT myd
+#define RSLOT d
+#endif
 
 /* The writer still owns its slot: the state word equals its WRITING word
  * (v2: before every metadata store). */
@@ -348,7 +550,44 @@ inline TAKE_AND_FREE(s, g, o, st) {
      printf("MSC: P%d takes slot %d (gen %d) to free it\n", me, s, g);
      myslot = s; mygen = g + 1;
      FP;
+#ifndef INPLACE
+     /* layout 5: a READY entry's data slot goes with it; any other entry's
+        pointer may be a previous block's (the data sweep settles a dead
+        writer's MOVING slot) */
+#ifdef LEASE_WORD
      RELEASE_OWNED();
+     /* LEASE_WORD: the data slot of the lease taken goes with it (else the
+        orphan rule frees it) */
+     if
+     :: st == S_READY ->
+        LD(me, A_DPTR(s), d);
+        LOADD(d);
+        if
+        :: (xst == D_HELD || xst == D_MOVING) && xo == s && xg == g ->
+           FP; CASD(d, xg, xo, xst, 0, 0, D_FREE, dok)
+        :: else
+        fi;
+        d = 0; xg = 0; xo = 0; xst = 0; dok = false
+     :: else
+     fi;
+#else
+     d = NONE;
+     if
+     :: st == S_READY -> DETACH(s, d, dg)
+     :: else
+     fi;
+#endif
+#endif
+#ifndef LEASE_WORD
+     RELEASE_OWNED();
+#endif
+#if !defined(INPLACE) && !defined(LEASE_WORD)
+     if
+     :: d != NONE -> FP; RELEASE_DATA(d, dg, me)
+     :: else
+     fi;
+     d = 0; dg = 0; dgo = 0;
+#endif
      myslot = 0; mygen = 0
   :: else
   fi;
@@ -380,6 +619,245 @@ inline REPAIR_TAG(s, g, o, tag) {
 }
 #endif
 
+#ifndef INPLACE
+/* @fn RegionImpl::RefillVictims: the sweep over the index that fills this
+ * process's victim queue with READY unpinned entries and the words seen.
+ * Recency (last_use, depth) is not modelled: any of them may be the one
+ * queued, which covers every order a policy can produce. */
+inline REFILL() {
+  s = 0;
+  do
+  :: s < NE ->
+     LOADW(s);
+     if
+     :: ws == S_READY && pin[s] == 0 && vq == NONE -> vq = s; vqg = wg; vqo = wo
+     :: ws == S_READY && pin[s] == 0 && vq != NONE ->
+        if
+        :: vq = s; vqg = wg; vqo = wo
+        :: skip
+        fi
+     :: else
+     fi;
+     s++
+  :: else -> break
+  od;
+  s = 0; wg = 0; wo = 0; ws = 0
+}
+
+/* @fn RegionImpl::MoveDataSlot: TakeReadySlot(victim v, READY word g/o:
+ * pins checked), DetachDataSlot (its data slot -> MOVING(me)), the victim
+ * entry EVICTING -> FREE (ReleaseOwnedSlot, tag cleared while ours; on
+ * failure the data slot is released), then evict.mid_move. Our data slot
+ * stays MOVING(me) until our entry commits. */
+#ifdef LEASE_WORD
+/* The move's lease check: the data word names the victim's lease (entry v,
+ * generation g). MUT_ANY_LEASE drops it (any HELD or MOVING word is taken);
+ * MUT_ENTRY_ONLY checks the entry but not its generation. */
+#if defined(MUT_ANY_LEASE)
+#define LEASE_IS(v, g) true
+#elif defined(MUT_ENTRY_ONLY)
+#define LEASE_IS(v, g) (xo == (v))
+#else
+#define LEASE_IS(v, g) (xo == (v) && xg == (g))
+#endif
+
+/* LEASE_WORD: TakeReadySlot(v); its pointer d; the victim entry -> FREE
+ * (tag cleared while ours); evict.mid_move; then the data word of v's
+ * lease (v, g), HELD or MOVING (its writer between READY and settle) ->
+ * MOVING(our entry, our generation). A stale pointer or a re-leased victim
+ * fails that CAS: the word names another lease. */
+inline MOVE_DATA(v, g, o) {
+  TAKE_READY(v, g, o, ok);
+  if
+  :: ok ->
+     LD(me, A_DPTR(v), d);
+     LD(me, A_TAG(v), t);
+     if
+     :: sgen[v] == g && sown[v] == me && sst[v] == S_EVICTING ->
+        CLEARTAG(v, t);
+        FP;
+        CASW(v, g, me, S_EVICTING, g, 0, S_FREE, ok)
+     :: else -> ok = false
+     fi;
+     t = 0;
+     if
+     :: ok ->
+        printf("MSC: P%d frees entry %d (gen %d) to take its data slot %d\n", me, v, g, d);
+        /* @fp evict.mid_move */
+        FP;
+        LOADD(d);
+        if
+        :: (xst == D_HELD || xst == D_MOVING) && LEASE_IS(v, g) ->
+           CASD(d, xg, xo, xst, mygen, myslot, D_MOVING, dok);
+           if
+           :: dok -> myd = d; mydg = mygen; printf("MSC: P%d: data slot %d now for entry %d\n", me, d, myslot)
+           :: else
+           fi
+        :: else
+        fi
+     :: else
+     fi
+  :: else
+  fi;
+  d = 0; xg = 0; xo = 0; xst = 0; dok = false; ok = false
+}
+#else
+inline MOVE_DATA(v, g, o) {
+  TAKE_READY(v, g, o, ok);
+  if
+  :: ok ->
+     DETACH(v, d, dg);
+     if
+     :: d == NONE ->
+        /* @fn RegionImpl::RestoreEvictedBlock */
+        CASW(v, g, me, S_EVICTING, g, TOKW(ready_tok[v]), S_READY, ok)
+     :: else ->
+        printf("MSC: P%d moves data slot %d away from entry %d (gen %d)\n", me, d, v, g);
+        FP;
+        LD(me, A_TAG(v), t);
+        if
+        :: sgen[v] == g && sown[v] == me && sst[v] == S_EVICTING ->
+           CLEARTAG(v, t);
+           FP;
+           CASW(v, g, me, S_EVICTING, g, 0, S_FREE, ok)
+        :: else -> ok = false
+        fi;
+        t = 0;
+        if
+        :: !ok ->
+           printf("MSC: P%d: entry %d is no longer its own: gives data slot %d up\n", me, v, d);
+           UNDETACH(d, dg, dgo)
+        :: ok ->
+           /* @fp evict.mid_move */
+           myd = d; mydg = dg
+        fi
+     fi
+  :: else
+  fi;
+  d = 0; dg = 0; dgo = 0; ok = false
+}
+#endif
+
+/* @fn RegionImpl::AcquireDataSlot: @fn RegionImpl::ClaimDataSlot (a FREE
+ * data slot -> MOVING(me)), else up to two victims popped from this
+ * process's queue (@fn RegionImpl::NextVictim, refilled when empty; a
+ * popped entry whose word changed since it was queued is stale and
+ * passed over), each tried with MoveDataSlot. */
+inline ACQUIRE_DATA() {
+  d = 0;
+  do
+  :: myd == NONE && d < NSLOT ->
+     LOADD(d);
+     if
+     :: xst == D_FREE ->
+#ifdef LEASE_WORD
+        CASD(d, xg, xo, D_FREE, mygen, myslot, D_MOVING, dok);
+        if
+        :: dok -> myd = d; mydg = mygen
+#else
+        CASD(d, xg, xo, D_FREE, xg + MBUMP, me, D_MOVING, dok);
+        if
+        :: dok -> myd = d; mydg = xg + MBUMP
+#endif
+        :: else
+        fi;
+        dok = false
+     :: else
+     fi;
+     d++
+  :: else -> break
+  od;
+  d = 0; xg = 0; xo = 0; xst = 0;
+  c = 0;
+  do
+  :: myd == NONE && c < 2 ->
+     if
+     :: vq == NONE -> REFILL()
+     :: else
+     fi;
+     if
+     :: vq == NONE -> break
+     :: else
+     fi;
+     s = vq; wg = vqg; wo = vqo; vq = NONE; vqg = 0; vqo = 0;
+     d_step { ok = (sst[s] == S_READY && sgen[s] == wg && sown[s] == wo) }
+     if
+     :: !ok -> printf("MSC: P%d pops entry %d from its victim queue: stale, passed over\n", me, s)
+#ifdef REACH_STALE
+        ; assert(false)  /* reachability probe for the stale pop */
+#endif
+     :: ok -> FP; MOVE_DATA(s, wg, wo)
+     fi;
+     c++
+  :: else -> break
+  od;
+  c = 0; s = 0; wg = 0; wo = 0; ws = 0; ok = false
+}
+
+/* A MOVING data slot whose owner is dead (@fn RegionImpl::SettleMovingSlots,
+ * from the reclaim sweep's @fn RegionImpl::SettleOrphanedData and from
+ * SweepOrphans): HELD if a READY or EVICTING entry names it (the mover
+ * died before it freed the victim, or the writer between READY and
+ * settle), else released FREE(g+1). SETTLE_RESTORE: an EVICTING entry
+ * naming it is first restored READY if its owner is dead (left alone, and
+ * the data word too, if its owner is alive): HELD only under a READY
+ * entry. */
+inline RESOLVE_MOVING(dd, rec) {
+  LOADD(dd);
+  if
+  :: xst == D_MOVING && (xo == rec || pst[xo] == P_FREE) ->
+     t = 0;
+     do
+     :: t < NE ->
+        d_step {
+          if
+          :: (sst[t] == S_READY || sst[t] == S_EVICTING) && mem[A_DPTR(t)] == dd ->
+             wg = sgen[t]; wo = sown[t]; ws = sst[t]
+          :: else -> ws = S_FREE
+          fi
+        }
+        if
+        :: ws != S_FREE -> break
+        :: else -> t++
+        fi
+     :: else -> break
+     od;
+#ifdef SETTLE_RESTORE
+     if
+     :: t < NE && ws == S_EVICTING && pst[wo] != P_FREE -> t = NE + 1  /* its evictor's to take */
+     :: t < NE && ws == S_EVICTING && pst[wo] == P_FREE ->
+        /* @fn RegionImpl::RestoreEvictedBlock first: HELD only under READY */
+        CASW(t, wg, wo, S_EVICTING, wg, TOKW(ready_tok[t]), S_READY, ok);
+        if
+        :: !ok -> t = NE + 1  /* the entry changed: decide on a later pass */
+        :: else
+        fi;
+        ok = false
+     :: else
+     fi;
+#endif
+     if
+     :: t < NE ->
+        CASD(dd, xg, xo, D_MOVING, xg, xo, D_HELD, dok);
+        if
+        :: dok -> printf("MSC: P%d: data slot %d (P%d dead) stays with entry %d: HELD\n", me, dd, xo, t)
+        :: else
+        fi
+     :: t == NE ->
+        CASD(dd, xg, xo, D_MOVING, xg + 1, 0, D_FREE, dok);
+        if
+        :: dok -> printf("MSC: P%d: data slot %d (P%d dead) named by no READY entry: freed\n", me, dd, xo)
+        :: else
+        fi
+     :: t > NE
+     fi;
+     t = 0; wg = 0; wo = 0; ws = 0
+  :: else
+  fi;
+  dok = false; xg = 0; xo = 0; xst = 0
+}
+#endif
+
 /* A metadata store by a writer: v2 checks ownership first (the residual
  * window between the check and the store is what the CRC binding makes
  * harmless). */
@@ -393,16 +871,27 @@ inline REPAIR_TAG(s, g, o, tag) {
   fi
 #endif
 
+#ifndef INPLACE
+/* The writer's data slot, if it holds one, goes back (ReleaseDataSlot of
+ * its exact MOVING word: a no-op once a reclaim settled it). */
+inline GIVE_DATA_BACK() {
+  if
+  :: myd != NONE -> RELEASE_DATA(myd, mydg, MYDO); myd = NONE; mydg = 0
+  :: else
+  fi
+}
+#endif
+
 /* @fn RegionImpl::CommitWrite. from_source: the CRC comes from the
  * writer's source (Store, the GPU path with gpu_crc); else it is computed
  * over the slot's bytes (the GPU path without gpu_crc). */
 inline COMMIT(from_source) {
   if
-  :: from_source -> crc = CRCV(mytok, mygen, k)
+  :: from_source -> crc = CRCV(mytok, mygen, k, myd)
   :: else ->
-     LD(me, A_DATA(myslot), crc);
-     printf("MSC: P%d CommitWrite(nullptr): CRC over the bytes now in slot %d\n", me, myslot);
-     crc = CRCV(crc, mygen, k)
+     LD(me, A_DATA(WSLOT), crc);
+     printf("MSC: P%d CommitWrite(nullptr): CRC over the bytes now in slot %d\n", me, WSLOT);
+     crc = CRCV(crc, mygen, k, myd)
   fi;
   FP;
   lost = false;
@@ -425,6 +914,18 @@ inline COMMIT(from_source) {
        printf("MSC: P%d commit CAS fails: slot %d is no longer its gen %d\n", me, myslot, mygen)
     fi
   }
+#ifndef INPLACE
+  ;
+  /* layout 5: lost (LostSlot): the data slot goes back; committed: C2,
+     @fn RegionImpl::SettleDataSlot MOVING(me) -> HELD, after READY */
+  FP;
+  if
+  :: outcome == O_FENCED -> RELEASE_DATA(myd, mydg, MYDO)
+  :: else ->
+     CASD(myd, mydg, MYDO, D_MOVING, mydg, MYDO, D_HELD, dok);
+     dok = false
+  fi
+#endif
 }
 
 /* @fn RegionImpl::Store, @fn RegionImpl::BeginWrite and the lease path. */
@@ -458,7 +959,7 @@ inline STORE(k) {
         :: !claimed && fs == NONE -> outcome = O_FULL
         :: claimed ->
            assert(mygen < 16);
-           mytok = TOK(me, mygen, k);
+           mytok = TOK(me, myslot, mygen, k);
            printf("MSC: P%d claims slot %d gen %d for key %d\n", me, myslot, mygen, k);
            /* @fp write.after_claim */
            FP;
@@ -469,6 +970,9 @@ inline STORE(k) {
            :: pst[me] != P_ACTIVE ->
               printf("MSC: P%d finds itself reclaimed after its claim\n", me);
               FP;
+#ifndef INPLACE
+              GIVE_DATA_BACK();
+#endif
               RELEASE_OWNED();
               outcome = O_FENCED;
               lost = true
@@ -489,6 +993,9 @@ inline STORE(k) {
               fi;
               if
               :: lost -> outcome = O_FENCED  /* LostSlot: our slot was taken */
+#ifndef INPLACE
+                 ; GIVE_DATA_BACK()
+#endif
               :: else
               fi
            :: else
@@ -498,9 +1005,9 @@ inline STORE(k) {
            DRAIN(me);
            s = 0;
            do
-           :: lost || s >= NSLOT -> break
-           :: !lost && s < NSLOT && s == myslot -> s++
-           :: !lost && s < NSLOT && s != myslot ->
+           :: lost || s >= NE -> break
+           :: !lost && s < NE && s == myslot -> s++
+           :: !lost && s < NE && s != myslot ->
               LOADW(s);
               if
               :: ws == S_READY || ws == S_WRITING ->
@@ -525,6 +1032,9 @@ inline STORE(k) {
            if
            :: lost && outcome != O_FENCED ->
               FP;
+#ifndef INPLACE
+              GIVE_DATA_BACK();
+#endif
               RELEASE_OWNED();
 #ifndef OLD_PROTOCOL
               /* A READY copy wins: answer duplicate, repairing its tag. */
@@ -536,14 +1046,46 @@ inline STORE(k) {
               c = 0
            :: lost && outcome == O_FENCED
            :: !lost ->
+#ifndef INPLACE
+              /* layout 5, D1/D2: the entry's data slot (unless it came with
+                 one), after the duplicate check so a duplicate evicts
+                 nothing; D3: registered still, then the entry's pointer
+                 (ownership-checked like every metadata store) */
+              if
+              :: myd == NONE -> ACQUIRE_DATA()
+              :: else
+              fi;
+              if
+              :: myd == NONE ->
+                 printf("MSC: P%d finds no data slot\n", me);
+                 RELEASE_OWNED();
+                 outcome = O_FULL; lost = true
+              :: else ->
+                 printf("MSC: P%d holds data slot %d for entry %d\n", me, myd, myslot);
+                 FP;
+                 if
+                 :: pst[me] != P_ACTIVE ->
+                    GIVE_DATA_BACK(); RELEASE_OWNED(); outcome = O_FENCED; lost = true
+                 :: else ->
+                    META_ST(A_DPTR(myslot), myd);
+                    if
+                    :: lost -> GIVE_DATA_BACK(); outcome = O_FENCED
+                    :: else
+                    fi
+                 fi
+              fi;
+              if
+              :: lost
+              :: else ->
+#endif
               /* The lease is open: fill, then commit or abort (the prober
                  always stores). */
               if
               :: /* Store / GPU path: copy (or DMA), commit with the
                     source's CRC */
                  FP;
-                 printf("MSC: P%d copies its payload into slot %d\n", me, myslot);
-                 ST(me, A_DATA(myslot), mytok);
+                 printf("MSC: P%d copies its payload into slot %d\n", me, WSLOT);
+                 ST(me, A_DATA(WSLOT), mytok);
                  /* @fp write.mid_copy */
                  FP;
                  COMMIT(true)
@@ -551,17 +1093,23 @@ inline STORE(k) {
               :: me < NP ->  /* GPU path without gpu_crc: DMA, then
                                 CommitWrite(nullptr) */
                  FP;
-                 printf("MSC: P%d copies its payload into slot %d\n", me, myslot);
-                 ST(me, A_DATA(myslot), mytok);
+                 printf("MSC: P%d copies its payload into slot %d\n", me, WSLOT);
+                 ST(me, A_DATA(WSLOT), mytok);
                  FP;
                  COMMIT(false)
 #endif
               :: me < NP ->  /* @fn RegionImpl::AbortWrite (or a dropped lease) */
                  FP;
                  printf("MSC: P%d aborts its write of slot %d\n", me, myslot);
+#ifndef INPLACE
+                 GIVE_DATA_BACK();
+#endif
                  RELEASE_OWNED();
                  outcome = O_NONE
               fi
+#ifndef INPLACE
+              fi
+#endif
            fi;
            s = 0; wg = 0; wo = 0; ws = 0
         fi
@@ -569,6 +1117,9 @@ inline STORE(k) {
   fi;
   fs = NONE; fg = 0; fo = 0; fst = 0; myslot = 0; mygen = 0; mytok = 0; claimed = false;
   lost = false; ok = false
+#ifndef INPLACE
+  ; myd = NONE; mydg = 0; vq = NONE; vqg = 0; vqo = 0
+#endif
 }
 
 /* @fn RegionImpl::PinSlot (Dekker with TakeReadySlot: fetch_or, then the
@@ -667,7 +1218,14 @@ inline LOAD(k) {
      :: participant && !pinned
      :: !participant || pinned ->
         FP;
-        LD(me, A_DATA(fs), got);  /* the copy */
+#ifndef INPLACE
+        /* layout 5: @fn RegionImpl::ReadDataSlot, the entry's data
+           pointer, then the copy from it */
+        LD(me, A_DPTR(fs), d);
+        /* @fp read.after_data (a crash or pause here is one before the
+           pointer load: no store between) */
+#endif
+        LD(me, A_DATA(RSLOT), got);  /* the copy */
         /* @fp read.mid_copy */
         FP;
         /* @fn SameReadableBlock */
@@ -691,10 +1249,10 @@ inline LOAD(k) {
         fi;
         if
         :: !unchanged -> printf("MSC: P%d misses key %d: slot %d changed\n", me, k, fs)
-        :: unchanged && CRCV(got, fg, k) != crc -> FP; FORCEDROP(fs)
-        :: unchanged && CRCV(got, fg, k) == crc ->
+        :: unchanged && CRCV(got, fg, k, d) != crc -> FP; FORCEDROP(fs)
+        :: unchanged && CRCV(got, fg, k, d) == crc ->
            printf("MSC: P%d hit key %d slot %d gen %d: bytes of P%d gen %d key %d\n",
-                  me, k, fs, fg, got / 64, (got / 4) % 16, TOKKEY(got));
+                  me, k, fs, fg, TOKW(got), TOKG(got), TOKKEY(got));
            /* The property: a hit is the bytes the current owner stored for
               the key asked. */
 #ifndef CHECK_SETTLE_ONLY
@@ -706,12 +1264,23 @@ inline LOAD(k) {
   fi;
   fs = NONE; fg = 0; fo = 0; fst = 0; got = 0; crc = 0; snap = 0; unchanged = false;
   participant = false; pinned = false
+#ifndef INPLACE
+  ; d = 0
+#endif
 }
 
+#ifdef INPLACE
 #define OPLOCALS \
   byte k, s, t, c, start, wg, wo, ws, fs = NONE, fg, fo, fst, myslot, mygen, outcome; \
   bool ok, claimed, lost, pinned, participant, unchanged, hit, keycheck, mayfail; \
   short got, crc, snap, mytok
+#else
+#define OPLOCALS \
+  byte k, s, t, c, start, wg, wo, ws, fs = NONE, fg, fo, fst, myslot, mygen, outcome; \
+  bool ok, claimed, lost, pinned, participant, unchanged, hit, keycheck, mayfail; \
+  int got, crc; short snap, mytok; \
+  byte d, dg, dgo, xg, xo, xst, myd = NONE, mydg, vq = NONE, vqg, vqo; bool dok
+#endif
 
 proctype Worker(byte me) {
   OPLOCALS;
@@ -720,6 +1289,15 @@ proctype Worker(byte me) {
   do
   :: op < (me == 0 -> OPS0 : OPS) ->
      op++;
+#ifdef P0OP
+     /* A case with fixed roles: worker i does operation PiOP (1 Store, 2
+        Load) of key PiKEY. */
+     k = (me == 0 -> P0KEY : P1KEY);
+     if
+     :: (me == 0 -> P0OP : P1OP) == 1 -> STORE(k)
+     :: (me == 0 -> P0OP : P1OP) == 2 -> keycheck = true; LOAD(k)
+     fi;
+#else
      select (k : 1 .. NK);
      if
      :: STORE(k)
@@ -728,6 +1306,7 @@ proctype Worker(byte me) {
      :: keycheck = false; LOAD(k)  /* v1 EndRead: no key re-check */
 #endif
      fi;
+#endif
      k = 0; outcome = O_NONE; hit = false; keycheck = false
   :: else -> break
   od;
@@ -759,7 +1338,7 @@ finish:
 inline SWEEP(i) {
   s = 0;
   do
-  :: s < NSLOT ->
+  :: s < NE ->
      LOADW(s);
      if
      :: ws == S_WRITING && wo == i ->
@@ -780,7 +1359,7 @@ inline SWEEP(i) {
         CASW(s, wg, wo, ws, wg, i, S_READY, ok)
 #else
         /* back to READY with the writer the slot recorded */
-        CASW(s, wg, wo, ws, wg, ready_tok[s] / 64, S_READY, ok)
+        CASW(s, wg, wo, ws, wg, TOKW(ready_tok[s]), S_READY, ok)
 #endif
      :: else
      fi;
@@ -796,6 +1375,25 @@ inline SWEEP(i) {
   :: else -> break
   od;
   s = 0
+#ifndef INPLACE
+  ;
+  /* layout 5: @fn RegionImpl::SettleOrphanedData, its MOVING data slots
+     (after the entries: a victim it held EVICTING is READY again) */
+  do
+  :: s < NSLOT ->
+     if
+#ifdef LEASE_WORD
+     :: true -> RFP; ORPHAN_DATA_SWEEP(s)
+#else
+     :: dsst[s] == D_MOVING && dsown[s] == i -> RFP; RESOLVE_MOVING(s, i)
+#endif
+     :: else
+     fi;
+     s++
+  :: else -> break
+  od;
+  s = 0
+#endif
 }
 
 #ifndef OLD_PROTOCOL
@@ -803,7 +1401,7 @@ inline SWEEP(i) {
  * not alive (FREE: reclaimed before its claim or pin landed). */
 #define DEADBITS ((pst[0] == P_FREE) * 1 + (pst[1] == P_FREE) * 2 + (pst[2] == P_FREE) * 4)
 #define ORPHAN(s) \
-  ((s) < NSLOT && ((((sst[s] == S_WRITING || sst[s] == S_EVICTING) && pst[sown[s]] == P_FREE)) || \
+  ((s) < NE && ((((sst[s] == S_WRITING || sst[s] == S_EVICTING) && pst[sown[s]] == P_FREE)) || \
                    (pin[s] & DEADBITS) != 0))
 
 /* @fn RegionImpl::SweepOrphans, for slot s. The engine acts on a word only
@@ -815,7 +1413,7 @@ inline ORPHAN_SWEEP(s) {
   :: (ws == S_WRITING || ws == S_EVICTING) && pst[wo] == P_FREE ->
      printf("MSC: orphan sweep: slot %d's owner P%d is not alive\n", s, wo);
      if
-     :: ws == S_EVICTING -> CASW(s, wg, wo, ws, wg, ready_tok[s] / 64, S_READY, ok)
+     :: ws == S_EVICTING -> CASW(s, wg, wo, ws, wg, TOKW(ready_tok[s]), S_READY, ok)
      :: ws == S_WRITING -> TAKE_AND_FREE(s, wg, wo, ws)
      fi
   :: else
@@ -827,6 +1425,44 @@ inline ORPHAN_SWEEP(s) {
   }
   wg = 0; wo = 0; ws = 0; ok = false
 }
+
+#ifndef INPLACE
+/* Orphan data slots (layout 5): MOVING for an owner that is not alive (a
+ * mover or writer reclaimed before it acted). */
+#ifndef LEASE_WORD
+#define ORPHAN_D(dd) ((dd) < NSLOT && dsst[dd] == D_MOVING && pst[dsown[dd]] == P_FREE)
+
+/* @fn RegionImpl::SweepOrphans, for data slot dd. */
+inline ORPHAN_DATA_SWEEP(dd) {
+  if
+  :: dsst[dd] == D_MOVING && pst[dsown[dd]] == P_FREE -> RESOLVE_MOVING(dd, NONE)
+  :: else
+  fi
+}
+#else
+/* LEASE_WORD: a data word whose lease (entry e, generation g) is over (e
+ * FREE or at another generation) is freed; MOVING of a lease that is READY
+ * (its writer died between READY and settle) goes HELD. No entry scan. */
+#define LEASE_OVER(dd) (sst[dsown[dd]] == S_FREE || sgen[dsown[dd]] != dsgen[dd])
+#define ORPHAN_D(dd) ((dd) < NSLOT && dsst[dd] != D_FREE && \
+  (LEASE_OVER(dd) || (dsst[dd] == D_MOVING && sst[dsown[dd]] == S_READY)))
+inline ORPHAN_DATA_SWEEP(dd) {
+  LOADD(dd);
+  if
+  :: xst != D_FREE && (sst[xo] == S_FREE || sgen[xo] != xg) ->
+     CASD(dd, xg, xo, xst, 0, 0, D_FREE, dok);
+     if
+     :: dok -> printf("MSC: P%d: data slot %d's lease (entry %d gen %d) is over: freed\n", me, dd, xo, xg)
+     :: else
+     fi
+  :: xst == D_MOVING && sst[xo] == S_READY && sgen[xo] == xg ->
+     CASD(dd, xg, xo, xst, xg, xo, D_HELD, dok)
+  :: else
+  fi;
+  dok = false; xg = 0; xo = 0; xst = 0
+}
+#endif
+#endif
 #endif
 
 /* The heartbeat thread of a live participant: @fn RegionImpl::ReapDead
@@ -844,6 +1480,12 @@ r_restart:
 #ifndef OLD_PROTOCOL
   :: ORPHAN(0) -> s = 0; ORPHAN_SWEEP(s); s = 0
   :: ORPHAN(1) -> s = 1; ORPHAN_SWEEP(s); s = 0
+#endif
+#ifndef INPLACE
+  :: ORPHAN(2) -> s = 2; ORPHAN_SWEEP(s); s = 0
+  :: ORPHAN(3) -> s = 3; ORPHAN_SWEEP(s); s = 0
+  :: ORPHAN_D(0) -> s = 0; ORPHAN_DATA_SWEEP(s); s = 0
+  :: ORPHAN_D(1) -> s = 1; ORPHAN_DATA_SWEEP(s); s = 0
 #endif
   :: ndone == NP && !MUSTRECLAIM(0) && !MUSTRECLAIM(1) && !MUSTRECLAIM(2) -> break
   od;
@@ -879,7 +1521,14 @@ finale:
   /* The stall timeout has passed for every orphan left. */
   s = 0;
   do
-  :: s < NSLOT -> ORPHAN_SWEEP(s); s++
+  :: s < NE -> ORPHAN_SWEEP(s); s++
+  :: else -> break
+  od;
+#endif
+#ifndef INPLACE
+  s = 0;
+  do
+  :: s < NSLOT -> ORPHAN_DATA_SWEEP(s); s++
   :: else -> break
   od;
 #endif
@@ -887,11 +1536,61 @@ finale:
   /* After crashes every slot becomes FREE or READY again. */
   s = 0;
   do
-  :: s < NSLOT ->
+  :: s < NE ->
      assert(sst[s] == S_FREE || sst[s] == S_READY);
      s++
   :: else -> break
   od;
+#ifndef INPLACE
+  /* Layout 5: every data slot settles to FREE or HELD (no MOVING word is
+     left); a HELD one is named by a READY entry (no leak); a READY entry
+     whose block reads back (its CRC matches the bytes it names) names a
+     HELD data slot (no READY entry is left naming a freed slot). */
+  s = 0;
+  do
+  :: s < NSLOT ->
+     assert(dsst[s] == D_FREE || dsst[s] == D_HELD);
+     t = 0;
+     do
+     :: t < NE && !(sst[t] == S_READY && mem[A_DPTR(t)] == s) -> t++
+     :: else -> break
+     od;
+#ifdef LEASE_WORD
+     assert(dsst[s] != D_HELD || (sst[dsown[s]] == S_READY && sgen[dsown[s]] == dsgen[s]));
+#else
+     assert(dsst[s] != D_HELD || t < NE);  /* no leak */
+#endif
+     t = 0;
+     s++
+  :: else -> break
+  od;
+  s = 0;
+  do
+  :: s < NE ->
+     assert(sst[s] != S_READY ||
+            CRCV(mem[A_DATA(mem[A_DPTR(s)])], sgen[s], mem[A_KEY(s)], mem[A_DPTR(s)]) != mem[A_CRC(s)] ||
+#ifdef LEASE_WORD
+            (dsown[mem[A_DPTR(s)]] == s && dsgen[mem[A_DPTR(s)]] == sgen[s] &&
+#else
+            (true &&
+#endif
+             dsst[mem[A_DPTR(s)]] == D_HELD));
+     s++
+  :: else -> break
+  od;
+#endif
+#endif
+#ifndef INPLACE
+  /* Layout 5: read every key as the workers left it (each READY block is
+     read once before a store of the probe can evict it: with one data slot
+     the probe's first store would; the read property applies). */
+  k = 1;
+  do
+  :: k <= NK -> keycheck = true; LOAD(k); hit = false; k++
+  :: else -> break
+  od;
+#endif
+#ifndef CHECK_READS_ONLY
   /* Every key stays storable: a store, then a load, hits within three
      rounds (a round may end in repairing a tag, dropping a block a zombie
      damaged, or evicting). */
@@ -936,6 +1635,21 @@ init {
     :: i < NPROC -> pst[i] = P_ACTIVE; i++
     :: else -> break
     od;
+#if !defined(INPLACE) && !defined(NO_PRELOAD)
+    /* Layout 5: entry 0 holds a READY block of key NK in data slot 0 that
+       a live participant (R) stored before, so a Store may have to move
+       that data slot while a reader copies it. */
+    sst[0] = S_READY; sgen[0] = 1; sown[0] = R;
+    mem[A_KEY(0)] = NK; mem[A_TAG(0)] = NK; mem[A_DPTR(0)] = 0;
+    mem[A_DATA(0)] = TOK(R, 0, 1, NK);
+    mem[A_CRC(0)] = CRCV(TOK(R, 0, 1, NK), 1, NK, 0);
+    ready_tok[0] = TOK(R, 0, 1, NK);
+#ifdef LEASE_WORD
+    dsst[0] = D_HELD; dsgen[0] = 1; dsown[0] = 0;
+#else
+    dsst[0] = D_HELD; dsgen[0] = 0; dsown[0] = R;
+#endif
+#endif
     i = 0;
     do
     :: i < NBUF -> run Flusher(i); i++

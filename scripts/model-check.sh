@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Model-checks the slot and participant protocol (model/, docs/model.md) with
-# Spin: the names the model cites must exist in src/region/, the current
-# protocol (layout v2) and format-or-attach must satisfy every property, and
-# the old protocol (layout v1) must show defect 1 (a paused writer's bytes
-# served as a hit) and defect 3 (a slot that never settles).
+# Spin: the names the model cites must exist in src/region/; the current
+# protocol (layout 5: index entries naming data slots) must keep every read
+# exact and must show its data-slot counterexample (l5-f1), the data word
+# naming its lease (-DLEASE_WORD) must satisfy every property and its two
+# mutants must not; format-or-attach must satisfy every property; the old
+# protocol (layout v1) must show defect 1 (a paused writer's bytes served as
+# a hit) and defect 3 (a slot that never settles).
 #
 #   scripts/model-check.sh              # the default bounds (the test stage)
 #   scripts/model-check.sh --full       # larger bounds as well (minutes, GBs)
@@ -42,11 +45,19 @@ FULL_MEM=${MODEL_FULL_MEMLIM_MB:-6144}
 # model/slot_protocol.pml. `violation:` with no text accepts any assertion
 # (the mutants: one per flush and invalidate site of coherence.pml, each
 # removed in turn with -DDROP=n, must each break some property).
+L5="-DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
+L5_READ_EVICT="$L5 -DP0OP=2 -DP0KEY=2 -DP1OP=1 -DP1KEY=1"
+L5_TWO_WRITERS="$L5 -DP0OP=1 -DP0KEY=1 -DP1OP=1 -DP1KEY=2"
 CASES=(
-  "v2-1slot|default|pass|-DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
-  "v2-2slots|default|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DNO_REGION_CRC"
-  "v2-region-crc|default|violation:got==snap|-DOPS=1 -DNSLOT=1 -DNK=2"
-  "v2-unbound|default|violation:got==snap|-DUNBOUND_CRC -DCHECK_READS_ONLY -DNO_REGION_CRC"
+  "l5-read-evict|default|pass|$L5_READ_EVICT -DCHECK_READS_ONLY"
+  "l5-crash-read-evict|default|pass|$L5_READ_EVICT -DPAUSES=0 -DCRASHES=2"
+  "l5-crash-two-writers|default|pass|$L5_TWO_WRITERS -DPAUSES=0 -DCRASHES=2"
+  "l5-f1|default|violation:dsst[mem|$L5_READ_EVICT"
+  "l5-lease-read-evict|default|pass|$L5_READ_EVICT -DLEASE_WORD"
+  "l5-lease-two-writers|default|pass|$L5_TWO_WRITERS -DLEASE_WORD"
+  "l5-mut-any-lease|default|violation:dsst[mem|$L5_TWO_WRITERS -DLEASE_WORD -DMUT_ANY_LEASE"
+  "l5-mut-entry-only|default|violation:dsst[mem|$L5_TWO_WRITERS -DLEASE_WORD -DMUT_ENTRY_ONLY"
+  "l5-region-crc|default|violation:got==snap|-DOPS=1 -DNSLOT=1 -DNK=2 -DP0OP=1 -DP0KEY=1 -DP1OP=1 -DP1KEY=2 -DCRASHES=0 -DCHECK_READS_ONLY"
   "v1-defect1|default|violation:got==snap|-DOLD_PROTOCOL -DCHECK_READS_ONLY -DNO_REGION_CRC"
   "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
   "fmt-2openers|default|pass|-DNO=2 -DNCHUNK=2 -DCRASHES=1"
@@ -54,9 +65,14 @@ CASES=(
   "sw-1slot|default|pass|-DNSLOT=1 -DNK=2 -DOPS=1"
   "sw-v3|default|violation:legit[|-DV3_PROTOCOL -DCHECK_READS_ONLY"
   "sw-hb-in-rec|default|violation:legit[|-DHB_IN_REC -DCHECK_READS_ONLY"
-  "v2-ops2|full|pass|-DOPS0=1 -DOPS=2 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC|-DHC4"
-  "v2-2slots-2keys|full|pass|-DOPS=1 -DNSLOT=2 -DNK=2 -DNO_REGION_CRC|-DHC4"
-  "v2-rcrash|full|pass|-DOPS=1 -DNSLOT=2 -DNK=1 -DRCRASHES=1 -DCRASHES=2 -DNO_REGION_CRC|-DHC4"
+  "l5-two-writers|full|pass|$L5_TWO_WRITERS -DCHECK_READS_ONLY"
+  "v2-region-crc|full|violation:got==snap|-DV2_PROTOCOL -DOPS=1 -DNSLOT=1 -DNK=2"
+  "v2-1slot|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
+  "v2-2slots|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=2 -DNK=1 -DNO_REGION_CRC"
+  "v2-unbound|full|violation:got==snap|-DV2_PROTOCOL -DUNBOUND_CRC -DCHECK_READS_ONLY -DNO_REGION_CRC"
+  "v2-ops2|full|pass|-DV2_PROTOCOL -DOPS0=1 -DOPS=2 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC|-DHC4"
+  "v2-2slots-2keys|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=2 -DNK=2 -DNO_REGION_CRC|-DHC4"
+  "v2-rcrash|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=2 -DNK=1 -DRCRASHES=1 -DCRASHES=2 -DNO_REGION_CRC|-DHC4"
   "fmt-3openers|full|pass|-DNO=3 -DNCHUNK=1 -DCRASHES=1|-DHC4"
   "sw-2slots|full|pass|-DNSLOT=2 -DNK=2 -DOPS=1"
   "sw-rops2|full|pass|-DNSLOT=1 -DNK=2 -DOPS0=1 -DOPS1=2"
@@ -83,8 +99,8 @@ for c in "${CASES[@]}"; do
   IFS='|' read -r name tier _ defs <<< "$c"
   [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ] && continue
-  v=v2
-  for flag in -DOLD_PROTOCOL -DV3_PROTOCOL -DHB_IN_REC; do
+  v=default
+  for flag in -DOLD_PROTOCOL -DV2_PROTOCOL -DV3_PROTOCOL -DHB_IN_REC -DLEASE_WORD; do
     [[ " $defs " == *" $flag "* ]] && v=$flag
   done
   variants+=("$v")
@@ -97,7 +113,7 @@ else
 fi
 for v in $(printf '%s\n' "${variants[@]}" | sort -u); do
   flag=()
-  [ "$v" = v2 ] || flag=("$v")
+  [ "$v" = default ] || flag=("$v")
   if scripts/check-model-names.sh "${flag[@]}"; then
     passed=$((passed + 1))
   else
