@@ -36,8 +36,8 @@
  * lease (entry, entry generation) instead of a participant (docs/model.md:
  * the fix for the engine's data-slot counterexample); its mutants
  * MUT_ANY_LEASE and MUT_ENTRY_ONLY drop (part of) its check in the move.
- * PUT_BACK, SETTLE_RESTORE, DETACH_BUMP are partial patches of the engine's
- * protocol that were tried (each leaves a counterexample). UNBOUND_DATA: the
+ * PUT_BACK and SETTLE_RESTORE are partial patches of the engine's protocol
+ * that were tried (each leaves a counterexample). UNBOUND_DATA: the
  * CRC without the data slot index. REACH_STALE turns the victim queue's
  * stale pop into an assertion (a reachability probe). CHECK_READS_ONLY keeps only the reader property (the
  * old-protocol run that must find defect 1 reports nothing else first);
@@ -255,14 +255,6 @@ inline RELEASE_DATA(dd, g, o) {
 #define MYDO me
 #endif
 
-/* DETACH_BUMP: every word MOVING(me) is new (gen+1 on each claim and
- * detach), so a CAS that expects an older one fails. */
-#ifdef DETACH_BUMP
-#define MBUMP 1
-#else
-#define MBUMP 0
-#endif
-
 /* A detach from an entry we then failed to free or claim: without
  * PUT_BACK (the code as first written) the data slot is released; with it,
  * our MOVING word goes back to HELD (owner as seen). */
@@ -273,16 +265,17 @@ inline RELEASE_DATA(dd, g, o) {
 #endif
 
 /* @fn RegionImpl::DetachDataSlot: entry e is ours (taken from READY); the
- * data slot it names, HELD or MOVING -> MOVING(g, me). dd = NONE if the
- * word is in neither state or changed. */
+ * data slot it names, HELD or MOVING(g) -> MOVING(g+1, me) (a new
+ * generation: the replaced holder's settle or release can never match).
+ * dd = NONE if the word is in neither state or changed. */
 inline DETACH(e, dd, dg) {
   LD(me, A_DPTR(e), dd);
   LOADD(dd);
   if
   :: xst == D_HELD || xst == D_MOVING ->
-     CASD(dd, xg, xo, xst, xg + MBUMP, me, D_MOVING, dok);
+     CASD(dd, xg, xo, xst, xg + 1, me, D_MOVING, dok);
      if
-     :: dok -> dg = xg + MBUMP; dgo = xo; printf("MSC: P%d detaches data slot %d from entry %d\n", me, dd, e)
+     :: dok -> dg = xg + 1; dgo = xo; printf("MSC: P%d detaches data slot %d from entry %d\n", me, dd, e)
      :: else -> dd = NONE
      fi
   :: else -> dd = NONE
@@ -755,9 +748,9 @@ inline ACQUIRE_DATA() {
         if
         :: dok -> myd = d; mydg = mygen
 #else
-        CASD(d, xg, xo, D_FREE, xg + MBUMP, me, D_MOVING, dok);
+        CASD(d, xg, xo, D_FREE, xg, me, D_MOVING, dok);
         if
-        :: dok -> myd = d; mydg = xg + MBUMP
+        :: dok -> myd = d; mydg = xg
 #endif
         :: else
         fi;
@@ -786,7 +779,8 @@ inline ACQUIRE_DATA() {
 #ifdef REACH_STALE
         ; assert(false)  /* reachability probe for the stale pop */
 #endif
-     :: ok -> FP; MOVE_DATA(s, wg, wo)
+     :: ok && pin[s] != 0 -> skip  /* pinned since it was queued (SlotPinned pre-check) */
+     :: ok && pin[s] == 0 -> FP; MOVE_DATA(s, wg, wo)
      fi;
      c++
   :: else -> break

@@ -17,7 +17,7 @@
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
-# Warm: about 75 s on 2 idle cores (70 s of CPU measured: 69 M states
+# Warm: about 75 s on 2 idle cores (70 s of CPU measured: 71 M states
 # searched, the layout-5 cases 40 M of them), each verifier's compile, about
 # 9 s of CPU, from ccache (scripts/model-check.sh) while the models are
 # unchanged. On 2 busy cores about 6 min, most of it the searches.
