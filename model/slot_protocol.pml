@@ -32,12 +32,14 @@
  * without a re-check, tags cleared before the freeing CAS). V2_PROTOCOL is
  * layout v2 (the data in its slot: NSLOT slots, no data words);
  * UNBOUND_CRC is v2 without the CRC trailer (the ownership checks alone).
- * Layout 5: LEASE_WORD is the protocol with the data word naming its holder
- * lease (entry, entry generation) instead of a participant (docs/model.md:
- * the fix for the engine's data-slot counterexample); its mutants
+ * Layout 5: LEASE_WORD (the default for layout 5) is the protocol with the
+ * data word naming its holder lease (entry, entry generation) instead of a
+ * participant (PARTICIPANT_WORD, layout 5 as first landed: docs/model.md,
+ * its data-slot counterexample F1); its mutants
  * MUT_ANY_LEASE and MUT_ENTRY_ONLY drop (part of) its check in the move.
- * PUT_BACK and SETTLE_RESTORE are partial patches of the engine's protocol
- * that were tried (each leaves a counterexample). UNBOUND_DATA: the
+ * PUT_BACK and SETTLE_RESTORE (with PARTICIPANT_WORD) are partial patches
+ * of the participant-word protocol that were tried (each leaves a
+ * counterexample). UNBOUND_DATA: the
  * CRC without the data slot index. REACH_STALE turns the victim queue's
  * stale pop into an assertion (a reachability probe). CHECK_READS_ONLY keeps only the reader property (the
  * old-protocol run that must find defect 1 reports nothing else first);
@@ -79,6 +81,13 @@
 
 #if defined(OLD_PROTOCOL) || defined(V2_PROTOCOL)
 #define INPLACE          /* layouts 1 and 2: the payload lives in its slot */
+#endif
+/* Layout 5's data word names its holder lease (entry, entry generation):
+ * the engine's protocol (src/region/layout.h, DataState). PARTICIPANT_WORD
+ * is layout 5 as it first landed, the word naming a participant: its
+ * data-slot counterexample (F1) is case l5-participant-word. */
+#if !defined(INPLACE) && !defined(PARTICIPANT_WORD) && !defined(LEASE_WORD)
+#define LEASE_WORD
 #endif
 #ifdef INPLACE
 #define NE NSLOT         /* index entries = slots */

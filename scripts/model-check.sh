@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Model-checks the slot and participant protocol (model/, docs/model.md) with
 # Spin: the names the model cites must exist in src/region/; the current
-# protocol (layout 5: index entries naming data slots) must keep every read
-# exact and must show its data-slot counterexample (l5-f1), the data word
-# naming its lease (-DLEASE_WORD) must satisfy every property and its two
-# mutants must not; format-or-attach must satisfy every property; the old
+# protocol (layout 5: index entries naming data slots, each data word naming
+# the lease that holds it) must satisfy every property, with the pause that
+# found F1 (l5-f1) and two writers, and its two mutants must not; layout 5
+# as first landed (the data word naming a participant, -DPARTICIPANT_WORD)
+# must show F1; format-or-attach must satisfy every property; the old
 # protocol (layout v1) must show defect 1 (a paused writer's bytes served as
 # a hit) and defect 3 (a slot that never settles).
 #
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --full) FULL=1; shift ;;
     --only) ONLY=$2; shift 2 ;;
     --list) LIST=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "model-check: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -52,11 +53,11 @@ CASES=(
   "l5-read-evict|default|pass|$L5_READ_EVICT -DCHECK_READS_ONLY"
   "l5-crash-read-evict|default|pass|$L5_READ_EVICT -DPAUSES=0 -DCRASHES=2"
   "l5-crash-two-writers|default|pass|$L5_TWO_WRITERS -DPAUSES=0 -DCRASHES=2"
-  "l5-f1|default|violation:dsst[mem|$L5_READ_EVICT"
-  "l5-lease-read-evict|default|pass|$L5_READ_EVICT -DLEASE_WORD"
-  "l5-lease-two-writers|default|pass|$L5_TWO_WRITERS -DLEASE_WORD"
-  "l5-mut-any-lease|default|violation:dsst[mem|$L5_TWO_WRITERS -DLEASE_WORD -DMUT_ANY_LEASE"
-  "l5-mut-entry-only|default|violation:dsst[mem|$L5_TWO_WRITERS -DLEASE_WORD -DMUT_ENTRY_ONLY"
+  "l5-f1|default|pass|$L5_READ_EVICT"
+  "l5-lease-two-writers|default|pass|$L5_TWO_WRITERS"
+  "l5-participant-word|default|violation:dsst[mem|$L5_READ_EVICT -DPARTICIPANT_WORD"
+  "l5-mut-any-lease|default|violation:dsst[mem|$L5_TWO_WRITERS -DMUT_ANY_LEASE"
+  "l5-mut-entry-only|default|violation:dsst[mem|$L5_TWO_WRITERS -DMUT_ENTRY_ONLY"
   "l5-region-crc|default|violation:got==snap|-DOPS=1 -DNSLOT=1 -DNK=2 -DP0OP=1 -DP0KEY=1 -DP1OP=1 -DP1KEY=2 -DCRASHES=0 -DCHECK_READS_ONLY"
   "v1-defect1|default|violation:got==snap|-DOLD_PROTOCOL -DCHECK_READS_ONLY -DNO_REGION_CRC"
   "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
@@ -100,7 +101,7 @@ for c in "${CASES[@]}"; do
   [ -n "$ONLY" ] && [ "$name" != "$ONLY" ] && continue
   [ "$tier" = full ] && [ $FULL = 0 ] && [ -z "$ONLY" ] && continue
   v=default
-  for flag in -DOLD_PROTOCOL -DV2_PROTOCOL -DV3_PROTOCOL -DHB_IN_REC -DLEASE_WORD; do
+  for flag in -DOLD_PROTOCOL -DV2_PROTOCOL -DV3_PROTOCOL -DHB_IN_REC -DPARTICIPANT_WORD; do
     [[ " $defs " == *" $flag "* ]] && v=$flag
   done
   variants+=("$v")

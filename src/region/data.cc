@@ -1,13 +1,14 @@
 // Copyright cxlkv authors.
 //
 // Layout 5's data slots: an index entry names the data slot its block lives
-// in, and one word per data slot says whose it is (layout.h, DataState). The
+// in, and one word per data slot names the lease holding it: the entry and
+// its generation (layout.h, DataState). The
 // directory stays where lookups find it (a key's two index sets), while the
 // bytes may be anywhere: eviction can take the region's least recently used
 // block instead of one of the 32 a key may live beside (issue 24).
 //
-// Who may write a data slot's bytes: only the holder of its MOVING word,
-// for the entry it holds WRITING. Readers never look at data words: they
+// Who may write a data slot's bytes: only the holder of the entry lease its
+// MOVING word names, while it holds that entry WRITING. Readers never look at data words: they
 // pin the entry, follow SlotMeta::data, copy, and recheck the entry's word;
 // an entry's data slot only moves after the entry left READY unpinned, so
 // an unchanged READY word after the copy means the bytes were not moved.
@@ -47,7 +48,7 @@ uint8_t* RegionImpl::EntryData(uint64_t entry) const {
   return d < 0 ? nullptr : SlotData(static_cast<uint64_t>(d));
 }
 
-bool RegionImpl::ClaimDataSlot(uint64_t* data, uint64_t* dword) {
+bool RegionImpl::ClaimDataSlot(uint64_t entry, uint64_t egen, uint64_t* data, uint64_t* dword) {
   const uint64_t n = geo_.num_slots;
   // Each process starts where its cursor left off: claims of several
   // processes rarely meet on one word, and a filling region is claimed in
@@ -58,10 +59,10 @@ bool RegionImpl::ClaimDataSlot(uint64_t* data, uint64_t* dword) {
   // remain elsewhere, and evicting then would throw a block away for nothing.
   const bool full = data_full_.load(std::memory_order_relaxed);
   const uint64_t look = full ? std::min(n, kFreeScanWords) : n;
+  const uint64_t moving = PackData(entry, egen, DataState::kMoving);
   for (uint64_t i = 0; i < look; ++i, at = at + 1 == n ? 0 : at + 1) {
     uint64_t w = dwords_[at].load(std::memory_order_relaxed);
     if (WordState(w) != kDFree) continue;
-    const uint64_t moving = PackWord(WordGen(w), OwnerId(), kDMoving);
     // seq_cst with the reclaimer's sweep, as the entry claim.
     if (dwords_[at].compare_exchange_strong(w, moving, std::memory_order_seq_cst)) {
       free_cursor_.store(at + 1, std::memory_order_relaxed);
@@ -76,52 +77,62 @@ bool RegionImpl::ClaimDataSlot(uint64_t* data, uint64_t* dword) {
   return false;
 }
 
-int64_t RegionImpl::DetachDataSlot(uint64_t entry, uint64_t* dword) {
-  const int64_t d = EntryDataSlot(entry);
-  if (d < 0) return -1;
-  std::atomic<uint64_t>& dw = dwords_[d];
+bool RegionImpl::DetachDataSlot(uint64_t data, uint64_t from, uint64_t from_gen, uint64_t entry,
+                                uint64_t egen, uint64_t* dword) {
+  std::atomic<uint64_t>& dw = dwords_[data];
   uint64_t w = dw.load(std::memory_order_seq_cst);
-  // HELD: the entry's committed block. MOVING: its writer is between the
+  // HELD: the lease's committed block. MOVING: its writer is between the
   // entry's READY and its settle (SettleDataSlot then fails, harmlessly).
-  // Anything else is not a state a READY entry's data slot can be in.
-  if (WordState(w) != kDHeld && WordState(w) != kDMoving) return -1;
-  // A new generation: a settle or release of the word we replace (its
-  // writer's, between READY and settle) can never match ours, even when
-  // that writer is another thread of this process.
-  const uint64_t moving = PackWord(WordGen(w) + 1, OwnerId(), kDMoving);
-  if (!dw.compare_exchange_strong(w, moving, std::memory_order_seq_cst)) return -1;
+  // A word naming any other lease is not the one we took: a stale index,
+  // or the entry was restored and leased again while we were paused.
+  if (!DataLeaseIs(w, from, from_gen)) return false;
+  const uint64_t moving = PackData(entry, egen, DataState::kMoving);
+  if (!dw.compare_exchange_strong(w, moving, std::memory_order_seq_cst)) return false;
   *dword = moving;
-  return d;
+  return true;
 }
 
-bool RegionImpl::MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t* data, uint64_t* dword) {
+bool RegionImpl::MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t entry, uint64_t egen,
+                              uint64_t* data, uint64_t* dword) {
   if (!TakeReadySlot(victim, vword)) return false;  // pinned or changed: victim unchanged
   const uint64_t evicting = PackWord(WordGen(vword), OwnerId(), kEvicting);
-  const int64_t d = DetachDataSlot(victim, dword);
-  if (d < 0) {
-    // Damage (or a reclaimer moved the word under us): leave the block as
-    // it was; a reader's checks decide what it is worth.
+  // Its data index, read while the entry is ours.
+  const int64_t d = EntryDataSlot(victim);
+  if (d < 0 || !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), victim, WordGen(vword))) {
+    // Damage: leave the block as it was; a reader's checks decide what it
+    // is worth.
     RestoreEvictedBlock(victim, evicting);
     return false;
   }
   // The victim's entry goes FREE (its tag cleared while we own it): readers
   // that found it READY fail their recheck; pinners wait on EVICTING and
-  // then miss. Its data slot is MOVING(us) until our own entry commits.
-  if (!ReleaseOwnedSlot(victim, evicting)) {
-    // Reclaimed meanwhile (we were judged dead): the slot is not ours.
-    ReleaseDataSlot(static_cast<uint64_t>(d), *dword);
+  // then miss. Failing means we were reclaimed meanwhile (judged dead) and
+  // the entry is READY again or reused: it keeps its data slot, which we
+  // have not touched.
+  if (!ReleaseOwnedSlot(victim, evicting)) return false;
+  CXLKV_FAILPOINT_HIT("evict.mid_move");
+  // Only now the data word, and only from the lease we took: a victim
+  // restored and leased again names another generation, and then the word
+  // is not ours (the orphan rule frees the old lease's word if nobody did).
+  if (!DetachDataSlot(static_cast<uint64_t>(d), victim, WordGen(vword), entry, egen, dword)) {
     return false;
   }
-  CXLKV_FAILPOINT_HIT("evict.mid_move");
   *data = static_cast<uint64_t>(d);
   return true;
 }
 
 bool RegionImpl::ReleaseDataSlot(uint64_t data, uint64_t dword) {
-  // The generation bump fails the settle CAS of a writer paused with this
-  // word, so its late settle cannot mark a reused slot HELD.
+  // The exact word of our lease: a late release of a paused holder fails
+  // on any word a newer lease wrote.
   uint64_t expected = dword;
-  return dwords_[data].compare_exchange_strong(expected, PackWord(WordGen(dword) + 1, 0, kDFree),
+  return dwords_[data].compare_exchange_strong(expected, PackData(0, 0, DataState::kFree),
+                                               std::memory_order_acq_rel);
+}
+
+bool RegionImpl::FreeLeaseData(uint64_t data, uint64_t entry, uint64_t egen) {
+  uint64_t w = dwords_[data].load(std::memory_order_seq_cst);
+  if (!DataLeaseIs(w, entry, egen)) return false;
+  return dwords_[data].compare_exchange_strong(w, PackData(0, 0, DataState::kFree),
                                                std::memory_order_acq_rel);
 }
 
@@ -130,44 +141,56 @@ void RegionImpl::SettleDataSlot(uint64_t data, uint64_t dword) {
   // entry went READY: then it is theirs.
   uint64_t expected = dword;
   dwords_[data].compare_exchange_strong(
-      expected, PackWord(WordGen(dword), WordOwner(dword), kDHeld), std::memory_order_acq_rel);
+      expected, PackData(DataEntry(dword), DataGen(dword), DataState::kHeld),
+      std::memory_order_acq_rel);
 }
 
-uint64_t RegionImpl::SettleOrphanedData(const std::function<bool(uint32_t)>& dead) {
-  std::unordered_map<uint64_t, uint64_t> orphans;  // data slot -> its MOVING word
-  for (uint64_t d = 0; d < geo_.num_slots; ++d) {
-    const uint64_t w = dwords_[d].load(std::memory_order_seq_cst);
-    if (WordState(w) == kDMoving && dead(WordOwner(w))) orphans.emplace(d, w);
+DataFate RegionImpl::DataWordFate(uint64_t w) const {
+  const uint8_t s = WordState(w);
+  if (s == kDFree) return DataFate::kKeep;
+  const uint64_t e = DataEntry(w);
+  // Untrusted: a state or entry no lease can have is damage, held by nobody.
+  if ((s != kDHeld && s != kDMoving) || e >= geo_.num_entries) return DataFate::kFree;
+  const uint64_t ew = meta_[e].state.load(std::memory_order_seq_cst);
+  const uint8_t es = WordState(ew);
+  if (es == kFreeEntry || es > kEvicting || (WordGen(ew) & kDataGenMask) != DataGen(w)) {
+    return DataFate::kFree;  // the lease is over
   }
-  return SettleMovingSlots(std::move(orphans));
+  // Its writer died between the entry's READY and its settle.
+  if (s == kDMoving && es == kReady) return DataFate::kHeld;
+  return DataFate::kKeep;
 }
 
-uint64_t RegionImpl::SettleMovingSlots(std::unordered_map<uint64_t, uint64_t> orphans) {
-  if (orphans.empty()) return 0;
-  // A READY or EVICTING entry naming the slot: the mover died before it
-  // freed the victim's entry (or the writer between READY and settle), so
-  // the block is intact and stays where it is.
-  for (uint64_t e = 0; e < geo_.num_entries; ++e) {
-    const uint64_t w = meta_[e].state.load(std::memory_order_seq_cst);
-    const uint8_t s = WordState(w);
-    if (s != kReady && s != kEvicting) continue;
-    const int64_t d = EntryDataSlot(e);
-    if (d < 0) continue;
-    auto it = orphans.find(static_cast<uint64_t>(d));
-    if (it == orphans.end()) continue;
-    uint64_t expected = it->second;
-    dwords_[d].compare_exchange_strong(expected,
-                                       PackWord(WordGen(it->second), WordOwner(it->second), kDHeld),
-                                       std::memory_order_acq_rel);
-    orphans.erase(it);
+bool RegionImpl::SettleDataWord(uint64_t data, uint64_t w) {
+  const DataFate fate = DataWordFate(w);
+  if (fate == DataFate::kKeep) return false;
+  uint64_t expected = w;
+  if (fate == DataFate::kHeld) {
+    dwords_[data].compare_exchange_strong(
+        expected, PackData(DataEntry(w), DataGen(w), DataState::kHeld), std::memory_order_acq_rel);
+    return false;
   }
+  return dwords_[data].compare_exchange_strong(expected, PackData(0, 0, DataState::kFree),
+                                               std::memory_order_acq_rel);
+}
+
+uint64_t RegionImpl::SettleOrphanedData() {
   uint64_t freed = 0;
-  for (const auto& [d, w] : orphans) freed += ReleaseDataSlot(d, w);
+  for (uint64_t d = 0; d < geo_.num_slots; ++d) {
+    freed += SettleDataWord(d, dwords_[d].load(std::memory_order_seq_cst));
+  }
   return freed;
 }
 
-bool RegionImpl::AcquireDataSlot(uint64_t* data, uint64_t* dword, bool* evicted) {
-  if (ClaimDataSlot(data, dword)) {
+uint64_t RegionImpl::SettleMovingSlots(std::unordered_map<uint64_t, uint64_t> orphans) {
+  uint64_t freed = 0;
+  for (const auto& [d, w] : orphans) freed += SettleDataWord(d, w);
+  return freed;
+}
+
+bool RegionImpl::AcquireDataSlot(uint64_t entry, uint64_t egen, uint64_t* data, uint64_t* dword,
+                                 bool* evicted) {
+  if (ClaimDataSlot(entry, egen, data, dword)) {
     *evicted = false;
     return true;
   }
@@ -176,7 +199,7 @@ bool RegionImpl::AcquireDataSlot(uint64_t* data, uint64_t* dword, bool* evicted)
   for (int tries = 0; tries < 64; ++tries) {
     uint64_t victim, vword;
     if (!NextVictim(&victim, &vword)) return false;
-    if (MoveDataSlot(victim, vword, data, dword)) {
+    if (MoveDataSlot(victim, vword, entry, egen, data, dword)) {
       *evicted = true;
       return true;
     }

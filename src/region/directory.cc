@@ -304,17 +304,17 @@ bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {
   if (!meta_[slot].state.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
     return false;
   }
-  // Layout 5: a READY entry's data slot goes with it (its writer set the
-  // index before READY). Any other entry's index may be a previous block's,
-  // naming a slot another entry holds now: a dead writer's MOVING slot is
-  // settled by the data sweep instead (SettleOrphanedData).
-  int64_t d = -1;
-  uint64_t dword = 0;
-  if (geo_.decoupled && WordState(word) == static_cast<uint8_t>(SlotState::kReady)) {
-    d = DetachDataSlot(slot, &dword);
-  }
+  // Layout 5: a READY entry's data slot goes with it: its index read while
+  // the entry is ours, its word freed after the entry, and only if it still
+  // names the lease we took (READY at its generation: that lease is over
+  // now, whoever frees its word). Any other entry's index may be a previous
+  // block's; a dead writer's MOVING word is its lease's, and the orphan rule
+  // frees it (SettleOrphanedData).
+  const int64_t d = geo_.decoupled && WordState(word) == static_cast<uint8_t>(SlotState::kReady)
+                        ? EntryDataSlot(slot)
+                        : -1;
   const bool freed = ReleaseOwnedSlot(slot, mine);
-  if (d >= 0) ReleaseDataSlot(static_cast<uint64_t>(d), dword);
+  if (d >= 0) FreeLeaseData(static_cast<uint64_t>(d), slot, WordGen(word));
   return freed;
 }
 

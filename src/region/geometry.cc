@@ -97,6 +97,13 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
                                    " (needs at least " +
                                    base::FormatBytes(one.data_off + one.slot_stride) + ")");
   }
+  // Layout 5: SlotMeta::data and the data word's entry field (layout.h).
+  if (decoupled && g.num_slots > kMaxDataSlots) {
+    return Status::InvalidArgument("region of " + base::FormatBytes(region_size) + " holds " +
+                                   std::to_string(g.num_slots) + " slots of " +
+                                   base::FormatBytes(slot_size) + "; layout 5 allows at most " +
+                                   std::to_string(kMaxDataSlots) + ": use a larger --slot-size");
+  }
   *out = g;
   return Status::OK();
 }

@@ -264,16 +264,46 @@ static_assert(sizeof(SlotCrcTrailerV5) == 40);
 
 // ---- Data slot words (version 5) ----
 //
-// One u64 per data slot: [generation:48][owner:12][state:4].
-// FREE(g) --ClaimDataSlot--> MOVING(g, writer)
-// HELD(g) --MoveDataSlot (its entry EVICTING by us)--> MOVING(g+1, evictor)
-// MOVING(g, writer) --commit (entry READY first)--> HELD(g, writer)
-// MOVING / HELD --ReleaseDataSlot--> FREE(g+1)
-// MOVING is a data slot in flight between entries: its owner is filling
-// it for an entry it holds WRITING, or is about to. A MOVING word of a dead
-// owner goes HELD if a READY or EVICTING entry names it (died before
-// freeing the victim's entry), else FREE(g+1).
+// One u64 per data slot naming the LEASE that holds it, not a participant:
+// [entry generation low 27 bits:27][entry index:33][state:4]; FREE is 0.
+// Entry indices need 33 bits: num_entries = 2 x num_slots and num_slots
+// <= 2^32 (SlotMeta::data is u32; ComputeGeometry refuses more). 27 bits of
+// the entry's generation: a stale word can only pass for a live lease of
+// the same entry after 2^27 reuses of that one entry while its holder is
+// paused. Region bytes: an entry index >= num_entries is damage (the
+// orphan rule frees the word).
+// FREE --ClaimDataSlot (entry e WRITING at g)--> MOVING(e, g)
+// MOVING(e, g) --commit (entry READY first)--> HELD(e, g)
+// HELD(v, gv) or MOVING(v, gv) --MoveDataSlot (v taken and freed)--> MOVING(e, g)
+// HELD(v, gv) --ClaimSlot pass 2 (v EVICTING(gv) -> WRITING(gv+1))--> MOVING(v, gv+1)
+// HELD / MOVING --ReleaseDataSlot (exact word) or the lease's end--> FREE
+// Orphan rule (reclaim, wipe, and the orphan sweep after a liveness
+// timeout): a word whose entry is FREE or at another generation is FREE'd;
+// MOVING(e, g) with e READY at g (its writer died between READY and
+// settle) goes HELD. Every CAS on a data word names the lease it expects,
+// so a paused participant's late step fails on a word a newer lease holds
+// (docs/model.md, l5-lease-*).
 enum class DataState : uint8_t { kFree = 0, kHeld = 1, kMoving = 2 };
+inline constexpr uint64_t kDataEntryShift = 4;
+inline constexpr uint64_t kDataEntryMask = (1ull << 33) - 1;
+inline constexpr uint64_t kDataGenShift = 37;
+inline constexpr uint64_t kDataGenMask = (1ull << 27) - 1;
+inline constexpr uint64_t kMaxDataSlots = 1ull << 32;
+constexpr uint64_t PackData(uint64_t entry, uint64_t egen, DataState state) {
+  return ((egen & kDataGenMask) << kDataGenShift) | ((entry & kDataEntryMask) << kDataEntryShift) |
+         static_cast<uint64_t>(state);
+}
+constexpr uint64_t DataEntry(uint64_t w) { return (w >> kDataEntryShift) & kDataEntryMask; }
+constexpr uint64_t DataGen(uint64_t w) { return w >> kDataGenShift; }
+// Whether data word `w` is held (HELD or MOVING) by entry `entry`'s lease
+// at generation `egen` (an entry word's WordGen).
+constexpr bool DataLeaseIs(uint64_t w, uint64_t entry, uint64_t egen) {
+  const uint64_t s = w & 0xF;
+  return (s == static_cast<uint64_t>(DataState::kHeld) ||
+          s == static_cast<uint64_t>(DataState::kMoving)) &&
+         DataEntry(w) == entry && DataGen(w) == (egen & kDataGenMask);
+}
+static_assert(kDataGenShift == kDataEntryShift + 33 && kDataGenShift + 27 == 64);
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trailer is hashed as stored");
 
 // ---- Word encodings ----

@@ -23,13 +23,13 @@ RegionBytesCrc(const uint8_t* p, size_t n) {
 }  // namespace
 
 bool RegionImpl::FreeTakenEntry(uint64_t slot, uint64_t evicting) {
-  // Data slot first to MOVING(us), then the entry FREE, then the data slot
-  // FREE: dying between any two leaves words the reclaim sweeps settle
-  // (data.cc), never a FREE data slot a READY entry names.
-  uint64_t dword = 0;
-  const int64_t d = geo_.decoupled ? DetachDataSlot(slot, &dword) : -1;
+  // The entry FREE first, then its data word if it still names the lease
+  // we took: dying between the two leaves a word whose lease is over, which
+  // the orphan rule frees. If the entry is no longer ours (we were
+  // reclaimed and it is READY again, same generation), its data slot stays.
+  const int64_t d = geo_.decoupled ? EntryDataSlot(slot) : -1;
   const bool freed = ReleaseOwnedSlot(slot, evicting);
-  if (d >= 0) ReleaseDataSlot(static_cast<uint64_t>(d), dword);
+  if (freed && d >= 0) FreeLeaseData(static_cast<uint64_t>(d), slot, WordGen(evicting));
   return freed;
 }
 
@@ -127,7 +127,7 @@ Status RegionImpl::Wipe(WipeReport* report) {
   }
   // Data slots a dead participant left in flight (the orphan sweep would
   // after its stall timeout); counted with their entries above.
-  if (geo_.decoupled) (void)SettleOrphanedData([this](uint32_t o) { return !OwnerAlive(o); });
+  if (geo_.decoupled) (void)SettleOrphanedData();
   return Status::OK();
 }
 

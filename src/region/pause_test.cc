@@ -8,6 +8,7 @@
 // one /dev/shm region, real signals.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +49,36 @@ NamespaceId Ns(Region* r) {
   NamespaceId id = 0;
   if (!r->RegisterNamespace(kNs, &id).ok()) std::abort();
   return id;
+}
+
+// Layout 5's data slot accounting, "" if it holds: every READY entry's data
+// slot is HELD, and every HELD data slot is named by exactly one READY
+// entry (else a READY block sits on a slot the next claim overwrites, or a
+// slot is lost until `cxlkv format`). Else the first violation.
+std::string DataSlotViolation(Region* r) {
+  auto* impl = static_cast<internal::RegionImpl*>(r);
+  const internal::Geometry& g = impl->geometry();
+  constexpr uint8_t kReady = static_cast<uint8_t>(internal::SlotState::kReady);
+  constexpr uint8_t kHeld = static_cast<uint8_t>(internal::DataState::kHeld);
+  std::vector<int> named(g.num_slots, 0);
+  for (uint64_t e = 0; e < g.num_entries; ++e) {
+    if (internal::WordState(impl->Meta(e).state.load()) != kReady) continue;
+    const int64_t d = impl->EntryDataSlot(e);
+    if (d < 0) return "READY entry " + std::to_string(e) + " names no data slot";
+    ++named[d];
+    if (internal::WordState(impl->DataWord(d).load()) != kHeld) {
+      return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
+             ", which is not HELD (word " + std::to_string(impl->DataWord(d).load()) + ")";
+    }
+  }
+  for (uint64_t d = 0; d < g.num_slots; ++d) {
+    const bool held = internal::WordState(impl->DataWord(d).load()) == kHeld;
+    if (held && named[d] != 1) {
+      return "HELD data slot " + std::to_string(d) + " named by " + std::to_string(named[d]) +
+             " READY entries";
+    }
+  }
+  return "";
 }
 
 // The zombie's and the owner's blocks share their first half, so a zombie
@@ -277,6 +308,60 @@ TEST(PauseTest, EvictorPausedAfterTakeLeavesTheBlockWithItsWriter) {
   StoreOutcome out;
   ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot, &out).ok());
   EXPECT_EQ(out, StoreOutcome::kDuplicate);
+  // Nor its data slot (FreeTakenEntry: the entry is READY again, not ours).
+  EXPECT_EQ(DataSlotViolation(r.get()), "");
+}
+
+// The model's F1 (docs/model.md, l5-f1): a mover paused after taking its
+// victim (EVICTING) past the liveness timeout is reclaimed, which puts the
+// victim back to READY; resumed, it must not take or free that READY
+// block's data slot (the data word names the victim's lease, and the
+// mover's steps name the lease they took). Every later victim it takes
+// pauses it again; it is resumed each time.
+TEST(PauseTest, MoverPausedAfterTakeLeavesTheVictimsDataSlot) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pmove");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const uint64_t nslots = impl->geometry().num_slots;
+  const std::vector<uint8_t> bytes = Block(0x3C);
+  // Every data slot taken: the zombie's store must evict.
+  for (uint64_t i = 0; i < nslots; ++i) {
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(200 + i), bytes.data(), kSlot, &out).ok());
+    ASSERT_EQ(out, StoreOutcome::kStored);
+  }
+  ASSERT_EQ(DataSlotViolation(r.get()), "");
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    (void)w->Store(ns, BlockKey::FromId(300), bytes.data(), kSlot);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  int st = 0;
+  for (int i = 0; i < 200; ++i) {
+    ::kill(z, SIGCONT);
+    ASSERT_EQ(::waitpid(z, &st, WUNTRACED), z);
+    if (!WIFSTOPPED(st)) break;
+  }
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  // The orphan sweep may settle words the zombie left; a READY block on a
+  // FREE data slot is never settled.
+  EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get()).empty(); }, 2000));
+  EXPECT_EQ(DataSlotViolation(r.get()), "");
+  // The blocks left read back whole.
+  std::vector<uint8_t> buf(kSlot);
+  for (uint64_t i = 0; i < nslots; ++i) {
+    if (r->Load(ns, BlockKey::FromId(200 + i), buf.data(), buf.size()).ok()) {
+      EXPECT_EQ(buf, bytes);
+    }
+  }
 }
 
 // A process paused before its claim CAS is reclaimed (nothing to sweep yet),

@@ -93,6 +93,9 @@ inline uint64_t EvictionRank(uint32_t age_ms, uint32_t depth, uint32_t uses) {
 Status OpenRegion(const std::string& path, const RegionOptions& options,
                   std::unique_ptr<Visibility> visibility, std::unique_ptr<Region>* out);
 
+// What the orphan rule does with a data word (RegionImpl::DataWordFate).
+enum class DataFate : uint8_t { kKeep, kFree, kHeld };
+
 class RegionImpl final : public Region {
  public:
   RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options,
@@ -144,6 +147,9 @@ class RegionImpl final : public Region {
     return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - data_) / geo_.slot_stride;
   }
   SlotMeta& Meta(uint64_t slot) const { return meta_[slot]; }
+  // Tests: the geometry, and data slot `d`'s word (layout 5).
+  const Geometry& geometry() const { return geo_; }
+  std::atomic<uint64_t>& DataWord(uint64_t d) const { return dwords_[d]; }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
   // RegionInternal::CandidateSlots.
@@ -359,32 +365,44 @@ class RegionImpl final : public Region {
   // ---- layout 5: data slots and eviction (data.cc, victims.cc) ----
   // An entry's slot indices below are index entries; `data` ones are data
   // slots. Word states: layout.h, DataState.
-  // A FREE data slot -> MOVING(gen, us): scans from this process's cursor,
-  // the whole region until a whole scan found none, then kFreeScanWords
-  // words per call. False if none of them was FREE.
-  bool ClaimDataSlot(uint64_t* data, uint64_t* dword);
-  // Takes the data slot of victim entry `victim` (READY `vword`) for a new
-  // block: victim -> EVICTING (false, restored, if pinned or changed), its
-  // data word -> MOVING(us), the victim entry -> FREE (tag cleared). False,
-  // the victim READY again, if its data index or word is not one a READY
-  // entry can name (damage: its readers fail and drop it).
-  bool MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t* data, uint64_t* dword);
-  // Detaches the data slot of an entry we own (EVICTING or WRITING by us,
-  // taken from READY): its data word HELD or MOVING -> MOVING(us). -1 if
-  // the entry names no data slot in a state a READY entry could hold.
-  int64_t DetachDataSlot(uint64_t entry, uint64_t* dword);
-  // `dword` (HELD or MOVING) -> FREE(gen + 1) if data slot `data` still
-  // holds it: an aborted write's, a dropped block's, an orphan's.
+  // A FREE data slot -> MOVING(entry, egen), for the entry we hold WRITING
+  // at generation egen: scans from this process's cursor, the whole region
+  // until a whole scan found none, then kFreeScanWords words per call.
+  // False if none of them was FREE.
+  bool ClaimDataSlot(uint64_t entry, uint64_t egen, uint64_t* data, uint64_t* dword);
+  // Takes the data slot of victim entry `victim` (READY `vword`) for our
+  // entry `entry` (WRITING at egen): victim -> EVICTING (false, restored,
+  // if pinned or changed, or if its data index or word is not its lease's:
+  // damage), the victim entry -> FREE (tag cleared), then its data word
+  // HELD/MOVING(victim, its gen) -> MOVING(entry, egen). False after the
+  // victim was freed if that word names another lease by then.
+  bool MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t entry, uint64_t egen, uint64_t* data,
+                    uint64_t* dword);
+  // Data slot `data`'s word, HELD or MOVING for lease (from, from_gen) ->
+  // MOVING(entry, egen). False if it names any other lease.
+  bool DetachDataSlot(uint64_t data, uint64_t from, uint64_t from_gen, uint64_t entry,
+                      uint64_t egen, uint64_t* dword);
+  // `dword` (HELD or MOVING) -> FREE if data slot `data` still holds it:
+  // an aborted write's, a lost lease's.
   bool ReleaseDataSlot(uint64_t data, uint64_t dword);
-  // A committed write's data slot: MOVING(us) -> HELD (after its entry is
-  // READY, so a dead writer's MOVING slot is found named by it).
+  // Data slot `data` -> FREE if its word is lease (entry, egen)'s, HELD or
+  // MOVING: a dropped or reclaimed block's, after its entry left READY.
+  bool FreeLeaseData(uint64_t data, uint64_t entry, uint64_t egen);
+  // A committed write's data slot: MOVING(lease) -> HELD(lease) (after its
+  // entry is READY, so a dead writer's MOVING slot is found READY).
   void SettleDataSlot(uint64_t data, uint64_t dword);
-  // MOVING data words whose owner fails `dead` (a reclaim: that index; the
-  // orphan sweep: not alive) -> HELD if a READY or EVICTING entry names the
-  // slot, else FREE(gen + 1). Reads every entry once if any was found.
-  // Returns how many were freed.
-  uint64_t SettleOrphanedData(const std::function<bool(uint32_t owner)>& dead);
-  // The same for the given data slots (slot -> the MOVING word seen).
+  // The orphan rule for data word `w` (layout.h): kFree if its lease is
+  // over (its entry FREE or at another generation, or the word is damage),
+  // kHeld if MOVING for a lease whose entry is READY at that generation.
+  DataFate DataWordFate(uint64_t w) const;
+  // Applies DataWordFate to data slot `data` if it still holds `w`. True
+  // if it freed it.
+  bool SettleDataWord(uint64_t data, uint64_t w);
+  // The orphan rule over every data word (a reclaim, after its entry sweep;
+  // a wipe). Returns how many were freed.
+  uint64_t SettleOrphanedData();
+  // The same for the given data slots (slot -> the word seen unchanged for
+  // a liveness timeout: the orphan sweep).
   uint64_t SettleMovingSlots(std::unordered_map<uint64_t, uint64_t> orphans);
   // The next victim entry of this process's queue (refilled by
   // RefillVictims) that still holds the READY word and last use it was
@@ -399,7 +417,8 @@ class RegionImpl final : public Region {
   // Our data slot for WRITING entry `slot`: the data slot it came with
   // (*data already set, evicted from its sets), else a FREE one, else the
   // next victim's. False: the region is full of pinned or in-flight blocks.
-  bool AcquireDataSlot(uint64_t* data, uint64_t* dword, bool* evicted);
+  bool AcquireDataSlot(uint64_t entry, uint64_t egen, uint64_t* data, uint64_t* dword,
+                       bool* evicted);
   // The last_use a store at `depth` records: now, or for a deeper chunk of
   // the chain this thread stored last, that chain's tick (eviction then
   // sees a request's chunks as equally recent and takes the deepest first).

@@ -221,9 +221,10 @@ void RegionImpl::SweepParticipant(uint32_t index, uint64_t reclaiming) {
     if (s == geo_.num_entries / 2) CXLKV_FAILPOINT_HIT("reclaim.mid_sweep");
   }
   if (parts_[index].state.load(std::memory_order_seq_cst) != reclaiming) return;
-  // Layout 5: its data slots in flight, after its entries (a READY or
-  // EVICTING entry restored above keeps its data slot).
-  if (geo_.decoupled) (void)SettleOrphanedData([index](uint32_t o) { return o == index; });
+  // Layout 5: the orphan rule over every data word, after its entries (an
+  // entry restored READY above keeps its data slot; one freed above ends
+  // its lease). Words carry no participant: every over lease is freed.
+  if (geo_.decoupled) (void)SettleOrphanedData();
   for (uint32_t n = 0; n < kNamespaceEntries; ++n) {
     uint64_t w = nss_[n].state.load(std::memory_order_acquire);
     if (WordState(w) == static_cast<uint8_t>(NamespaceState::kWriting) && WordOwner(w) == index) {
@@ -277,11 +278,12 @@ void RegionImpl::SweepOrphans() {
   for (uint64_t i = 0; i < chunk; ++i) {
     const uint64_t s = orphan_cursor_;
     orphan_cursor_ = (orphan_cursor_ + 1) % n;
-    // Layout 5: data slot s (while s < num_slots) MOVING for an owner that
-    // is not alive: a mover or writer reclaimed before it acted.
+    // Layout 5: data slot s (while s < num_slots) whose lease is over, or
+    // MOVING for a READY lease (layout.h's orphan rule): a mover, dropper
+    // or writer reclaimed or dead before it acted.
     if (geo_.decoupled && s < geo_.num_slots) {
       const uint64_t dw = dwords_[s].load(std::memory_order_seq_cst);
-      if (WordState(dw) != static_cast<uint8_t>(DataState::kMoving) || OwnerAlive(WordOwner(dw))) {
+      if (DataWordFate(dw) == DataFate::kKeep) {
         orphan_data_.erase(s);
       } else if (stale(orphan_data_, s, dw)) {
         moving.emplace(s, dw);

@@ -119,19 +119,23 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t slot = cand[i].slot;
     if (!TakeReadySlot(slot, cand[i].word)) continue;
-    uint64_t evicting =
-        PackWord(WordGen(cand[i].word), me, static_cast<uint8_t>(SlotState::kEvicting));
-    const int64_t d = DetachDataSlot(slot, dword);
-    if (d < 0) {
-      RestoreEvictedBlock(slot, evicting);
-      continue;
-    }
-    const uint64_t writing = PackWord(WordGen(cand[i].word) + 1, me, kWriting);
+    const uint64_t gen = WordGen(cand[i].word);
+    uint64_t evicting = PackWord(gen, me, static_cast<uint8_t>(SlotState::kEvicting));
+    // Its data index, read while the entry is ours.
+    const int64_t d = EntryDataSlot(slot);
+    const uint64_t writing = PackWord(gen + 1, me, kWriting);
+    // Failing: reclaimed meanwhile (the entry is READY again or reused),
+    // and we touched nothing of it.
     if (!meta_[slot].state.compare_exchange_strong(evicting, writing, std::memory_order_seq_cst)) {
-      ReleaseDataSlot(static_cast<uint64_t>(d), *dword);
       continue;
     }
-    *data = d;
+    // The data slot comes with the entry: its word from the lease we took
+    // to ours. If it names another lease by then (damage, or the orphan
+    // rule freed it: the old lease is over), the entry is ours without a
+    // data slot and AcquireDataSlot finds one.
+    *data = d >= 0 && DetachDataSlot(static_cast<uint64_t>(d), slot, gen, slot, gen + 1, dword)
+                ? d
+                : -1;
     *slot_out = slot;
     *word_out = writing;
     *evicted = true;
@@ -302,7 +306,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
   if (data < 0) {
     uint64_t d;
     bool moved;
-    if (!AcquireDataSlot(&d, &dword, &moved)) {
+    if (!AcquireDataSlot(slot, WordGen(writing), &d, &dword, &moved)) {
       ReleaseOwnedSlot(slot, writing);
       Count(Counter::kStoreFull);
       *outcome = StoreOutcome::kFull;
