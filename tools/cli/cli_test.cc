@@ -152,13 +152,9 @@ TEST(CliTest, FormatInspectStatsVerifyWipeThroughTheCommand) {
   EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;  // and how to go on
   // Store a block through the library, then look at it with the command.
   {
-    cxlkv::RegionOptions o;
-    o.create_if_missing = false;
-    o.prefault = cxlkv::Prefault::kNone;
     std::unique_ptr<cxlkv::Region> reg;
-    ASSERT_TRUE(cxlkv::Region::Open(region, o, &reg).ok());
     cxlkv::NamespaceId ns;
-    ASSERT_TRUE(reg->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &ns).ok());
+    ASSERT_NO_FATAL_FAILURE(clitest::AttachWithNamespace(region, &reg, &ns));
     std::string d(65536, 'x');
     ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(1), d.data(), d.size()).ok());
   }
@@ -206,13 +202,9 @@ TEST(CliTest, VerifyNamesTheDropForADamagedSlot) {
   ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 8MiB --slot-size 64KiB").rc, 0);
   const std::string d(65536, 'q');
   {
-    cxlkv::RegionOptions o;
-    o.create_if_missing = false;
-    o.prefault = cxlkv::Prefault::kNone;
     std::unique_ptr<cxlkv::Region> reg;
-    ASSERT_TRUE(cxlkv::Region::Open(region, o, &reg).ok());
     cxlkv::NamespaceId ns;
-    ASSERT_TRUE(reg->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &ns).ok());
+    ASSERT_NO_FATAL_FAILURE(clitest::AttachWithNamespace(region, &reg, &ns));
     ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(7), d.data(), d.size()).ok());
   }
   {  // one byte of the payload flipped, found by its pattern in the data area

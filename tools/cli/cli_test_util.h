@@ -18,10 +18,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "built_binary.h"
+#include "cxlkv/region.h"
 
 namespace cxlkv::clitest {
 
@@ -88,6 +90,19 @@ inline nlohmann::json Json(const Result& r) {
 // (the pid keeps test binaries that ctest runs at once apart).
 inline std::string Region(const std::string& tag) {
   return "/dev/shm/cxlkv-test/cli-" + tag + "-" + std::to_string(::getpid());
+}
+
+// Attaches to a region `cxlkv format` made (no prefault, no create) and
+// registers the tests' namespace "m" in it: how the tests put blocks in a
+// region the command then looks at. Fails the test on any error; callers
+// wrap it in ASSERT_NO_FATAL_FAILURE.
+inline void AttachWithNamespace(const std::string& path, std::unique_ptr<cxlkv::Region>* region,
+                                cxlkv::NamespaceId* ns) {
+  cxlkv::RegionOptions o;
+  o.create_if_missing = false;
+  o.prefault = cxlkv::Prefault::kNone;
+  ASSERT_TRUE(cxlkv::Region::Open(path, o, region).ok());
+  ASSERT_TRUE((*region)->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, ns).ok());
 }
 
 }  // namespace cxlkv::clitest
