@@ -13,6 +13,9 @@ namespace {
 
 constexpr uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// Regions this large align their data area to 2 MiB, smaller ones to 4 KiB.
+constexpr uint64_t kLargeRegionBytes = 64ull << 20;
+
 // Bytes needed for `n` slots (all metadata plus data), given the rest.
 bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t region_size,
             bool decoupled, Geometry* g) {
@@ -31,7 +34,7 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
   // stay page aligned so DMA engines see whole pages.
   g->slot_stride = slot_size >= 4096 ? RoundUp(slot_size, 4096) : RoundUp(slot_size, 64);
   // Large regions align the data area to 2 MiB (huge pages, devdax align).
-  g->data_align = region_size >= (64ull << 20) ? (2ull << 20) : 4096;
+  g->data_align = region_size >= kLargeRegionBytes ? (2ull << 20) : 4096;
   uint64_t off = kSuperblockBytes;
   g->registry_off = off;
   off += uint64_t(max_participants) * sizeof(ParticipantRecord);
@@ -52,6 +55,20 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
   }
   g->data_off = RoundUp(off, g->data_align);
   return g->data_off <= region_size && g->num_slots * g->slot_stride <= region_size - g->data_off;
+}
+
+// The smallest region that holds one slot: its metadata and one slot of
+// data, at the data alignment a region of that size gets. Derived from
+// Layout() itself, so it follows the layout whatever it is.
+uint64_t MinRegionBytes(uint64_t slot_size, uint32_t max_participants, bool decoupled) {
+  Geometry one;
+  Layout(1, slot_size, max_participants, kLargeRegionBytes - 1, decoupled, &one);
+  const uint64_t small = one.data_off + one.slot_stride;
+  if (small < kLargeRegionBytes) return small;
+  // Too big for the 4 KiB alignment: a region this large aligns its data to
+  // 2 MiB, so it needs that much more.
+  Layout(1, slot_size, max_participants, ~0ull >> 1, decoupled, &one);
+  return one.data_off + one.slot_stride;
 }
 
 }  // namespace
@@ -90,12 +107,14 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
   uint64_t n = lo;
   if (n > 0) Layout(n, slot_size, max_participants, region_size, decoupled, &g);
   if (n == 0 || g.num_slots == 0) {
-    Geometry one;
-    Layout(1, slot_size, max_participants, ~0ull >> 1, decoupled, &one);
-    return Status::InvalidArgument("region of " + base::FormatBytes(region_size) +
-                                   " cannot hold one slot of " + base::FormatBytes(slot_size) +
-                                   " (needs at least " +
-                                   base::FormatBytes(one.data_off + one.slot_stride) + ")");
+    const uint64_t need = MinRegionBytes(slot_size, max_participants, decoupled);
+    return Status::InvalidArgument(
+        "region of " + base::FormatBytes(region_size) + " cannot hold one slot of " +
+        base::FormatBytes(slot_size) + ": its metadata (for " +
+        std::to_string(max_participants) + " participants) and one slot need at least " +
+        std::to_string(need) + " bytes (" + base::FormatBytes(need) + "); give --region-size " +
+        std::to_string(need) + " or more" +
+        (slot_size > kMinSlotSize ? ", or a smaller --slot-size" : ""));
   }
   // Layout 5: SlotMeta::data and the data word's entry field (layout.h).
   if (decoupled && g.num_slots > kMaxDataSlots) {
@@ -108,12 +127,29 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
   return Status::OK();
 }
 
-Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out) {
+Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool size_given,
+                             Geometry* out) {
   if (sb.region_size > mapped_bytes) {
-    return Status::InvalidArgument("region_size mismatch: the region has " +
-                                   std::to_string(sb.region_size) + " bytes but only " +
-                                   std::to_string(mapped_bytes) +
-                                   " are mapped (pass the region's size, or none)");
+    const std::string recorded = std::to_string(sb.region_size);
+    const std::string head = "its header records a region of " + recorded + " bytes (" +
+                             base::FormatBytes(sb.region_size) + ")";
+    if (size_given) {
+      return Status::InvalidArgument(head + " but the size given is " +
+                                     std::to_string(mapped_bytes) +
+                                     " bytes: give --region-size " + recorded + ", or none");
+    }
+    // The whole file (or device) was mapped and is still too short: it was
+    // truncated, or the header was written for a larger one. Either way the
+    // blocks past its end are gone and only a new format makes it usable.
+    return Status::InvalidArgument(
+        head + " but the file (or device) holds only " + std::to_string(mapped_bytes) + " bytes (" +
+        base::FormatBytes(mapped_bytes) +
+        ") from its offset: it was truncated, and its blocks are lost. Reformat it: `cxlkv "
+        "format --force --slot-size " +
+        std::to_string(sb.slot_size) +
+        "` makes a region of the file's present size; to keep the recorded size, first grow "
+        "the file back (`truncate -s` to its offset plus " +
+        recorded + " bytes) and add `--region-size " + recorded + "`");
   }
   Geometry g;
   const bool decoupled = sb.layout_version == kLayoutVersion;

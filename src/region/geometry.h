@@ -42,15 +42,18 @@ struct Geometry {
 // index of 2 entries per data slot, and data words), else layout 4's (one
 // entry per slot, entry i's data in slot i). kInvalidArgument if the inputs
 // are out of range or the region cannot hold at least one slot (message
-// says how much is needed).
+// gives the exact minimum in bytes, derived from the layout).
 Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
                        bool decoupled, Geometry* out);
 
 // Checks a superblock's recorded geometry against a recomputation (the
 // layout version decides `decoupled`).
 // kCorruption naming the first field that differs. `mapped_bytes` is how
-// much of the region this process actually mapped.
-Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, Geometry* out);
+// much of the region this process actually mapped; `size_given` whether the
+// caller chose that size (else it is the whole file or device): a region
+// larger than the mapping is kInvalidArgument saying which to fix.
+Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool size_given,
+                             Geometry* out);
 
 }  // namespace cxlkv::internal
 

@@ -44,11 +44,22 @@ TEST(GeometryTest, EverythingFitsAndDoesNotOverlap) {
     }
 }
 
-TEST(GeometryTest, TooSmallRegionSaysHowMuchIsNeeded) {
-  Geometry g;
-  Status s = ComputeGeometry(64 << 10, 1 << 20, 64, true, &g);
-  ASSERT_TRUE(s.IsInvalidArgument());
-  EXPECT_NE(s.message().find("needs at least"), std::string::npos) << s.ToString();
+// The figure is exact: that many bytes hold one slot, one byte less none,
+// at either data alignment (4 KiB below 64 MiB, 2 MiB from there).
+TEST(GeometryTest, TooSmallRegionSaysExactlyHowMuchIsNeeded) {
+  for (bool decoupled : {true, false})
+    for (uint64_t slot : {64ull, 4096ull, 896ull << 10, 1ull << 20, 63ull << 20, 64ull << 20}) {
+      Geometry g;
+      Status s = ComputeGeometry(64 << 10, slot, 64, decoupled, &g);
+      ASSERT_TRUE(s.IsInvalidArgument());
+      const std::string tag = "need at least ";
+      const size_t at = s.message().find(tag);
+      ASSERT_NE(at, std::string::npos) << s.ToString();
+      const uint64_t need = std::stoull(s.message().substr(at + tag.size()));
+      EXPECT_TRUE(ComputeGeometry(need, slot, 64, decoupled, &g).ok()) << slot << " " << need;
+      EXPECT_EQ(g.num_slots, 1u) << slot;
+      EXPECT_TRUE(ComputeGeometry(need - 1, slot, 64, decoupled, &g).IsInvalidArgument()) << slot;
+    }
 }
 
 }  // namespace

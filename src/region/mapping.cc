@@ -266,9 +266,11 @@ Status Mapping::Open(const std::string& path, const MappingOptions& options,
       size = file_size - offset;
     }
     if (file_size < offset + size && !create) {
-      return Status::InvalidArgument("region " + path + " is " + std::to_string(file_size) +
-                                     " bytes, shorter than offset+size " +
-                                     std::to_string(offset + size));
+      return Status::InvalidArgument(
+          "region " + path + " is " + std::to_string(file_size) +
+          " bytes, shorter than offset+size " + std::to_string(offset + size) +
+          ": give a size that fits (or none: the whole file); if the file was truncated, "
+          "reformat it with `cxlkv format --force`");
     }
     if (options.reserve) {
       // Also for files someone else created or extended sparse (e.g. a

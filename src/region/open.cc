@@ -455,7 +455,7 @@ Status RegionImpl::Validate() {
     return Status::Corruption("region " + path + ": superblock_bytes " +
                               std::to_string(sb.superblock_bytes) + ", expected 4096");
   }
-  Status s = CheckRecordedGeometry(sb, map_->size(), &geo_);
+  Status s = CheckRecordedGeometry(sb, map_->size(), opts_.size != 0, &geo_);
   if (!s.ok()) return s.WithContext("region " + path);
   const uint32_t version_mode = sb.layout_version == kLayoutVersionSoftware
                                     ? static_cast<uint32_t>(CoherenceMode::kSoftware)

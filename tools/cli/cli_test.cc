@@ -194,6 +194,63 @@ TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
   EXPECT_EQ(Cxlkv("no-such-command").rc, 2);
 }
 
+// A region too small for one slot names the exact minimum in bytes, and
+// that size formats while one byte less does not (the figure is derived
+// from the layout: a hard-coded one, or one at the wrong data alignment,
+// fails here).
+TEST(CliTest, TooSmallRegionNamesTheExactMinimumAndThatSizeFormats) {
+  const std::string region = Region("min");
+  for (const std::string slot : {"64", "4096", "896KiB"}) {
+    for (const std::string mode : {"", " --coherence software --partitions 1"}) {
+      const std::string args = "format --region " + region + " --slot-size " + slot + mode;
+      ::unlink(region.c_str());
+      Result r = Cxlkv(args + " --region-size 64KiB");
+      ASSERT_EQ(r.rc, 1) << r.out;
+      const std::string tag = "need at least ";
+      const size_t at = r.out.find(tag);
+      ASSERT_NE(at, std::string::npos) << r.out;
+      const uint64_t need = std::strtoull(r.out.c_str() + at + tag.size(), nullptr, 10);
+      ASSERT_GT(need, 64u << 10) << r.out;
+      EXPECT_NE(r.out.find("--region-size " + std::to_string(need)), std::string::npos) << r.out;
+      ::unlink(region.c_str());
+      r = Cxlkv(args + " --region-size " + std::to_string(need - 1));
+      EXPECT_EQ(r.rc, 1) << slot << mode << ": " << r.out;
+      ::unlink(region.c_str());
+      r = Cxlkv(args + " --region-size " + std::to_string(need));
+      EXPECT_EQ(r.rc, 0) << slot << mode << ": " << r.out;
+    }
+  }
+  ::unlink(region.c_str());
+}
+
+// A region file truncated after its format is refused with what happened
+// (recorded size, what is left) and a way on that works: reformat at the
+// file's present size. A --region-size smaller than the region is told the
+// size to give.
+TEST(CliTest, TruncatedRegionSaysSoAndHowToReformat) {
+  const std::string region = Region("trunc");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 4MiB --slot-size 4096").rc, 0);
+  ASSERT_EQ(::truncate(region.c_str(), 2 << 20), 0);
+  Result r = Cxlkv("inspect --region " + region);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4194304"), std::string::npos) << r.out;  // recorded
+  EXPECT_NE(r.out.find("2097152"), std::string::npos) << r.out;  // left
+  const std::string advice = "format --force --slot-size 4096";
+  ASSERT_NE(r.out.find(advice), std::string::npos) << r.out;
+  r = Cxlkv("inspect --region " + region + " --region-size 1MiB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("give --region-size 4194304, or none"), std::string::npos) << r.out;
+  // The advice works.
+  r = Cxlkv(advice + " --region " + region);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["region"]["size"], 2 << 20);
+  ::unlink(region.c_str());
+}
+
 // A scrub that finds a damaged slot fails and says how to drop it; once
 // dropped, the next scrub passes.
 TEST(CliTest, VerifyNamesTheDropForADamagedSlot) {
