@@ -29,6 +29,9 @@ using internal::SlotState;
 using internal::WordGen;
 using internal::WordOwner;
 using internal::WordState;
+using internal::DataState;
+using internal::PackData;
+using test::DataSlotViolation;
 using test::FillPattern;
 using test::MustOpen;
 using test::ScratchRegion;
@@ -72,7 +75,12 @@ class Raw {
   uint8_t* data(uint64_t s) {
     return map_->base() + sb_->data_off + uint64_t{meta(s).data.load()} * sb_->slot_stride;
   }
+  // Data slot `d`'s word (layout 5).
+  std::atomic<uint64_t>& dword(uint64_t d) {
+    return reinterpret_cast<std::atomic<uint64_t>*>(map_->base() + sb_->dwords_off)[d];
+  }
   uint64_t num_slots() const { return sb_->num_slots; }
+  uint64_t num_entries() const { return sb_->num_entries; }
 
  private:
   std::unique_ptr<internal::Mapping> map_;
@@ -400,6 +408,280 @@ TEST(DamageTest, PinBitOfAFreeEntryIsCleared) {
   EXPECT_TRUE(WaitFor([&] { return r->Drop(st.ns[2], k).ok(); }, 3000));
   EXPECT_GE(r->RegionCounters()[Counter::kReleasedPins], 1u);
   ExpectAllStorable(r.get(), st);
+}
+
+// ---- layout 5: data slot indexes and data words ----
+//
+// The index names the data slot of each block (SlotMeta::data) and one word
+// per data slot names the lease that holds it; both are region bytes. Damage
+// to either must cost at most the damaged blocks (misses, never wrong bytes),
+// never a key that stays unstorable or a data slot lost for good: the orphan
+// sweep, an eviction or a read repairs it within a few liveness timeouts.
+
+// Stores `n` new blocks (ids from 1000) into a region whose data slots are
+// all taken, so that each one evicts; every store must succeed.
+void StoreNew(Region* r, NamespaceId ns, int n, uint64_t first = 1000) {
+  for (int i = 0; i < n; ++i) {
+    const auto d = Bytes(first + i, ns);
+    StoreOutcome out = StoreOutcome::kRefused;
+    Status s = r->Store(ns, BlockKey::FromId(first + i), d.data(), d.size(), &out);
+    EXPECT_TRUE(s.ok()) << "store " << i << ": " << s.ToString();
+    EXPECT_EQ(out, StoreOutcome::kStored) << "store " << i;
+  }
+}
+
+// An entry whose data slot index is past the data area: a read reports the
+// damage, and the key can be stored again at once (the damaged entry must
+// not stay READY, where every store of its key answers kDuplicate and every
+// load kCorruption).
+TEST(DataSlotDamageTest, EntryNamingADataSlotPastTheRegionIsDroppedAndItsKeyStoredAgain) {
+  for (uint32_t past : {0u, 5u, 0xFFFFFFFFu - 4u}) {
+    ScratchRegion sr("dpast");
+    const Stored st = Populate(sr.path());
+    {
+      Raw raw(sr.path());
+      raw.meta(st.slot[1]).data.store(static_cast<uint32_t>(raw.num_slots()) + past);
+    }
+    auto r = MustOpen(sr.path(), AttachOpts());
+    const BlockKey k = BlockKey::FromId(st.id[1]);
+    std::vector<uint8_t> buf(kSlot);
+    Status s = r->Load(st.ns[1], k, buf.data(), buf.size());
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find("names a data slot past"), std::string::npos) << s.ToString();
+    const auto d = Bytes(st.id[1], st.ns[1]);
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(st.ns[1], k, d.data(), d.size(), &out).ok());
+    EXPECT_EQ(out, StoreOutcome::kStored) << "the damaged entry still answers for its key";
+    ASSERT_TRUE(r->Load(st.ns[1], k, buf.data(), buf.size()).ok());
+    EXPECT_EQ(buf, d);
+    // The data slot the damaged entry held is freed by the orphan sweep.
+    EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+        << DataSlotViolation(r.get(), true);
+    LoadAll(r.get(), st);
+    ExpectAllStorable(r.get(), st);
+  }
+}
+
+// Every READY entry's data index damaged (past the region, or onto another
+// block's data slot) on a region whose data slots are all taken: each store
+// evicts, and its victims are all damaged. Stores must go on succeeding
+// (the victims dropped, their data slots freed), not fail as "every block is
+// pinned" for as long as the damaged blocks stay unread.
+TEST(DataSlotDamageTest, StoresEvictPastVictimsWhoseDataIndexIsDamaged) {
+  for (const bool onto_another : {false, true}) {
+    ScratchRegion sr("dvict");
+    constexpr uint64_t kMid = 1 << 20;  // > 64 data slots: more than one store's tries
+    NamespaceId ns;
+    uint64_t n = 0;
+    {
+      auto r = MustOpen(sr.path(), TestOptions(kMid, kSlot));
+      ASSERT_TRUE(r->RegisterNamespace(kNsA, &ns).ok());
+      n = r->info().num_slots;
+      ASSERT_GT(n, 64u);
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto d = Bytes(i, ns);
+        StoreOutcome out;
+        ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size(), &out).ok());
+        ASSERT_EQ(out, StoreOutcome::kStored);
+      }
+    }
+    {
+      Raw raw(sr.path());
+      for (uint64_t e = 0; e < raw.num_entries(); ++e) {
+        if (WordState(raw.meta(e).state.load()) != static_cast<uint8_t>(SlotState::kReady)) {
+          continue;
+        }
+        const uint32_t d = raw.meta(e).data.load();
+        raw.meta(e).data.store(onto_another ? (d + 1) % static_cast<uint32_t>(raw.num_slots())
+                                            : static_cast<uint32_t>(raw.num_slots()) + d);
+      }
+    }
+    auto r = MustOpen(sr.path(), AttachOpts());
+    // Every store succeeds, possibly once the orphan sweep has freed the
+    // data slots of the damaged blocks that the first stores dropped.
+    for (int i = 0; i < 8; ++i) {
+      const auto d = Bytes(5000 + i, ns);
+      StoreOutcome out = StoreOutcome::kRefused;
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            return r->Store(ns, BlockKey::FromId(5000 + i), d.data(), d.size(), &out).ok() &&
+                   out == StoreOutcome::kStored;
+          },
+          3000))
+          << (onto_another ? "onto another: " : "past: ") << "store " << i << " outcome "
+          << int(out);
+    }
+    std::vector<uint8_t> buf(kSlot);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (r->Load(ns, BlockKey::FromId(i), buf.data(), buf.size()).ok()) {
+        EXPECT_EQ(buf, Bytes(i, ns)) << "block " << i << " returned wrong bytes";
+      }
+    }
+    EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+        << DataSlotViolation(r.get(), true);
+  }
+}
+
+// Two READY entries name one data slot (the second's index damaged onto the
+// first's). The first block still reads exactly, the second never returns
+// the first's bytes, and once eviction has cycled through the region the
+// second's own data slot is not lost: every HELD word is named by exactly
+// one READY entry.
+TEST(DataSlotDamageTest, TwoReadyEntriesNamingOneDataSlotLoseNeitherBytesNorSlots) {
+  ScratchRegion sr("dtwo");
+  const Stored st = Populate(sr.path());
+  {
+    Raw raw(sr.path());
+    raw.meta(st.slot[1]).data.store(raw.meta(st.slot[0]).data.load());
+  }
+  auto r = MustOpen(sr.path(), AttachOpts());
+  Region::ScrubReport rep;
+  ASSERT_TRUE(r->Verify(false, &rep).ok());
+  EXPECT_EQ(rep.crc_failures, 1u);
+  std::vector<uint8_t> buf(kSlot);
+  ASSERT_TRUE(r->Load(st.ns[0], BlockKey::FromId(st.id[0]), buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, Bytes(st.id[0], st.ns[0]));
+  // Block 1 is never read here: eviction alone must not lose its slot.
+  StoreNew(r.get(), st.ns[0], 12);
+  EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+      << DataSlotViolation(r.get(), true);
+  LoadAll(r.get(), st);
+  ExpectAllStorable(r.get(), st);
+}
+
+// A data word that names no live lease, written over a FREE data slot: the
+// orphan sweep frees it (within a few liveness timeouts), and until then it
+// only keeps that slot from being claimed.
+struct BadWord {
+  const char* name;
+  // The word, from the region as damaged: `free_entry` is a FREE index
+  // entry (at generation `free_gen`), `live` a READY entry whose block is
+  // in data slot `live_data`.
+  uint64_t (*make)(Raw& raw, uint64_t free_entry, uint64_t free_gen, uint64_t live,
+                   uint64_t live_data);
+};
+
+class OrphanDataWordTest : public testing::TestWithParam<BadWord> {};
+
+TEST_P(OrphanDataWordTest, IsFreedAndNoBlockIsServedWrongBytes) {
+  const BadWord& bw = GetParam();
+  ScratchRegion sr("dword");
+  const Stored st = Populate(sr.path());
+  auto r = MustOpen(sr.path(), AttachOpts());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  // Block 2 dropped: its entry and data slot are FREE.
+  const uint64_t d2 = static_cast<uint64_t>(impl->EntryDataSlot(st.slot[2]));
+  ASSERT_TRUE(r->Drop(st.ns[2], BlockKey::FromId(st.id[2])).ok());
+  ASSERT_EQ(impl->DataWord(d2).load(), 0u);
+  uint64_t bad;
+  {
+    Raw raw(sr.path());
+    const uint64_t live = st.slot[0];
+    bad = bw.make(raw, st.slot[2], WordGen(raw.meta(st.slot[2]).state.load()), live,
+                  raw.meta(live).data.load());
+    raw.dword(d2).store(bad);
+  }
+  EXPECT_TRUE(WaitFor([&] { return impl->DataWord(d2).load() == 0; }, 3000))
+      << bw.name << ": data slot " << d2 << " still holds " << impl->DataWord(d2).load();
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "") << bw.name;
+  std::vector<bool> hit;
+  LoadAll(r.get(), st, &hit);
+  EXPECT_TRUE(hit[0] && hit[1] && hit[3]) << bw.name;
+  ExpectAllStorable(r.get(), st);
+}
+
+constexpr uint64_t kHeldState = static_cast<uint64_t>(DataState::kHeld);
+constexpr uint64_t kMovingState = static_cast<uint64_t>(DataState::kMoving);
+
+INSTANTIATE_TEST_SUITE_P(
+    Words, OrphanDataWordTest,
+    testing::Values(
+        BadWord{"EntryPastTheIndex",
+                [](Raw& raw, uint64_t, uint64_t, uint64_t, uint64_t) {
+                  return PackData(raw.num_entries() + 3, 0, DataState::kHeld);
+                }},
+        BadWord{"LargestEntryField",
+                [](Raw&, uint64_t, uint64_t, uint64_t, uint64_t) {
+                  return PackData(internal::kDataEntryMask, 5, DataState::kMoving);
+                }},
+        BadWord{"HeldByAFreeEntry",
+                [](Raw&, uint64_t e, uint64_t g, uint64_t, uint64_t) {
+                  return PackData(e, g, DataState::kHeld);
+                }},
+        BadWord{"MovingForAFreeEntry",
+                [](Raw&, uint64_t e, uint64_t g, uint64_t, uint64_t) {
+                  return PackData(e, g + 1, DataState::kMoving);
+                }},
+        BadWord{"HeldByAReadyEntryAtAnotherGeneration",
+                [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
+                  return PackData(live, WordGen(raw.meta(live).state.load()) + 1,
+                                  DataState::kHeld);
+                }},
+        BadWord{"ImpossibleState",
+                [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
+                  return PackData(live, WordGen(raw.meta(live).state.load()), DataState::kFree) |
+                         7;
+                }},
+        // The lease of a READY block whose entry names another data slot:
+        // a copy of a live word (HELD), or one the rule for a writer that
+        // died between READY and its settle would promote (MOVING).
+        BadWord{"CopyOfALiveLease",
+                [](Raw& raw, uint64_t, uint64_t, uint64_t, uint64_t live_data) {
+                  return raw.dword(live_data).load();
+                }},
+        BadWord{"MovingForAReadyEntryNamingAnotherSlot",
+                [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
+                  return PackData(live, WordGen(raw.meta(live).state.load()),
+                                  DataState::kMoving);
+                }}),
+    [](const testing::TestParamInfo<BadWord>& i) { return std::string(i.param.name); });
+
+// A live block's own data word damaged (zeroed: FREE; or naming no lease):
+// the slot may be claimed and overwritten by the next store, and the block
+// must then miss, never return the new bytes; the accounting is whole again
+// once eviction has cycled through the region.
+TEST(DataSlotDamageTest, LiveBlocksDataWordDamagedCostsAtMostThatBlock) {
+  for (const uint64_t bad : {uint64_t{0}, PackData(1ull << 30, 0, DataState::kHeld)}) {
+    ScratchRegion sr("dlive");
+    const Stored st = Populate(sr.path());
+    {
+      Raw raw(sr.path());
+      raw.dword(raw.meta(st.slot[2]).data.load()).store(bad);
+    }
+    auto r = MustOpen(sr.path(), AttachOpts());
+    StoreNew(r.get(), st.ns[0], 6);
+    LoadAll(r.get(), st);
+    EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+        << DataSlotViolation(r.get(), true);
+    ExpectAllStorable(r.get(), st);
+  }
+}
+
+// Set tag lines that disagree with their entries: tags on FREE ways, tags
+// swapped between ways, one key's tag on every way. Lookups check the entry
+// behind a tag, so every load is exact or a miss, and every key storable.
+TEST(DataSlotDamageTest, TagLinesInconsistentWithTheirEntriesCostOnlyMisses) {
+  ScratchRegion sr("dtags");
+  const Stored st = Populate(sr.path());
+  {
+    Raw raw(sr.path());
+    const uint32_t t0 = raw.tag(st.slot[0]).load();
+    for (uint64_t e = 0; e < raw.num_entries(); ++e) {
+      if (WordState(raw.meta(e).state.load()) == static_cast<uint8_t>(SlotState::kFree)) {
+        raw.tag(e).store(t0);  // block 0's tag on every FREE way
+      }
+    }
+    SwapAtomic(raw.tag(st.slot[1]), raw.tag(st.slot[2]));
+  }
+  auto r = MustOpen(sr.path(), AttachOpts());
+  std::vector<bool> hit;
+  LoadAll(r.get(), st, &hit);
+  EXPECT_TRUE(hit[0]);
+  StoreNew(r.get(), st.ns[0], 6);
+  LoadAll(r.get(), st);
+  ExpectAllStorable(r.get(), st);
+  EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+      << DataSlotViolation(r.get(), true);
 }
 
 }  // namespace

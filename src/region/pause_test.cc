@@ -29,6 +29,7 @@
 namespace cxlkv {
 namespace {
 
+using test::DataSlotViolation;
 using test::MustOpen;
 using test::Reap;
 using test::ScratchRegion;
@@ -49,36 +50,6 @@ NamespaceId Ns(Region* r) {
   NamespaceId id = 0;
   if (!r->RegisterNamespace(kNs, &id).ok()) std::abort();
   return id;
-}
-
-// Layout 5's data slot accounting, "" if it holds: every READY entry's data
-// slot is HELD, and every HELD data slot is named by exactly one READY
-// entry (else a READY block sits on a slot the next claim overwrites, or a
-// slot is lost until `cxlkv format`). Else the first violation.
-std::string DataSlotViolation(Region* r) {
-  auto* impl = static_cast<internal::RegionImpl*>(r);
-  const internal::Geometry& g = impl->geometry();
-  constexpr uint8_t kReady = static_cast<uint8_t>(internal::SlotState::kReady);
-  constexpr uint8_t kHeld = static_cast<uint8_t>(internal::DataState::kHeld);
-  std::vector<int> named(g.num_slots, 0);
-  for (uint64_t e = 0; e < g.num_entries; ++e) {
-    if (internal::WordState(impl->Meta(e).state.load()) != kReady) continue;
-    const int64_t d = impl->EntryDataSlot(e);
-    if (d < 0) return "READY entry " + std::to_string(e) + " names no data slot";
-    ++named[d];
-    if (internal::WordState(impl->DataWord(d).load()) != kHeld) {
-      return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
-             ", which is not HELD (word " + std::to_string(impl->DataWord(d).load()) + ")";
-    }
-  }
-  for (uint64_t d = 0; d < g.num_slots; ++d) {
-    const bool held = internal::WordState(impl->DataWord(d).load()) == kHeld;
-    if (held && named[d] != 1) {
-      return "HELD data slot " + std::to_string(d) + " named by " + std::to_string(named[d]) +
-             " READY entries";
-    }
-  }
-  return "";
 }
 
 // The zombie's and the owner's blocks share their first half, so a zombie

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "failpoint.h"
+#include "region_impl.h"
 #include "region_internal.h"
 
 namespace cxlkv::test {
@@ -197,6 +198,38 @@ ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
   while (a.leading < kLen && there(kChain + a.leading)) ++a.leading;
   for (uint64_t d = 0; d < 16; ++d) a.head_present += there(kChain + d);
   return a;
+}
+
+std::string DataSlotViolation(Region* r, bool quiescent) {
+  auto* impl = static_cast<internal::RegionImpl*>(r);
+  const internal::Geometry& g = impl->geometry();
+  constexpr uint8_t kReady = static_cast<uint8_t>(internal::SlotState::kReady);
+  constexpr uint8_t kFree = static_cast<uint8_t>(internal::DataState::kFree);
+  constexpr uint8_t kHeld = static_cast<uint8_t>(internal::DataState::kHeld);
+  std::vector<int> named(g.num_slots, 0);
+  for (uint64_t e = 0; e < g.num_entries; ++e) {
+    if (internal::WordState(impl->Meta(e).state.load()) != kReady) continue;
+    const int64_t d = impl->EntryDataSlot(e);
+    if (d < 0) return "READY entry " + std::to_string(e) + " names no data slot";
+    ++named[d];
+    if (internal::WordState(impl->DataWord(d).load()) != kHeld) {
+      return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
+             ", which is not HELD (word " + std::to_string(impl->DataWord(d).load()) + ")";
+    }
+  }
+  for (uint64_t d = 0; d < g.num_slots; ++d) {
+    const uint64_t w = impl->DataWord(d).load();
+    const bool held = internal::WordState(w) == kHeld;
+    if (held && named[d] != 1) {
+      return "HELD data slot " + std::to_string(d) + " named by " + std::to_string(named[d]) +
+             " READY entries";
+    }
+    if (quiescent && !held && internal::WordState(w) != kFree) {
+      return "data slot " + std::to_string(d) + " is neither FREE nor HELD (word " +
+             std::to_string(w) + ")";
+    }
+  }
+  return "";
 }
 
 }  // namespace cxlkv::test

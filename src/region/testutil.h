@@ -87,6 +87,15 @@ struct ChainAging {
 };
 ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes);
 
+// Layout 5's data slot accounting, "" if it holds: every READY entry's data
+// slot is HELD, and every HELD data slot is named by exactly one READY entry
+// (else a READY block sits on a slot the next claim overwrites, or a slot
+// is lost until `cxlkv format`). `quiescent` (no write or eviction in
+// flight, every dead participant reclaimed): also no data word in any
+// other state than FREE or HELD (a MOVING or damaged word nobody settles
+// is a leaked slot). Else the first violation, in words.
+std::string DataSlotViolation(Region* r, bool quiescent = false);
+
 void* SharedAnonBytes(size_t n);
 template <typename T>
 T* SharedAnon() {
