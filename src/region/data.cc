@@ -99,9 +99,14 @@ bool RegionImpl::MoveDataSlot(uint64_t victim, uint64_t vword, uint64_t entry, u
   // Its data index, read while the entry is ours.
   const int64_t d = EntryDataSlot(victim);
   if (d < 0 || !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), victim, WordGen(vword))) {
-    // Damage: leave the block as it was; a reader's checks decide what it
-    // is worth.
-    RestoreEvictedBlock(victim, evicting);
+    // Damage: the victim's data index is past the data area or names a
+    // slot its lease does not hold (a READY entry's word always names its
+    // lease), so its bytes are gone or may be overwritten by that slot's
+    // holder. It was to be evicted anyway: drop the entry and try the next
+    // victim (put back READY, it would be the oldest again on every pass,
+    // failing every store once 64 of them are queued). Its own data slot,
+    // if any, is a lease that is over: the orphan rule frees it.
+    if (ReleaseOwnedSlot(victim, evicting)) Count(Counter::kCrcFailures);
     return false;
   }
   // The victim's entry goes FREE (its tag cleared while we own it): readers
@@ -145,16 +150,29 @@ void RegionImpl::SettleDataSlot(uint64_t data, uint64_t dword) {
       std::memory_order_acq_rel);
 }
 
-DataFate RegionImpl::DataWordFate(uint64_t w) const {
+DataFate RegionImpl::DataWordFate(uint64_t data, uint64_t w) const {
   const uint8_t s = WordState(w);
   if (s == kDFree) return DataFate::kKeep;
   const uint64_t e = DataEntry(w);
   // Untrusted: a state or entry no lease can have is damage, held by nobody.
   if ((s != kDHeld && s != kDMoving) || e >= geo_.num_entries) return DataFate::kFree;
-  const uint64_t ew = meta_[e].state.load(std::memory_order_seq_cst);
+  const SlotMeta& m = meta_[e];
+  const uint64_t ew = m.state.load(std::memory_order_seq_cst);
   const uint8_t es = WordState(ew);
   if (es == kFreeEntry || es > kEvicting || (WordGen(ew) & kDataGenMask) != DataGen(w)) {
     return DataFate::kFree;  // the lease is over
+  }
+  if (es == kReady || es == kEvicting) {
+    // A committed lease's entry names its one data slot (its writer stored
+    // `data` before READY). A word of that lease on any other data slot is
+    // damage (a copied word), which nothing would ever free: the lease's
+    // block is not here. Read the index between two loads of the entry's
+    // word, so it is the lease's own (a changed word: decide next time).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint32_t named = m.data.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (m.state.load(std::memory_order_relaxed) != ew) return DataFate::kKeep;
+    if (named != data) return DataFate::kFree;
   }
   // Its writer died between the entry's READY and its settle.
   if (s == kDMoving && es == kReady) return DataFate::kHeld;
@@ -162,7 +180,7 @@ DataFate RegionImpl::DataWordFate(uint64_t w) const {
 }
 
 bool RegionImpl::SettleDataWord(uint64_t data, uint64_t w) {
-  const DataFate fate = DataWordFate(w);
+  const DataFate fate = DataWordFate(data, w);
   if (fate == DataFate::kKeep) return false;
   uint64_t expected = w;
   if (fate == DataFate::kHeld) {

@@ -278,9 +278,10 @@ static_assert(sizeof(SlotCrcTrailerV5) == 40);
 // HELD(v, gv) --ClaimSlot pass 2 (v EVICTING(gv) -> WRITING(gv+1))--> MOVING(v, gv+1)
 // HELD / MOVING --ReleaseDataSlot (exact word) or the lease's end--> FREE
 // Orphan rule (reclaim, wipe, and the orphan sweep after a liveness
-// timeout): a word whose entry is FREE or at another generation is FREE'd;
-// MOVING(e, g) with e READY at g (its writer died between READY and
-// settle) goes HELD. Every CAS on a data word names the lease it expects,
+// timeout): a word whose entry is FREE or at another generation is FREE'd,
+// and so is one of a committed lease (e READY or EVICTING at g) whose entry
+// names another data slot (damage: a copied word); MOVING(e, g) with e
+// READY at g (its writer died between READY and settle) goes HELD. Every CAS on a data word names the lease it expects,
 // so a paused participant's late step fails on a word a newer lease holds
 // (docs/model.md, l5-lease-*).
 enum class DataState : uint8_t { kFree = 0, kHeld = 1, kMoving = 2 };

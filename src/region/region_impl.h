@@ -391,10 +391,12 @@ class RegionImpl final : public Region {
   // A committed write's data slot: MOVING(lease) -> HELD(lease) (after its
   // entry is READY, so a dead writer's MOVING slot is found READY).
   void SettleDataSlot(uint64_t data, uint64_t dword);
-  // The orphan rule for data word `w` (layout.h): kFree if its lease is
-  // over (its entry FREE or at another generation, or the word is damage),
-  // kHeld if MOVING for a lease whose entry is READY at that generation.
-  DataFate DataWordFate(uint64_t w) const;
+  // The orphan rule for data slot `data`'s word `w` (layout.h): kFree if
+  // its lease is over (its entry FREE or at another generation), or the
+  // word is damage (an impossible state or entry, or a committed lease
+  // whose entry names another data slot); kHeld if MOVING for a lease
+  // whose entry is READY at that generation and names `data`.
+  DataFate DataWordFate(uint64_t data, uint64_t w) const;
   // Applies DataWordFate to data slot `data` if it still holds `w`. True
   // if it freed it.
   bool SettleDataWord(uint64_t data, uint64_t w);

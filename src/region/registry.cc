@@ -283,7 +283,7 @@ void RegionImpl::SweepOrphans() {
     // or writer reclaimed or dead before it acted.
     if (geo_.decoupled && s < geo_.num_slots) {
       const uint64_t dw = dwords_[s].load(std::memory_order_seq_cst);
-      if (DataWordFate(dw) == DataFate::kKeep) {
+      if (DataWordFate(s, dw) == DataFate::kKeep) {
         orphan_data_.erase(s);
       } else if (stale(orphan_data_, s, dw)) {
         moving.emplace(s, dw);
