@@ -278,3 +278,142 @@ def indexed(chains, slots, window=1024, batch=32, entries=2, ways=16, rank="lru-
     if stats is not None:
         stats.update(local=local, sweeps=sweeps)
     return hit
+
+
+
+def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote_age=None,
+             stats=None):
+    """coherence=software's eviction, modelled (docs/coherence.md,
+    "Eviction"): `parts` write partitions of slots // parts blocks each;
+    request j runs on replica j % parts (round-robin, as `cxlkv replay`
+    routes it, here in trace order) and stores only into partition j %
+    parts; a lookup finds a block in any partition; a store of a block some
+    partition holds is a duplicate (SW1), a use of that copy. One tick per
+    request; blocks of one request leave deepest first.
+
+    policy:
+    - "sampled": layout 4 as it is: a key's block in one of the 32 ways of
+      its two sets inside the writer's partition, the victim the largest
+      eviction_rank (age, depth, uses) among them; only the holder's own
+      uses count (the blind spot).
+    - "lru": the directory decoupled inside the partition (layout 5's
+      design, per partition): any block of the partition can be the victim,
+      least recently used first; only the holder's own uses count.
+    - "sampled-cross", "lru-cross": the same with every host's uses
+      counted in the owner's recency, `delay` requests late (0: at once):
+      what a reader-side recency channel, read by the owner, would add.
+    promote_age: a hit on another partition's block stored (or promoted)
+    at least promote_age requests ago stores a copy into the reader's own
+    partition (the old copy ages out with its owner), so the block's
+    recency restarts with the host that uses it. stats gets "promoted"
+    (such copies) and "cross_hits" (leading hits on another partition's
+    block)."""
+    if policy not in ("sampled", "sampled-cross", "lru", "lru-cross"):
+        raise ValueError(f"unknown software policy {policy}")
+    sampled = policy.startswith("sampled")
+    cross_on = policy.endswith("-cross")
+    per = slots // parts
+    where = {}  # block -> {partition: slot (sampled) or None (lru)}
+    stored = {}  # (partition, block) -> request it was stored at
+    pending = []  # (due request, partition, block): uses the owner has not seen yet
+    hit = cross = promoted = 0
+    if sampled:
+        nsets = max(1, per // ways)
+        n = nsets * ways
+        key = [[None] * n for _ in range(parts)]
+        last = [[0] * n for _ in range(parts)]
+        depth = [[0] * n for _ in range(parts)]
+        uses = [[0] * n for _ in range(parts)]
+        used = [[0] * nsets for _ in range(parts)]
+    else:
+        from collections import OrderedDict
+        lists = [OrderedDict() for _ in range(parts)]  # block -> None; first = next victim
+    now = 0
+
+    def use(q, h, touched):
+        if sampled:
+            s = where[h][q]
+            last[q][s] = now
+            uses[q][s] += 1
+        else:
+            touched.setdefault(q, []).append(h)
+
+    def drop(q, old):
+        del where[old][q]
+        if not where[old]:
+            del where[old]
+        stored.pop((q, old), None)
+
+    for j, chain in enumerate(chains):
+        now += 1
+        r = j % parts
+        k = prefix_hits(chain, where)
+        hit += k
+        touched = {}  # partition -> this request's blocks there, in depth order (lru)
+        while pending and pending[0][0] <= now:
+            _, q, h = pending.pop(0)
+            if h in where and q in where[h]:
+                use(q, h, touched)
+        for d, h in enumerate(chain):
+            held = where.get(h)
+            if held is not None:
+                if r in held:
+                    use(r, h, touched)
+                    continue
+                q = next(iter(held))
+                if d < k:
+                    cross += 1
+                if cross_on:
+                    if delay:
+                        pending.append((now + delay, q, h))
+                    else:
+                        use(q, h, touched)
+                if promote_age is None or now - stored[(q, h)] < promote_age:
+                    continue
+                promoted += 1
+            # A store into partition r (a miss, or a promoted copy).
+            if sampled:
+                a = _mix64(h * 0x9E3779B97F4A7C15 + 1)
+                b = _mix64(a ^ h)
+                sets = [a % nsets, b % nsets]
+                if used[r][sets[1]] < used[r][sets[0]]:
+                    sets.reverse()
+                slot = None
+                for st in sets:
+                    if used[r][st] < ways:
+                        base = st * ways
+                        for w in range(ways):
+                            if key[r][base + w] is None:
+                                slot = base + w
+                                break
+                        used[r][st] += 1
+                        break
+                if slot is None:
+                    cand = [st * ways + w for st in sets for w in range(ways)]
+                    slot = max(cand, key=lambda c: eviction_rank(now - last[r][c], depth[r][c],
+                                                                 uses[r][c]))
+                    drop(r, key[r][slot])
+                key[r][slot] = h
+                last[r][slot] = now
+                depth[r][slot] = d
+                uses[r][slot] = 0
+            else:
+                lst = lists[r]
+                if len(lst) >= per:
+                    old, _ = lst.popitem(last=False)
+                    drop(r, old)
+                    slot = None
+                lst[h] = None
+                slot = None
+                touched.setdefault(r, []).append(h)
+            where.setdefault(h, {})[r] = slot
+            stored[(r, h)] = now
+        if not sampled:
+            # This request's blocks are the newest, its deepest the oldest of them.
+            for q, hs in touched.items():
+                for h in reversed(hs):
+                    if h in lists[q]:
+                        lists[q].move_to_end(h)
+    if stats is not None:
+        stats.update(promoted=promoted, cross_hits=cross)
+    return hit
