@@ -137,9 +137,10 @@ uint32_t RecencyTick() {
   // days; ages are differences modulo 2^32, right for any age below that.
   timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
-                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u) +
-         EvictionClockSkewMs();  // 0 outside test builds
+  // The real reading outside test builds (EvictionClock: a test's skew and hold).
+  return EvictionClock(kRecencyClock,
+                       static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
+                                             static_cast<uint64_t>(ts.tv_nsec) / 1000000u));
 }
 
 // ---- pins ----

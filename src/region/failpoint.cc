@@ -56,12 +56,31 @@ bool FailpointsEnabled() { return Load() != nullptr; }
 
 namespace {
 std::atomic<uint32_t> g_eviction_clock_skew{0};
+std::atomic<bool> g_eviction_clock_held{false};
+// Per clock, the reading it stands at while held (0: not read since the
+// hold; a reading of 0 is stored as 1).
+std::atomic<uint32_t> g_eviction_clock_at[2]{};
 }  // namespace
 
 uint32_t EvictionClockSkewMs() { return g_eviction_clock_skew.load(std::memory_order_relaxed); }
 
 void AdvanceEvictionClock(uint32_t ms) {
   g_eviction_clock_skew.fetch_add(ms, std::memory_order_relaxed);
+}
+
+void HoldEvictionClock(bool hold) {
+  for (auto& at : g_eviction_clock_at) at.store(0, std::memory_order_relaxed);
+  g_eviction_clock_held.store(hold, std::memory_order_seq_cst);
+}
+
+uint32_t EvictionClock(EvictionClockId clock, uint32_t real_ms) {
+  const uint32_t skew = EvictionClockSkewMs();
+  if (!g_eviction_clock_held.load(std::memory_order_seq_cst)) return real_ms + skew;
+  std::atomic<uint32_t>& at = g_eviction_clock_at[clock];
+  uint32_t first = 0;
+  // The first reader since the hold fixes the clock; the others take its.
+  at.compare_exchange_strong(first, real_ms == 0 ? 1 : real_ms, std::memory_order_relaxed);
+  return at.load(std::memory_order_relaxed) + skew;
 }
 
 void FailpointHit(const char* name) {

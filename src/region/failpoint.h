@@ -43,6 +43,15 @@ void ReloadFailpoints();
 // the run is (ThreadSanitizer on a loaded machine outgrew a 100 ms sleep).
 uint32_t EvictionClockSkewMs();
 void AdvanceEvictionClock(uint32_t ms);
+// While held (HoldEvictionClock(true)), each eviction clock stands still at
+// the first reading it gave after the hold, so only AdvanceEvictionClock
+// moves it: a test's ages then do not depend on how long it runs at all.
+// EvictionClock(clock, real_ms) is the reading of eviction clock `clock`
+// (kRecencyClock: RecencyTick; kSoftwareClock: software mode's tick) whose
+// real reading is real_ms, skew included.
+enum EvictionClockId : int { kRecencyClock = 0, kSoftwareClock = 1 };
+void HoldEvictionClock(bool hold);
+uint32_t EvictionClock(EvictionClockId clock, uint32_t real_ms);
 
 #define CXLKV_FAILPOINT_HIT(name)                                                      \
   do {                                                                                 \
@@ -56,7 +65,10 @@ inline bool FailpointsEnabled() { return false; }
 inline void ReloadFailpoints() {}
 inline uint32_t EvictionClockSkewMs() { return 0; }
 inline void AdvanceEvictionClock(uint32_t) {}  // callers check kFailpointsBuilt
-                                               // Compiled out: the name is not even evaluated.
+enum EvictionClockId : int { kRecencyClock = 0, kSoftwareClock = 1 };
+inline void HoldEvictionClock(bool) {}
+inline uint32_t EvictionClock(EvictionClockId, uint32_t real_ms) { return real_ms; }
+// Compiled out: the name is not even evaluated.
 #define CXLKV_FAILPOINT_HIT(name) \
   do {                            \
   } while (0)

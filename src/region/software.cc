@@ -61,9 +61,10 @@ constexpr uint64_t SwCrcGeneration(uint64_t slot_word) {
 uint32_t SwTick() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
-                               static_cast<uint64_t>(ts.tv_nsec) / 1000000u) +
-         EvictionClockSkewMs();  // 0 outside test builds
+  // The real reading outside test builds (EvictionClock: a test's skew and hold).
+  return EvictionClock(kSoftwareClock,
+                       static_cast<uint32_t>(static_cast<uint64_t>(ts.tv_sec) * 1000u +
+                                             static_cast<uint64_t>(ts.tv_nsec) / 1000000u));
 }
 
 uint64_t NewNonce() {

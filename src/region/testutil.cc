@@ -129,6 +129,14 @@ ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
   auto there = [&](uint64_t id) {
     return RegionInternal::FindReadySlot(r, ns, BlockKey::FromId(id)) >= 0;
   };
+  // In a test build the eviction clocks stand still for the whole test, so
+  // only age_by moves them and every block's age is fixed by the steps below,
+  // not by how long each step took (a run under ThreadSanitizer on a loaded
+  // machine is many times slower than a quiet one).
+  struct ClockHold {
+    ClockHold() { internal::HoldEvictionClock(true); }
+    ~ClockHold() { internal::HoldEvictionClock(false); }
+  } hold;
   constexpr uint64_t kFill = 10'000'000, kChain = 20'000'000, kNewer = 30'000'000, kLen = 127;
   const uint64_t fill = a.slots * 95 / 100;
   for (uint64_t i = 0; i < fill; ++i) {
@@ -136,11 +144,11 @@ ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
   }
   // Ages apart by more than the coarse clock's tick, and the fill much older
   // than the chain (a chain's depth counts at most about twice its age). In
-  // a test build the eviction clocks move forward instead of sleeping: the
-  // fill 100 s older than the chain, the chain 10 s older than what follows,
-  // far beyond what the run itself takes however slow it is (ThreadSanitizer
-  // on a loaded machine took longer than a 100 ms sleep, and the chain's deep
-  // chunks outranked the fill). Without failpoints: real sleeps.
+  // a test build the held eviction clocks move forward instead of sleeping:
+  // the fill 100 s older than the chain, the chain 10 s older than what
+  // follows, whatever the run itself takes (ThreadSanitizer on a loaded
+  // machine took longer than a 100 ms sleep, and the chain's deep chunks
+  // outranked the fill). Without failpoints: real sleeps.
   auto age_by = [](uint32_t ms, uint32_t fallback_ms) {
     if (internal::kFailpointsBuilt) {
       internal::AdvanceEvictionClock(ms);

@@ -69,6 +69,10 @@ bool WaitFor(const std::function<bool()>& cond, int limit_ms = 5000);
 // requests, store one 127-chunk chain (depth 0..126), let it age behind
 // newer single-chunk stores until it has lost a third of its chunks, and
 // report what is left. Presence is read without touching (no use counted).
+// In a test build (failpoints on) the eviction clocks are held for the whole
+// scenario and moved only by its own steps (HoldEvictionClock,
+// AdvanceEvictionClock), so the ages it sets up do not depend on how fast
+// it runs; without failpoints it sleeps between its steps.
 struct ChainAging {
   uint64_t slots = 0;               // slots of the region (or partition)
   uint64_t stored_after = 0;        // newer stores until a third was lost
