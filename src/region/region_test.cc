@@ -324,26 +324,7 @@ TEST(RegionTest, AChainLeavesTailFirstAndItsHeadStays) {
   ScratchRegion sr;
   auto r = MustOpen(sr.path(), TestOptions(1 << 20, kSlot));
   const NamespaceId ns = Ns(r.get());
-  const test::ChainAging a = test::AgeAChain(r.get(), ns, kSlot);
-  std::printf(
-      "slots %llu, newer stores %llu, chain present %llu, leading %llu, head %llu/16, "
-      "first loss at depth %llu with %llu older blocks left, out of order %llu\n",
-      (unsigned long long)a.slots, (unsigned long long)a.stored_after,
-      (unsigned long long)a.present, (unsigned long long)a.leading,
-      (unsigned long long)a.head_present, (unsigned long long)a.deepest_lost_first,
-      (unsigned long long)a.older_left, (unsigned long long)a.out_of_order);
-  ASSERT_LE(a.present, 127u * 2 / 3);
-  // No chain chunk went while an older block nobody read was among the
-  // store's candidates.
-  EXPECT_EQ(a.out_of_order, 0u);
-  EXPECT_EQ(a.head_present, 16u);
-  // How far the unbroken prefix reaches past the head is not fixed with a
-  // key's 32 candidate ways: a shallow chunk goes when a newer store's ways
-  // hold no deeper chunk and no older block. Over 80 runs (ThreadSanitizer
-  // and load included) it reached 20 to 57 chunks, 52 in most; the head and
-  // the depth of the first loss are what the rank guarantees.
-  EXPECT_GE(a.leading, 16u);
-  EXPECT_GE(a.deepest_lost_first, 64u);
+  test::ExpectTailFirstAmongCandidates(test::AgeAChain(r.get(), ns, kSlot));
 }
 
 // Issue 24's second half: no chunk is evicted while an older block nobody
@@ -358,18 +339,7 @@ TEST(RegionTest, NoChunkLeavesWhileAnOlderOneStaysAnywhere) {
   auto r = MustOpen(sr.path(), TestOptions(6 << 20, kSlot));
   ASSERT_GE(r->info().num_slots, 1024u);
   const NamespaceId ns = Ns(r.get());
-  const test::ChainAging a = test::AgeAChain(r.get(), ns, kSlot);
-  std::printf(
-      "slots %llu, chain chunks evicted while an older block stayed: %llu, older blocks left at "
-      "the first loss %llu, head %llu/16, leading %llu\n",
-      (unsigned long long)a.slots, (unsigned long long)a.out_of_order_region,
-      (unsigned long long)a.older_left, (unsigned long long)a.head_present,
-      (unsigned long long)a.leading);
-  ASSERT_LE(a.present, 127u * 2 / 3);
-  EXPECT_EQ(a.out_of_order_region, 0u);
-  EXPECT_EQ(a.older_left, 0u);
-  EXPECT_EQ(a.head_present, 16u);
-  EXPECT_GE(a.leading, 40u);
+  test::ExpectNoChunkBeforeAnOlderBlock(test::AgeAChain(r.get(), ns, kSlot));
 }
 
 TEST(RegionTest, PinnedSlotsAreNeverEvicted) {

@@ -280,52 +280,23 @@ TEST(Software, AChainLeavesTailFirstAndItsHeadStays) {
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(1 << 20, 4096, 1, 0));
   NamespaceId ns = 0;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
-  const test::ChainAging a = test::AgeAChain(h0.get(), ns, 4096);
-  std::printf(
-      "slots %llu, newer stores %llu, chain present %llu, leading %llu, head %llu/16, "
-      "first loss at depth %llu with %llu older blocks left, out of order %llu\n",
-      (unsigned long long)a.slots, (unsigned long long)a.stored_after,
-      (unsigned long long)a.present, (unsigned long long)a.leading,
-      (unsigned long long)a.head_present, (unsigned long long)a.deepest_lost_first,
-      (unsigned long long)a.older_left, (unsigned long long)a.out_of_order);
-  ASSERT_LE(a.present, 127u * 2 / 3);
-  // No chain chunk went while an older block nobody read was among the
-  // store's candidates.
-  EXPECT_EQ(a.out_of_order, 0u);
-  EXPECT_EQ(a.head_present, 16u);
-  // How far the unbroken prefix reaches past the head is not fixed with a
-  // key's 32 candidate ways: a shallow chunk goes when a newer store's ways
-  // hold no deeper chunk and no older block. Over 80 runs (ThreadSanitizer
-  // and load included) it reached 20 to 57 chunks, 52 in most; the head and
-  // the depth of the first loss are what the rank guarantees.
-  EXPECT_GE(a.leading, 16u);
-  EXPECT_GE(a.deepest_lost_first, 64u);
+  test::ExpectTailFirstAmongCandidates(test::AgeAChain(h0.get(), ns, 4096));
 }
 
-// Issue 24's second half, as RegionTest.DISABLED_NoChunkLeavesWhileAnOlder
-// OneStaysAnywhere (region_test.cc) says, for a partition of at least
-// 1,024 slots: not met yet (a key lives only in its two sets). Run it with
-// --gtest_also_run_disabled_tests. Disabled until the engine meets it:
-// issue 24.
+// Issue 24's second half, as RegionTest.NoChunkLeavesWhileAnOlderOneStays
+// Anywhere (region_test.cc) checks it for the region, here for a write
+// partition of at least 1,024 slots: not met by layout 4 (a key lives only in
+// its two sets of its writer's partition; the design that would meet it,
+// modelled: docs/benchmarks.md, "coherence=software: what each eviction
+// design can reach"). Run it with --gtest_also_run_disabled_tests. Disabled
+// until the engine meets it: issue 24.
 TEST(Software, DISABLED_NoChunkLeavesWhileAnOlderOneStaysAnywhere) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(6 << 20, 4096, 1, 0));
   NamespaceId ns = 0;
   ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
-  const test::ChainAging a = test::AgeAChain(h0.get(), ns, 4096);
-  std::printf(
-      "slots %llu, chain chunks evicted while an older block stayed: %llu, older blocks left at "
-      "the first loss %llu, head %llu/16, leading %llu\n",
-      (unsigned long long)a.slots, (unsigned long long)a.out_of_order_region,
-      (unsigned long long)a.older_left, (unsigned long long)a.head_present,
-      (unsigned long long)a.leading);
-  ASSERT_GE(a.slots, 1024u);
-  ASSERT_LE(a.present, 127u * 2 / 3);
-  EXPECT_EQ(a.out_of_order_region, 0u);
-  EXPECT_EQ(a.older_left, 0u);
-  EXPECT_EQ(a.head_present, 16u);
-  EXPECT_GE(a.leading, 40u);
+  test::ExpectNoChunkBeforeAnOlderBlock(test::AgeAChain(h0.get(), ns, 4096));
 }
 
 TEST(Software, EvictionTakesTheLeastRecentlyUsedBlocksOfItsPartition) {

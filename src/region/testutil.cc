@@ -240,4 +240,42 @@ std::string DataSlotViolation(Region* r, bool quiescent) {
   return "";
 }
 
+void ExpectTailFirstAmongCandidates(const ChainAging& a) {
+  std::printf(
+      "slots %llu, newer stores %llu, chain present %llu, leading %llu, head %llu/16, "
+      "first loss at depth %llu with %llu older blocks left, out of order %llu\n",
+      (unsigned long long)a.slots, (unsigned long long)a.stored_after,
+      (unsigned long long)a.present, (unsigned long long)a.leading,
+      (unsigned long long)a.head_present, (unsigned long long)a.deepest_lost_first,
+      (unsigned long long)a.older_left, (unsigned long long)a.out_of_order);
+  ASSERT_LE(a.present, 127u * 2 / 3);
+  // No chain chunk went while an older block nobody read was among the
+  // store's candidates.
+  EXPECT_EQ(a.out_of_order, 0u);
+  EXPECT_EQ(a.head_present, 16u);
+  // How far the unbroken prefix reaches past the head is not fixed with a
+  // key's 32 candidate ways (software mode's layout 4): a shallow chunk goes
+  // when a newer store's ways hold no deeper chunk and no older block; with
+  // the clocks held it reaches 50 chunks there, and the 84 left in hardware
+  // mode's layout 5. The head and the depth of the first loss are what the
+  // rank guarantees.
+  EXPECT_GE(a.leading, 16u);
+  EXPECT_GE(a.deepest_lost_first, 64u);
+}
+
+void ExpectNoChunkBeforeAnOlderBlock(const ChainAging& a) {
+  std::printf(
+      "slots %llu, chain chunks evicted while an older block stayed: %llu, older blocks left at "
+      "the first loss %llu, head %llu/16, leading %llu\n",
+      (unsigned long long)a.slots, (unsigned long long)a.out_of_order_region,
+      (unsigned long long)a.older_left, (unsigned long long)a.head_present,
+      (unsigned long long)a.leading);
+  ASSERT_GE(a.slots, 1024u);
+  ASSERT_LE(a.present, 127u * 2 / 3);
+  EXPECT_EQ(a.out_of_order_region, 0u);
+  EXPECT_EQ(a.older_left, 0u);
+  EXPECT_EQ(a.head_present, 16u);
+  EXPECT_GE(a.leading, 40u);
+}
+
 }  // namespace cxlkv::test

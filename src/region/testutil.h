@@ -90,6 +90,14 @@ struct ChainAging {
   uint64_t out_of_order_region = 0;
 };
 ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes);
+// What RegionTest and Software expect of AgeAChain's outcome, printed and
+// checked in one place for both modes (gtest failures in the caller's test):
+// the chain left tail first among each store's candidates and its head
+// stayed (ExpectTailFirstAmongCandidates); no chunk left while an older
+// block nobody read stayed anywhere in the region or partition
+// (ExpectNoChunkBeforeAnOlderBlock).
+void ExpectTailFirstAmongCandidates(const ChainAging& a);
+void ExpectNoChunkBeforeAnOlderBlock(const ChainAging& a);
 
 // Layout 5's data slot accounting, "" if it holds: every READY entry's data
 // slot is HELD, and every HELD data slot is named by exactly one READY entry
