@@ -110,8 +110,10 @@ int main(int argc, char** argv) {
   copt.user_agent = "cxlkv-dra-controller/" + opt.identity;
   if (ks.ok()) ks = cxlkv::kube::Client::New(kcfg, copt, &kube);
   if (!ks.ok()) {
-    // Outside a pod the default is a kubeconfig file: say how to name one.
-    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr;
+    // Outside a pod the default is a kubeconfig file: say how to name one
+    // (unless the error already does: a missing file's does).
+    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr &&
+                         ks.message().find("--kubeconfig") == std::string::npos;
     std::fprintf(stderr, "cxlkv-dra-controller: kube: %s%s\n", ks.ToString().c_str(),
                  outside ? " (outside a pod: pass --kubeconfig FILE or set KUBECONFIG)" : "");
     return 1;

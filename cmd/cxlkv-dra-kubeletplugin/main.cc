@@ -90,8 +90,10 @@ int main(int argc, char** argv) {
   cxlkv::kube::Status ks = kubeconfig.empty() ? cxlkv::kube::LoadDefault(&kcfg)
                                               : cxlkv::kube::LoadKubeconfig(kubeconfig, &kcfg);
   if (!ks.ok()) {
-    // Outside a pod the default is a kubeconfig file: say how to name one.
-    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr;
+    // Outside a pod the default is a kubeconfig file: say how to name one
+    // (unless the error already does: a missing file's does).
+    const bool outside = kubeconfig.empty() && std::getenv("KUBERNETES_SERVICE_HOST") == nullptr &&
+                         ks.message().find("--kubeconfig") == std::string::npos;
     std::fprintf(stderr, "cxlkv-dra-kubeletplugin: kube config: %s%s\n", ks.ToString().c_str(),
                  outside ? " (outside a pod: pass --kubeconfig FILE or set KUBECONFIG)" : "");
     return 1;

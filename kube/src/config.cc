@@ -1,9 +1,12 @@
 // Copyright cxlkv authors.
 #include "cxlkv/kube/config.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -13,9 +16,20 @@ namespace cxlkv::kube {
 
 namespace {
 
+// Reads the file at `path` whole. The error says why not (it does not
+// exist, is a directory, cannot be read); the caller names the path.
 Status ReadFile(const std::string& path, std::string* out) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return Status::Error(Status::Code::kInvalidArgument,
+                         err == ENOENT ? "the file does not exist" : std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return Status::Error(Status::Code::kInvalidArgument, "a directory, not a file");
+  }
   std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::Error(Status::Code::kInvalidArgument, "read " + path + ": cannot open");
+  if (!f) return Status::Error(Status::Code::kInvalidArgument, std::strerror(errno));
   std::ostringstream ss;
   ss << f.rdbuf();
   *out = ss.str();
@@ -36,7 +50,10 @@ Status DataOrFile(const YAML::Node& node, const std::string& key, const std::str
     }
     return Status::OK();
   }
-  if (node[key]) return ReadFile(Resolve(base_dir, node[key].as<std::string>()), out);
+  if (node[key]) {
+    const std::string path = Resolve(base_dir, node[key].as<std::string>());
+    return ReadFile(path, out).WithContext(key + " " + path);
+  }
   return Status::OK();
 }
 
@@ -50,7 +67,16 @@ YAML::Node Named(const YAML::Node& list, const std::string& name, const std::str
 }
 
 Status Parse(const std::string& path, Config* out) {
-  YAML::Node root = YAML::LoadFile(path);
+  std::string text;
+  if (Status s = ReadFile(path, &text); !s.ok()) {
+    // Say how to go on: every program of the tree that loads a kubeconfig
+    // takes --kubeconfig (its environment variable: KUBECONFIG).
+    return Status::Error(Status::Code::kInvalidArgument,
+                         s.message() +
+                             ": name an existing kubeconfig file with --kubeconfig or $KUBECONFIG "
+                             "(in a pod, set neither: the pod's service account is used)");
+  }
+  YAML::Node root = YAML::Load(text);
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   if (!root["current-context"])
     return Status::Error(Status::Code::kInvalidArgument, "no current-context");
@@ -118,8 +144,8 @@ Status LoadInCluster(Config* out, const std::string& sa_dir) {
   c.server = "https://" + h + ":" + port;
   c.token_file = sa_dir + "/token";
   std::string token;
-  Status s = ReadFile(c.token_file, &token);
-  if (s.ok()) s = ReadFile(sa_dir + "/ca.crt", &c.ca_pem);
+  Status s = ReadFile(c.token_file, &token).WithContext(c.token_file);
+  if (s.ok()) s = ReadFile(sa_dir + "/ca.crt", &c.ca_pem).WithContext(sa_dir + "/ca.crt");
   if (!s.ok()) return s.WithContext("load in-cluster config");
   std::string ns;
   if (ReadFile(sa_dir + "/namespace", &ns).ok()) {
