@@ -95,6 +95,12 @@ int main(int argc, char** argv) {
   opt.lease_duration = std::chrono::milliseconds(static_cast<int64_t>(lease_duration_s * 1000));
   // Tests only (test/e2e/dra-controller.bats): see ControllerOptions::failpoint.
   if (const char* fp = std::getenv("CXLKV_DRA_FAILPOINT")) opt.failpoint = fp;
+  // The mode names with the other flags, before the kubeconfig, the fabric
+  // and the apiserver: a typo is told at once, not after (or hidden by) them.
+  if (cxlkv::Status ms = cxlkv::dra::CanonicalModes(&opt); !ms.ok()) {
+    std::fprintf(stderr, "cxlkv-dra-controller: %s\n", ms.message().c_str());
+    return 2;
+  }
 
   sigset_t sigs;
   sigemptyset(&sigs);

@@ -21,11 +21,13 @@ struct Result {
   std::string err;  // stderr
 };
 
-// Runs the controller of this build with `args`, stdout discarded.
-Result Controller(const std::string& args) {
+// Runs the controller of this build with `args` (and `env`, VAR=value ...,
+// before it), stdout discarded.
+Result Controller(const std::string& args, const std::string& env = "") {
   const std::string err_path = "/tmp/cxlkv-ctl-main-" + std::to_string(::getpid()) + ".err";
-  const std::string cmd = cxlkv::testutil::BuiltBinary("cxlkv-dra-controller") + " " + args +
-                          " >/dev/null 2>" + err_path + " </dev/null";
+  const std::string bin = cxlkv::testutil::BuiltBinary("cxlkv-dra-controller");
+  const std::string cmd =
+      env + " " + bin + " " + args + " >/dev/null 2>" + err_path + " </dev/null";
   const int st = std::system(cmd.c_str());
   Result r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -55,6 +57,33 @@ TEST(ControllerMainTest, AMissingKubeconfigIsSaidToNotExistWithThePathAndTheWayO
   EXPECT_EQ(d.rc, 1) << d.err;
   EXPECT_NE(d.err.find("load kubeconfig /tmp: a directory, not a file"), std::string::npos)
       << d.err;
+}
+
+// --flow and --capacity-mode are checked with the other flags: a bad value
+// is refused (exit 2) naming the values it takes, before the kubeconfig is
+// read (a missing one here would otherwise be the error shown).
+TEST(ControllerMainTest, AnUnknownModeIsRefusedFirstNamingTheValuesItTakes) {
+  const std::string base =
+      "--identity t --fabric http://127.0.0.1:9 --kubeconfig " + MissingKubeconfig();
+  Result r = Controller(base + " --flow papers");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--flow \"papers\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("binding-conditions, prepare-wait (alias paper) or auto"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("kubeconfig"), std::string::npos) << r.err;
+  r = Controller(base, "CXLKV_DRA_FLOW=bc");  // the environment variable, checked alike
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--flow \"bc\" ($CXLKV_DRA_FLOW)"), std::string::npos) << r.err;
+  r = Controller(base + " --capacity-mode annotations");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--capacity-mode \"annotations\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("consumable, fixed-devices (alias annotation) or auto"), std::string::npos)
+      << r.err;
+  // Accepted names (an alias too) pass the check: the kubeconfig is next.
+  r = Controller(base + " --flow paper --capacity-mode fixed-devices");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("load kubeconfig"), std::string::npos) << r.err;
 }
 
 }  // namespace

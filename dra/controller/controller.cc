@@ -28,13 +28,15 @@ Status CanonicalModes(ControllerOptions* opt) {
   if (opt->flow == "paper") opt->flow = "prepare-wait";
   if (opt->capacity_mode == "annotation") opt->capacity_mode = "fixed-devices";
   if (opt->flow != "prepare-wait" && opt->flow != "auto" && opt->flow != "binding-conditions") {
-    return Status::InvalidArgument(
-        "flow \"" + opt->flow + "\": want binding-conditions, prepare-wait (alias paper) or auto");
+    return Status::InvalidArgument("--flow \"" + opt->flow +
+                                   "\" ($CXLKV_DRA_FLOW): give binding-conditions, prepare-wait "
+                                   "(alias paper) or auto");
   }
   if (opt->capacity_mode != "auto" && opt->capacity_mode != "consumable" &&
       opt->capacity_mode != "fixed-devices") {
-    return Status::InvalidArgument("capacity mode \"" + opt->capacity_mode +
-                                   "\": want consumable, fixed-devices (alias annotation) or auto");
+    return Status::InvalidArgument("--capacity-mode \"" + opt->capacity_mode +
+                                   "\" ($CXLKV_DRA_CAPACITY_MODE): give consumable, "
+                                   "fixed-devices (alias annotation) or auto");
   }
   return Status::OK();
 }

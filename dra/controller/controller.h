@@ -154,6 +154,12 @@ class Controller {
 // bytes. InvalidArgument for anything else or a fractional byte count.
 Status ParseQuantityBytes(const std::string& q, int64_t* bytes);
 
+// Validates opt->flow and opt->capacity_mode, replacing the old names
+// ("paper", "annotation") by the current ones. InvalidArgument naming the
+// flag and the values it takes otherwise. Controller::New calls it; a main
+// calls it with its other flag checks, before any start-up work.
+Status CanonicalModes(ControllerOptions* opt);
+
 }  // namespace cxlkv::dra
 
 #endif  // CXLKV_DRA_CONTROLLER_CONTROLLER_H_

@@ -54,10 +54,6 @@ namespace cxlkv::dra {
 using nlohmann::json;
 
 // lifecycle (controller.cc)
-// Validates opt->flow and opt->capacity_mode, replacing the old names
-// ("paper", "annotation") by the current ones. InvalidArgument naming the
-// option and the values it takes otherwise.
-Status CanonicalModes(ControllerOptions* opt);
 // /healthz: 200 while the process serves, JSON {ok, fabricReachable, leader}.
 StatusServer::Reply HealthReply(bool fabric_reachable, bool leader);
 // /readyz: 200 once the claim informer has synced and this replica holds its
