@@ -49,7 +49,10 @@ Policies (bench/eviction/policies.py says how each is counted):
                     of the partition can be the victim), least recently used
                     first, deepest first on ties; holder's own uses only.
   sw-lru-cross:     sw-lru with every host's uses counted by the owner,
-                    --sw-delay requests late (a reader-side recency channel).
+                    --sw-delay requests late (a reader-side recency channel),
+                    or when the owner reads the channel, once per --sw-drain of
+                    its partition's slots of its own stores, each owner's
+                    unread uses at most --sw-ring (older ones lost).
   sw-sampled-cross: sw-sampled with the same channel.
   sw-lru-promote:   sw-lru, and a reader's hit on the other partition's block
                     stores a copy into the reader's partition.
@@ -191,6 +194,12 @@ def main():
     ap.add_argument("--sw-delay", type=int, default=0,
                     help="sw-*-cross: requests before the owner sees another host's use (0: at "
                          "once)")
+    ap.add_argument("--sw-drain", type=float, default=0,
+                    help="sw-*-cross, instead of --sw-delay: the owner reads the channel once "
+                         "per this fraction of its partition's slots of its own stores (0: off)")
+    ap.add_argument("--sw-ring", type=int, default=0,
+                    help="sw-*-cross with --sw-drain: uses that wait per owner, older ones lost "
+                         "beyond (0: no limit)")
     ap.add_argument("--policies", default="lru,belady,model,replay")
     ap.add_argument("--cxlkv", default=os.path.join(ROOT, "build/bin/cxlkv"))
     ap.add_argument("--json", default=None, help="append one JSON object per row here")
@@ -214,6 +223,10 @@ def main():
                  "(0.05) or a region size (256MiB, 2GiB)")
     if a.sw_delay < 0:
         sys.exit(f"--sw-delay {a.sw_delay}: a number of requests, 0 or more")
+    if not 0 <= a.sw_drain <= 1 or a.sw_ring < 0 or (a.sw_drain and a.sw_delay):
+        sys.exit(f"--sw-drain {a.sw_drain} --sw-ring {a.sw_ring} --sw-delay {a.sw_delay}: the "
+                 "drain is a fraction of a partition in [0, 1], the ring 0 or more, and a "
+                 "drain and a delay do not go together")
     if ((sizes or any(p.startswith("replay") for p in pols))
             and not os.access(a.cxlkv, os.X_OK)):
         sys.exit(f"{a.cxlkv}: not an executable; build it (cmake --build build --target "
@@ -265,7 +278,8 @@ def main():
                 elif p in SOFTWARE:
                     pol, kw = SOFTWARE[p]
                     if pol.endswith("-cross"):
-                        kw = dict(kw, delay=a.sw_delay)
+                        kw = dict(kw, delay=a.sw_delay, ring=a.sw_ring,
+                                  drain=max(1, int(slots // 2 * a.sw_drain)) if a.sw_drain else 0)
                     st = {}
                     rates[p] = policies.software(chains, slots, pol, stats=st, **kw) / asked
                     swstats[p] = st
@@ -289,6 +303,7 @@ def main():
             if jout:
                 jout.write(json.dumps({"trace": name, "capacity": frac, "slots": slots,
                                        "region_size": size, "sw_delay": a.sw_delay,
+                                       "sw_drain": a.sw_drain, "sw_ring": a.sw_ring,
                                        "window": a.window, "batch": a.batch,
                                        "region_slots": used_slots, "working_set": ws,
                                        "hit_rate": rates, "index_full_stores": local,

@@ -282,7 +282,7 @@ def indexed(chains, slots, window=1024, batch=32, entries=2, ways=16, rank="lru-
 
 
 def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote_age=None,
-             stats=None):
+             drain=0, ring=0, stats=None):
     """coherence=software's eviction, modelled (docs/coherence.md,
     "Eviction"): `parts` write partitions of slots // parts blocks each;
     request j runs on replica j % parts (round-robin, as `cxlkv replay`
@@ -302,6 +302,11 @@ def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote
     - "sampled-cross", "lru-cross": the same with every host's uses
       counted in the owner's recency, `delay` requests late (0: at once):
       what a reader-side recency channel, read by the owner, would add.
+      drain (instead of delay): the owner reads the channel once per `drain`
+      of its own stores (as it would when it refills a victim queue of that
+      many), seeing the uses as of then; ring: at most that many uses wait
+      per owner, an older one is lost when a newer one comes (a reader's
+      ring of hints that the owner has not read yet; 0: no limit).
     promote_age: a hit on another partition's block stored (or promoted)
     at least promote_age requests ago stores a copy into the reader's own
     partition (the old copy ages out with its owner), so the block's
@@ -316,6 +321,10 @@ def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote
     where = {}  # block -> {partition: slot (sampled) or None (lru)}
     stored = {}  # (partition, block) -> request it was stored at
     pending = []  # (due request, partition, block): uses the owner has not seen yet
+    from collections import deque
+    waiting = [deque(maxlen=ring or None) for _ in range(parts)]  # drain: per owner, unseen uses
+    since = [0] * parts  # drain: the owner's stores since it last read the channel
+    lost = 0
     hit = cross = promoted = 0
     if sampled:
         nsets = max(1, per // ways)
@@ -364,7 +373,10 @@ def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote
                 if d < k:
                     cross += 1
                 if cross_on:
-                    if delay:
+                    if drain:
+                        lost += len(waiting[q]) == waiting[q].maxlen
+                        waiting[q].append(h)
+                    elif delay:
                         pending.append((now + delay, q, h))
                     else:
                         use(q, h, touched)
@@ -372,6 +384,19 @@ def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote
                     continue
                 promoted += 1
             # A store into partition r (a miss, or a promoted copy).
+            if drain:
+                since[r] += 1
+                if since[r] >= drain:
+                    since[r] = 0
+                    while waiting[r]:
+                        u = waiting[r].popleft()
+                        if u in where and r in where[u]:
+                            use(r, u, touched)
+                    if not sampled:
+                        # Seen now: the newest but this request's own blocks.
+                        for u in reversed(touched.pop(r, [])):
+                            if u in lists[r]:
+                                lists[r].move_to_end(u)
             if sampled:
                 a = _mix64(h * 0x9E3779B97F4A7C15 + 1)
                 b = _mix64(a ^ h)
@@ -415,5 +440,5 @@ def software(chains, slots, policy="sampled", parts=2, ways=16, delay=0, promote
                     if h in lists[q]:
                         lists[q].move_to_end(h)
     if stats is not None:
-        stats.update(promoted=promoted, cross_hits=cross)
+        stats.update(promoted=promoted, cross_hits=cross, hints_lost=lost)
     return hit
