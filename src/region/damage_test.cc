@@ -590,9 +590,6 @@ TEST_P(OrphanDataWordTest, IsFreedAndNoBlockIsServedWrongBytes) {
   ExpectAllStorable(r.get(), st);
 }
 
-constexpr uint64_t kHeldState = static_cast<uint64_t>(DataState::kHeld);
-constexpr uint64_t kMovingState = static_cast<uint64_t>(DataState::kMoving);
-
 INSTANTIATE_TEST_SUITE_P(
     Words, OrphanDataWordTest,
     testing::Values(

@@ -13,9 +13,10 @@
 //   <name>:sleep=MS  sleep MS milliseconds, then continue
 // Every hit of a listed point acts. Points (grep CXLKV_FAILPOINT_HIT):
 // open.after_create, format.after_lock, format.mid_zero, write.before_claim,
-// write.after_claim, write.mid_copy, write.before_commit, evict.after_take,
-// pin.before_pin, pin.after_pin, read.mid_copy, reclaim.mid_sweep,
-// sw.commit.before_ready, sw.format.after_zero (coherence=software). The Spin
+// write.after_claim, write.mid_copy, write.before_commit, write.after_ready,
+// evict.after_take, evict.mid_move, pin.before_pin, pin.after_pin,
+// read.after_data, read.mid_copy, reclaim.mid_sweep, sw.commit.before_ready,
+// sw.format.after_zero (coherence=software). The Spin
 // model (model/) names its steps after these; keep the names stable.
 //
 // Thread-safety: hits are safe from any thread; ReloadFailpoints is for a

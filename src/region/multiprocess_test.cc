@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
@@ -23,6 +27,7 @@ namespace cxlkv {
 namespace {
 
 using namespace std::chrono_literals;
+using test::DataSlotViolation;
 using test::FillPattern;
 using test::MustOpen;
 using test::Reap;
@@ -508,6 +513,10 @@ TEST_P(StressTest, SameKeysUnderKillsAndPausesServeOnlyExactBytes) {
   if (!paused) {
     EXPECT_EQ(rep.crc_failures, 0u);
   }
+  // Layout 5: no data slot leaked by the dead, the reclaimed or the
+  // resumed (every data word FREE, or HELD by exactly one READY entry).
+  WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000ms);
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
   // After the scrub dropped what zombies left, every key is storable and
   // loads exactly.
   const NamespaceId ns = Ns(r.get());
@@ -540,6 +549,206 @@ INSTANTIATE_TEST_SUITE_P(Disturbances, StressTest, testing::Values(false, true),
                          [](const testing::TestParamInfo<bool>& i) {
                            return std::string(i.param ? "KillsAndPauses" : "Kills");
                          });
+
+// Kill -9 at every failpoint of the hardware engine's write, eviction, read
+// and pin paths, over and over, while other processes store and read the
+// same keys in a full region (nearly every store evicts): each short-lived
+// process dies at the first hit of its one failpoint (`name:kill`),
+// holding whatever that step holds (a WRITING entry, a MOVING data word,
+// an EVICTING victim, a freed victim whose data word is not moved yet, a
+// READY entry whose data word is still MOVING, a pin bit), and the next
+// one is started with the next failpoint. Every loaded byte is checked,
+// and at the end, once the dead are reclaimed, no data slot is leaked:
+// every data word is FREE or HELD by exactly one READY entry. Until every
+// failpoint has killed a process and for at least 1.5 s (30 s under
+// CXLKV_FULL=1, `scripts/test.sh --full`).
+constexpr const char* kKillPoints[] = {
+    "write.before_claim", "write.after_claim", "write.mid_copy",  "write.before_commit",
+    "write.after_ready",  "evict.after_take",  "evict.mid_move",  "read.after_data",
+    "read.mid_copy",      "pin.before_pin",    "pin.after_pin",
+};
+
+TEST(MultiProcessTest, FullRegionWithKillsAtEveryFailpointServesExactBytesAndLeaksNoDataSlot) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("fpkill");
+  const uint64_t kBlock = 8192;
+  const RegionOptions opts = TestOptions(1 << 20, kBlock);
+  {
+    auto r = MustOpen(sr.path(), opts);
+    Ns(r.get());
+    ASSERT_LT(r->info().num_slots, 200u);  // keys 0..999: a full region
+  }
+  auto* sh = SharedAnon<StressShared>();
+  std::vector<pid_t> steady;
+  for (int i = 0; i < 3; ++i) {
+    steady.push_back(Spawn([&, i] { return StressWorker(sr.path(), opts, kBlock, sh, i + 1); }));
+  }
+  constexpr int kPoints = sizeof kKillPoints / sizeof kKillPoints[0];
+  const char* full = std::getenv("CXLKV_FULL");
+  const auto min_run = full != nullptr && std::string(full) == "1" ? 30s : 1500ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto cap = start + min_run + 40s;
+  int deaths[kPoints] = {};
+  int spawned = 0, outlived = 0, other_exits = 0;
+  struct Victim {
+    pid_t pid = -1;
+    int point = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  auto spawn_victim = [&](Victim* v) {
+    v->point = spawned++ % kPoints;
+    const std::string fp = std::string(kKillPoints[v->point]) + ":kill";
+    const int seed = 1000 + spawned;
+    v->pid = Spawn([&, fp, seed] {
+      ::setenv("CXLKV_FAILPOINT", fp.c_str(), 1);
+      internal::ReloadFailpoints();
+      return StressWorker(sr.path(), opts, kBlock, sh, seed);
+    });
+    v->since = std::chrono::steady_clock::now();
+  };
+  Victim victims[2];
+  for (Victim& v : victims) spawn_victim(&v);
+  auto done = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (now > cap) return true;
+    if (now - start < min_run) return false;
+    for (int d : deaths)
+      if (d == 0) return false;
+    return true;
+  };
+  while (!done()) {
+    std::this_thread::sleep_for(25ms);  // a bounded number of dead at once
+    for (Victim& v : victims) {
+      int st = 0;
+      const pid_t got = ::waitpid(v.pid, &st, WNOHANG);
+      if (got == 0) {
+        // A process that never reached its step (no hit of it yet) is
+        // killed anywhere and replaced by the next failpoint's.
+        if (std::chrono::steady_clock::now() - v.since < 500ms) continue;
+        ::kill(v.pid, SIGKILL);
+        Reap(v.pid);
+        ++outlived;
+      } else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+        ++deaths[v.point];
+      } else {
+        ++other_exits;
+      }
+      spawn_victim(&v);
+    }
+  }
+  sh->stop = true;
+  for (Victim& v : victims) {
+    ::kill(v.pid, SIGKILL);
+    Reap(v.pid);
+  }
+  for (pid_t p : steady) EXPECT_EQ(Reap(p), 0);
+  std::string per_point;
+  for (int i = 0; i < kPoints; ++i) {
+    EXPECT_GT(deaths[i], 0) << "no process died at " << kKillPoints[i];
+    per_point += std::string(i ? ", " : "") + kKillPoints[i] + " " + std::to_string(deaths[i]);
+  }
+  EXPECT_EQ(other_exits, 0);
+  EXPECT_EQ(sh->wrong.load(), 0u);
+  EXPECT_EQ(sh->store_errors.load(), 0u);
+  EXPECT_EQ(sh->load_errors.load(), 0u);
+  EXPECT_GT(sh->hits.load(), 0u);
+  // Every dead process reclaimed; then every data word FREE or HELD by
+  // exactly one READY entry (MOVING words of the dead settled, none lost).
+  auto r = MustOpen(sr.path(), opts);
+  WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
+  EXPECT_EQ(r->Participants().size(), 1u);
+  WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000ms);
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  // No process was paused, so no late write of a fenced one can exist,
+  // unless the machine starved a worker past the liveness timeout.
+  Region::ScrubReport rep;
+  ASSERT_TRUE(r->Verify(true, &rep).ok());
+  if (sh->reopens.load() == 0) {
+    EXPECT_EQ(rep.crc_failures, 0u);
+    EXPECT_EQ(sh->crc.load(), 0u);
+    EXPECT_EQ(sh->pinned_misses.load(), 0u);
+  }
+  const NamespaceId ns = Ns(r.get());
+  std::vector<uint8_t> want(kBlock), buf(kBlock);
+  for (uint64_t id = 0; id < 1000; id += 37) {
+    FillPattern(id, want.data(), want.size());
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(id), want.data(), want.size(), &out).ok())
+        << "id " << id << " outcome " << int(out);
+    ASSERT_TRUE(r->Load(ns, BlockKey::FromId(id), buf.data(), buf.size()).ok()) << id;
+    EXPECT_EQ(buf, want);
+  }
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  std::printf(
+      "failpoint kills: %s; %d outlived their step; %llu hits, %llu stores, %llu evictions, "
+      "%llu reclaimed slots, %llu reopens\n",
+      per_point.c_str(), outlived, (unsigned long long)sh->hits.load(),
+      (unsigned long long)sh->stores.load(),
+      (unsigned long long)r->RegionCounters()[Counter::kEvictions],
+      (unsigned long long)r->RegionCounters()[Counter::kReclaimedSlots],
+      (unsigned long long)sh->reopens.load());
+}
+
+// A reclaimer killed halfway through its sweep of a dead writer (which died
+// between READY and settling its data word HELD, its victim's entry freed):
+// the next reclaimer takes the sweep over, and the data words end settled.
+TEST(MultiProcessTest, ReclaimerKilledMidSweepIsTakenOverAndDataWordsSettle) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("rsweep");
+  const RegionOptions opts = TestOptions(256 << 10, kSlot);
+  uint64_t n = 0;
+  {
+    auto r = MustOpen(sr.path(), opts);
+    const NamespaceId ns = Ns(r.get());
+    n = r->info().num_slots;
+    std::vector<uint8_t> d(kSlot);
+    for (uint64_t i = 0; i < n; ++i) {
+      FillPattern(i, d.data(), d.size());
+      ASSERT_TRUE(r->Store(ns, BlockKey::FromId(i), d.data(), d.size()).ok());
+    }
+  }
+  // Two writers die holding what they held: one mid-move (its victim freed,
+  // the victim's data word not yet moved), one between READY and settle.
+  uint64_t id = 5000;
+  for (const char* fp : {"evict.mid_move:kill", "write.after_ready:kill"}) {
+    pid_t w = Spawn([&] {
+      ::setenv("CXLKV_FAILPOINT", fp, 1);
+      internal::ReloadFailpoints();
+      auto r = MustOpen(sr.path(), opts);
+      std::vector<uint8_t> d(kSlot);
+      FillPattern(id, d.data(), d.size());
+      (void)r->Store(Ns(r.get()), BlockKey::FromId(id), d.data(), d.size());
+      return 0;
+    });
+    ++id;
+    EXPECT_EQ(Reap(w), 128 + SIGKILL) << fp;
+  }
+  pid_t reclaimer = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "reclaim.mid_sweep:kill", 1);
+    internal::ReloadFailpoints();
+    auto r = MustOpen(sr.path(), opts);
+    std::this_thread::sleep_for(5s);  // killed by its first sweep
+    return 0;
+  });
+  EXPECT_EQ(Reap(reclaimer), 128 + SIGKILL);
+  auto r = MustOpen(sr.path(), opts);
+  WaitFor([&] { return r->Participants().size() == 1; }, 3000ms);
+  EXPECT_EQ(r->Participants().size(), 1u);
+  WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000ms);
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  // The block committed before its writer died reads back whole.
+  const NamespaceId ns = Ns(r.get());
+  std::vector<uint8_t> want(kSlot), buf(kSlot);
+  FillPattern(5001, want.data(), want.size());
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(5001), buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, want);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (r->Load(ns, BlockKey::FromId(i), buf.data(), buf.size()).ok()) {
+      FillPattern(i, want.data(), want.size());
+      EXPECT_EQ(buf, want) << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace cxlkv

@@ -377,6 +377,7 @@ Status RegionImpl::CommitWrite(WriteLease* lease, const uint32_t* crc32c, StoreO
   }
   // READY first, then HELD: a writer dying between the two leaves a MOVING
   // word that a READY entry names, which the reclaim settles HELD.
+  CXLKV_FAILPOINT_HIT("write.after_ready");
   SettleDataSlot(data, dword);
   Count(Counter::kStores);
   Count(Counter::kBytesStored, len);
