@@ -21,6 +21,7 @@
 namespace cxlkv {
 namespace {
 
+using test::DataSlotViolation;
 using test::FillPattern;
 using test::MustOpen;
 using test::ScratchRegion;
@@ -635,6 +636,103 @@ TEST(RegionTest, ConcurrentNamespaceRegistrationAgreesOnOneId) {
   for (int i = 0; i < 8; ++i) ts.emplace_back([&, i] { ids[i] = Ns(r.get(), "shared-model"); });
   for (auto& t : ts) t.join();
   for (auto id : ids) EXPECT_EQ(id, ids[0]);
+}
+
+// Layout 5 with several participants in one process, each with its own
+// victim queue and free-slot cursor, over a full region: stores that evict,
+// loads, pinned prefixes, drops and wipes, and a participant that keeps
+// leaving (its leave sweeps like a reclaim) and joining again. Every hit is
+// exact, and at the end every data word is FREE or HELD by exactly one
+// READY entry. Run under TSan too (the engine's process-local state shared
+// by threads: queues, cursors, pin counts).
+TEST(RegionTest, ParticipantsOfOneProcessEvictingTogetherLeakNoDataSlot) {
+  ScratchRegion sr;
+  const RegionOptions o = TestOptions(512 << 10, 1024);
+  std::vector<std::unique_ptr<Region>> rs;
+  for (int i = 0; i < 3; ++i) rs.push_back(MustOpen(sr.path(), o));
+  const NamespaceId ns = Ns(rs[0].get());
+  for (auto& r : rs) ASSERT_EQ(Ns(r.get()), ns);
+  ASSERT_LT(rs[0]->info().num_slots, 500u);  // keys 0..999: full
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hits{0}, wrong{0}, errors{0}, rejoins{0};
+  auto worker = [&](Region* r, int seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<uint8_t> buf(1024), want(1024);
+    while (!stop.load()) {
+      const uint64_t id = rng() % 1000;
+      const BlockKey k = BlockKey::FromId(id);
+      FillPattern(id, want.data(), want.size());
+      switch (rng() % 16) {
+        case 0: {
+          Status s = r->Drop(ns, k);
+          if (!(s.ok() || s.IsNotFound() || s.IsBusy())) errors++;
+          break;
+        }
+        case 1: {
+          if (rng() % 32 == 0) {
+            Region::WipeReport rep;
+            if (!r->Wipe(&rep).ok()) errors++;
+          }
+          break;
+        }
+        case 2:
+        case 3: {
+          BlockKey chain[3] = {k, BlockKey::FromId((id + 1) % 1000),
+                               BlockKey::FromId((id + 2) % 1000)};
+          PinSet pins;
+          if (!r->PinPrefix(ns, chain, 3, &pins).ok()) errors++;
+          if (pins.size() > 0 && r->Load(ns, k, buf.data(), buf.size()).ok()) {
+            if (buf != want) wrong++;
+            hits++;
+          }
+          break;
+        }
+        case 4:
+        case 5:
+        case 6:
+        case 7:
+        case 8:
+        case 9: {
+          Status s = r->Load(ns, k, buf.data(), buf.size());
+          if (s.ok()) {
+            if (buf != want) wrong++;
+            hits++;
+          } else if (!s.IsNotFound()) {
+            errors++;
+          }
+          break;
+        }
+        default: {
+          Status s = r->Store(ns, k, want.data(), want.size(), nullptr, rng() % 4);
+          if (!(s.ok() || s.IsBusy() || s.IsNoSpace())) errors++;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back(worker, rs[i % 3].get(), i + 1);
+  ts.emplace_back([&] {
+    for (int round = 0; !stop.load(); ++round) {
+      auto r = MustOpen(sr.path(), o);
+      std::vector<uint8_t> want(1024);
+      for (uint64_t id = 0; id < 16; ++id) {
+        const uint64_t key = (round * 16 + id) % 1000;
+        FillPattern(key, want.data(), want.size());
+        (void)r->Store(ns, BlockKey::FromId(key), want.data(), want.size());
+      }
+      rejoins++;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  stop = true;
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(errors.load(), 0u);
+  EXPECT_GT(hits.load(), 0u);
+  EXPECT_GT(rejoins.load(), 0u);
+  EXPECT_GT(rs[0]->RegionCounters()[Counter::kEvictions], 0u);
+  EXPECT_TRUE(test::WaitFor([&] { return DataSlotViolation(rs[0].get(), true).empty(); }, 3000))
+      << DataSlotViolation(rs[0].get(), true);
 }
 
 }  // namespace
