@@ -83,11 +83,23 @@ struct SlotView {
 struct Occupancy {
   uint64_t free = 0, writing = 0, ready = 0, evicting = 0, invalid = 0;
   uint64_t ready_bytes = 0;  // sum of `len` over READY slots
+  // Layout 5 (coherence=hardware; all 0 for layout 4): the data slots by
+  // their word, HELD (a committed block's), MOVING (being filled or moved)
+  // and FREE. Of those, `data_unsettled` are words the orphan rule would
+  // change: a lease that is over (its writer, mover or dropper died or was
+  // reclaimed) or damage; the orphan sweep settles them within a few
+  // liveness timeouts, so one that stays is a lost data slot.
+  // `ready_off_data`: READY entries whose data slot's word is not their
+  // lease (damage: that slot's next holder may overwrite the bytes; a read
+  // then misses and drops the entry, and an eviction drops it).
+  uint64_t data_held = 0, data_moving = 0, data_free = 0, data_unsettled = 0;
+  uint64_t ready_off_data = 0;
 };
 
 // Counts directory entries by state, one load per entry (a region in use
 // moves under the scan: the counts are not one instant's); `free` is the
-// data slots no entry holds (num_slots minus the others).
+// data slots no entry holds (num_slots minus the others). Layout 5: also
+// the data words, by state and against the orphan rule.
 Occupancy ScanOccupancy(const Region& region);
 
 // Fills *out with directory entries [first, first + count), clipped to the

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 #include "layout.h"
 #include "mapping.h"
@@ -679,6 +680,42 @@ TEST(DataSlotDamageTest, TagLinesInconsistentWithTheirEntriesCostOnlyMisses) {
   ExpectAllStorable(r.get(), st);
   EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
       << DataSlotViolation(r.get(), true);
+}
+
+// The census `cxlkv inspect` shows: a data word left to the orphan sweep
+// (a copied lease word) and a READY entry on a data slot its lease does not
+// hold are counted, seen by an observer, and gone once a participant's
+// sweep and an eviction have repaired them.
+TEST(DataSlotDamageTest, InspectCountsWhatTheSweepHasLeftToRepair) {
+  ScratchRegion sr("dcensus");
+  const Stored st = Populate(sr.path());
+  {
+    auto r = MustOpen(sr.path(), AttachOpts());
+    ASSERT_TRUE(r->Drop(st.ns[2], BlockKey::FromId(st.id[2])).ok());
+  }
+  {
+    Raw raw(sr.path());
+    // Block 2's data slot is FREE: a copy of block 0's lease word on it,
+    // and block 1's entry pointed at block 3's data slot.
+    raw.dword(raw.meta(st.slot[2]).data.load()).store(raw.dword(raw.meta(st.slot[0]).data.load()));
+    raw.meta(st.slot[1]).data.store(raw.meta(st.slot[3]).data.load());
+  }
+  RegionOptions obs = AttachOpts();
+  obs.register_participant = false;
+  auto o = MustOpen(sr.path(), obs);
+  Occupancy occ = ScanOccupancy(*o);
+  EXPECT_EQ(occ.data_held, 4u);  // blocks 0, 1 (its own slot), 3 and the copy
+  EXPECT_EQ(occ.data_free, 0u);
+  // The copy, and block 1's own slot (its entry names block 3's now).
+  EXPECT_EQ(occ.data_unsettled, 2u);
+  EXPECT_EQ(occ.ready_off_data, 1u);
+  auto r = MustOpen(sr.path(), AttachOpts());
+  EXPECT_TRUE(WaitFor([&] { return ScanOccupancy(*o).data_unsettled == 0; }, 3000));
+  StoreNew(r.get(), st.ns[0], 6);
+  occ = ScanOccupancy(*o);
+  EXPECT_EQ(occ.ready_off_data, 0u);
+  EXPECT_EQ(occ.data_held + occ.data_moving + occ.data_free, r->info().num_slots);
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
 }
 
 }  // namespace

@@ -300,6 +300,33 @@ Occupancy ScanOccupancy(const Region& region) {
   // data slot, so FREE entries are not free room; layout 4 one).
   const uint64_t used = o.writing + o.ready + o.evicting + o.invalid;
   o.free = region.info().num_slots > used ? region.info().num_slots - used : 0;
+  if (!impl.geometry().decoupled) return o;
+  // Layout 5: the data words, and READY entries whose data slot's word is
+  // not their lease.
+  for (uint64_t d = 0; d < region.info().num_slots; ++d) {
+    switch (static_cast<internal::DataState>(internal::WordState(impl.DataWord(d).load()))) {
+      case internal::DataState::kFree:
+        ++o.data_free;
+        break;
+      case internal::DataState::kHeld:
+        ++o.data_held;
+        break;
+      case internal::DataState::kMoving:
+        ++o.data_moving;
+        break;
+    }
+    if (impl.DataSlotFate(d) != internal::DataFate::kKeep) ++o.data_unsettled;
+  }
+  for (uint64_t e = 0; e < region.info().num_entries; ++e) {
+    const uint64_t w = impl.Meta(e).state.load(std::memory_order_acquire);
+    if (internal::WordState(w) != static_cast<uint8_t>(internal::SlotState::kReady)) continue;
+    const int64_t d = impl.EntryDataSlot(e);
+    if (d < 0 || !internal::DataLeaseIs(impl.DataWord(static_cast<uint64_t>(d)).load(), e,
+                                        internal::WordGen(w))) {
+      // Recheck: a block evicted or replaced since is not damage.
+      if (impl.Meta(e).state.load(std::memory_order_acquire) == w) ++o.ready_off_data;
+    }
+  }
   return o;
 }
 

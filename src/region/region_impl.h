@@ -150,6 +150,11 @@ class RegionImpl final : public Region {
   // Tests: the geometry, and data slot `d`'s word (layout 5).
   const Geometry& geometry() const { return geo_; }
   std::atomic<uint64_t>& DataWord(uint64_t d) const { return dwords_[d]; }
+  // The orphan rule's verdict on data slot `d`'s word as it is now (the
+  // census of ScanOccupancy). REQUIRES: layout 5, d < num_slots.
+  DataFate DataSlotFate(uint64_t d) const {
+    return DataWordFate(d, dwords_[d].load(std::memory_order_acquire));
+  }
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
   // RegionInternal::CandidateSlots.

@@ -163,6 +163,15 @@ TEST(CliTest, FormatInspectStatsVerifyWipeThroughTheCommand) {
   j = Json(r);
   EXPECT_EQ(j["slots"]["ready"], 1);
   EXPECT_EQ(j["counters"]["stores"], 1);
+  // Layout 5's data slots: the block's one HELD, the rest FREE, none left
+  // for the orphan sweep.
+  EXPECT_EQ(j["data_slots"]["held"], 1);
+  EXPECT_EQ(j["data_slots"]["free"], j["region"]["num_slots"].get<uint64_t>() - 1);
+  EXPECT_EQ(j["data_slots"]["unsettled"], 0);
+  EXPECT_EQ(j["data_slots"]["ready_off_data"], 0);
+  r = Cxlkv("inspect --region " + region);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("data slots    1 held, 0 moving"), std::string::npos) << r.out;
   // The CDI environment is the default for --region.
   r = Cxlkv("stats --json", "CXL_DAX_DEVICE=" + region);
   ASSERT_EQ(r.rc, 0) << r.out;

@@ -112,6 +112,34 @@ int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_
   return kExitOk;
 }
 
+// Layout 5 (coherence=hardware): data slots apart from the index, one
+// word each naming the lease that holds it.
+bool DecoupledData(const RegionInfo& i) {
+  return i.config.coherence == CoherenceMode::kHardware && i.num_entries > i.num_slots;
+}
+
+// What the data slot census found that the orphan sweep, a read or an
+// eviction still has to repair, and how to go on (stderr: the counts
+// themselves are on stdout).
+void PrintDataSlotDamage(const Occupancy& occ) {
+  std::fflush(stdout);  // after the counts it explains
+  if (occ.data_unsettled > 0) {
+    std::fprintf(stderr,
+                 "cxlkv inspect: %llu data slot(s) held by a lease that is over or by a damaged "
+                 "word; attached participants free them within a few liveness timeouts (if none "
+                 "is attached, the next one to attach does); one that stays is lost until "
+                 "`cxlkv wipe` or `cxlkv format --force`\n",
+                 (unsigned long long)occ.data_unsettled);
+  }
+  if (occ.ready_off_data > 0) {
+    std::fprintf(stderr,
+                 "cxlkv inspect: %llu READY block(s) name a data slot their lease does not hold "
+                 "(damaged index or data word): each is dropped by the first read that fails its "
+                 "CRC or by eviction; `cxlkv wipe` drops them now\n",
+                 (unsigned long long)occ.ready_off_data);
+  }
+}
+
 int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
   std::unique_ptr<Region> r;
   Status s = OpenObserver(f, &r);
@@ -130,6 +158,13 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
                 {"ready_bytes", occ.ready_bytes}}},
               {"participants", ParticipantsJson(parts)},
               {"counters", CountersJson(c)}};
+    if (DecoupledData(r->info())) {
+      j["data_slots"] = {{"held", occ.data_held},
+                         {"moving", occ.data_moving},
+                         {"free", occ.data_free},
+                         {"unsettled", occ.data_unsettled},
+                         {"ready_off_data", occ.ready_off_data}};
+    }
     std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return kExitOk;
   }
@@ -152,6 +187,12 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
         (unsigned long long)occ.ready, Human(occ.ready_bytes).c_str(),
         (unsigned long long)occ.writing, (unsigned long long)occ.free,
         (unsigned long long)occ.evicting, (unsigned long long)occ.invalid);
+    if (DecoupledData(i)) {
+      std::printf("data slots    %llu held, %llu moving, %llu free\n",
+                  (unsigned long long)occ.data_held, (unsigned long long)occ.data_moving,
+                  (unsigned long long)occ.data_free);
+      PrintDataSlotDamage(occ);
+    }
   }
   if (with_stats) std::printf("region        %s (%s)\n", i.path.c_str(), CoherenceText(i).c_str());
   std::printf("participants  %zu%s\n", parts.size(),
