@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
 
 #include "cxlkv/base/daemon.h"
 #include "cxlkv/base/json.h"
@@ -33,11 +35,80 @@ void ReplyStatus(httplib::Response& res, const Status& s) {
 
 json DeviceJson(const Device& d) { return wire::DeviceToJson(d, CdiDeviceName(d.allocation_id)); }
 
+// The endpoints (the patterns the handlers below are registered with) and
+// the body each takes, for the answers the HTTP layer gives before any
+// handler runs.
+constexpr const char* kRegions = "/cxlkv/v1/regions";
+constexpr const char* kRegion = R"(/cxlkv/v1/regions/([^/]+))";
+constexpr const char* kSpec = R"(/cxlkv/v1/regions/([^/]+)/spec)";
+constexpr const char* kRelease = R"(/cxlkv/v1/regions/([^/]+)/release)";
+constexpr const char* kResync = "/cxlkv/v1/resync";
+constexpr const char* kNoBody = "no body: send an empty one (Content-Length: 0)";
+
+struct Endpoint {
+  const char* method;
+  const char* pattern;
+  const char* body;  // what it takes
+};
+const Endpoint kEndpoints[] = {
+    {"GET", kRegions, kNoBody},
+    {"PUT", kRegion,
+     "a JSON region request, {\"sizeBytes\": N} with optional offsetBytes, assignEpoch and "
+     "backingPath, sent with its Content-Length"},
+    {"DELETE", kRegion, kNoBody},
+    {"POST", kSpec, kNoBody},
+    {"POST", kRelease,
+     "an optional JSON object {\"assignEpoch\": N} (the assignment released), sent with its "
+     "Content-Length; for none, an empty body (Content-Length: 0)"},
+    {"POST", kResync, kNoBody},
+};
+
+std::string EndpointList() {
+  std::string out;
+  for (const Endpoint& e : kEndpoints) {
+    std::string path = e.pattern;
+    if (size_t at = path.find("([^/]+)"); at != std::string::npos) path.replace(at, 7, "ID");
+    out += (out.empty() ? "" : ", ") + std::string(e.method) + " " + path;
+  }
+  return out;
+}
+
+// The answer for a request no handler answered: cpp-httplib refuses a PUT
+// or POST without Content-Length (400) and a path or method it has no
+// handler for (404) before any handler runs.
+void ReplyUnhandled(const httplib::Request& req, httplib::Response& res) {
+  const Endpoint* exact = nullptr;
+  std::string allow;
+  for (const Endpoint& e : kEndpoints) {
+    if (!std::regex_match(req.path, std::regex(e.pattern))) continue;
+    if (req.method == e.method) exact = &e;
+    allow += (allow.empty() ? "" : ", ") + std::string(e.method);
+  }
+  const std::string what = req.method + " " + req.path;
+  if (exact != nullptr && res.status == 400 && !req.has_header("Content-Length")) {
+    return Reply(res, 400,
+                 {{"error", what + ": no Content-Length header, so no body could be read; "
+                                   "this endpoint takes " +
+                                exact->body}});
+  }
+  if (exact == nullptr && !allow.empty()) {
+    res.set_header("Allow", allow);
+    return Reply(res, 405, {{"error", what + ": method not allowed here; allowed: " + allow}});
+  }
+  if (exact == nullptr) {
+    return Reply(res, 404,
+                 {{"error", "no such endpoint: " + what + "; the endpoints: " + EndpointList()}});
+  }
+  Reply(res, res.status,
+        {{"error", what + ": refused by the HTTP layer (status " + std::to_string(res.status) +
+                       "); this endpoint takes " + exact->body}});
+}
+
 class HttpAgentServer : public AgentServer {
  public:
   explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
     http_.set_keep_alive_max_count(1);
-    http_.Put(R"(/cxlkv/v1/regions/([^/]+))",
+    http_.Put(kRegion,
               [this](const httplib::Request& req, httplib::Response& res) {
                 json body;
                 Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
@@ -51,7 +122,7 @@ class HttpAgentServer : public AgentServer {
                 if (!s.ok()) return ReplyStatus(res, s);
                 Reply(res, 200, DeviceJson(d));
               });
-    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/spec)",
+    http_.Post(kSpec,
                [this](const httplib::Request& req, httplib::Response& res) {
                  Device d;
                  Status s = agent_->RewriteSpec(req.matches[1], &d);
@@ -61,7 +132,7 @@ class HttpAgentServer : public AgentServer {
     // The DRA kubelet plugin's last unprepare of a region on this host. Body
     // (optional): {"assignEpoch": N}, the assignment it undoes; 409 when
     // the host was assigned again since (superseded: nothing removed).
-    http_.Post(R"(/cxlkv/v1/regions/([^/]+)/release)",
+    http_.Post(kRelease,
                [this](const httplib::Request& req, httplib::Response& res) {
                  json body;
                  Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
@@ -81,18 +152,18 @@ class HttpAgentServer : public AgentServer {
                         {"removed", r.removed},
                         {"assignEpoch", r.assign_epoch}});
                });
-    http_.Delete(R"(/cxlkv/v1/regions/([^/]+))",
+    http_.Delete(kRegion,
                  [this](const httplib::Request& req, httplib::Response& res) {
                    Status s = agent_->Remove(req.matches[1]);
                    if (!s.ok()) return ReplyStatus(res, s);
                    Reply(res, 200, {{"allocationId", req.matches[1]}});
                  });
-    http_.Get("/cxlkv/v1/regions", [this](const httplib::Request&, httplib::Response& res) {
+    http_.Get(kRegions, [this](const httplib::Request&, httplib::Response& res) {
       json arr = json::array();
       for (const auto& d : agent_->List()) arr.push_back(DeviceJson(d));
       Reply(res, 200, {{"hostId", agent_->options().host_id}, {"regions", arr}});
     });
-    http_.Post("/cxlkv/v1/resync", [this](const httplib::Request&, httplib::Response& res) {
+    http_.Post(kResync, [this](const httplib::Request&, httplib::Response& res) {
       ResyncResult r;
       Status s = agent_->Resync(&r);
       if (!s.ok()) return ReplyStatus(res, s);
@@ -100,7 +171,7 @@ class HttpAgentServer : public AgentServer {
             {{"materialized", r.materialized}, {"removed", r.removed}, {"failed", r.failed}});
     });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (res.body.empty()) Reply(res, res.status, {{"error", "no such endpoint: " + req.path}});
+      if (res.body.empty()) ReplyUnhandled(req, res);  // else a handler's own answer
     });
   }
 

@@ -60,6 +60,41 @@ std::set<std::string> JsonFiles(const std::string& dir) {
   return out;
 }
 
+// Sends `request` (raw HTTP/1.1 text, which should say Connection: close)
+// to 127.0.0.1:port and reads the answer to its end: the HTTP status (0 when
+// none came), the Allow header's value, and the body parsed as JSON (null
+// when it is not). Raw, because an HTTP client library adds the
+// Content-Length header whose absence some of these tests are about.
+struct RawAnswer {
+  int status = 0;
+  std::string allow;
+  json body;
+};
+RawAnswer RawHttp(int port, const std::string& request) {
+  RawAnswer out;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    if (fd >= 0) close(fd);
+    return out;
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) text.append(buf, size_t(n));
+  close(fd);
+  if (text.rfind("HTTP/1.1 ", 0) == 0) out.status = std::atoi(text.c_str() + 9);
+  const size_t end = text.find("\r\n\r\n");
+  if (size_t at = text.find("\r\nAllow: "); at != std::string::npos && at < end) {
+    out.allow = text.substr(at + 9, text.find("\r\n", at + 2) - at - 9);
+  }
+  if (end != std::string::npos) out.body = json::parse(text.substr(end + 4), nullptr, false);
+  return out;
+}
+
 struct Proc {
   pid_t pid = -1;
   std::string log;
@@ -751,6 +786,53 @@ TEST_F(FabricScenarioTest, AgentRefusesNegativeSizesOffsetsAndEpochs) {
            HostUrl("node-a"));
   EXPECT_EQ(code, 200) << r.dump();
   EXPECT_EQ(r.value("assignEpoch", uint64_t{0}), 3u);
+}
+
+// A PUT or POST without a body (no Content-Length header: the HTTP layer
+// reads none and refuses it before any handler runs) is a 400 saying what
+// body the endpoint takes, not "no such endpoint"; a path the agent does
+// not serve is a 404 listing the endpoints, a method it does not serve
+// there a 405 with Allow.
+TEST_F(FabricScenarioTest, AgentSaysWhatBodyAnEndpointTakesWhenARequestHasNone) {
+  const int port = HostPort("node-a");
+  auto bodyless = [&](const std::string& method, const std::string& path) {
+    return RawHttp(port, method + " " + path + " HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  };
+  auto error = [](const RawAnswer& a) {
+    return a.body.is_object() ? a.body.value("error", "") : std::string();
+  };
+  RawAnswer a = bodyless("PUT", "/cxlkv/v1/regions/r1");
+  EXPECT_EQ(a.status, 400) << a.body.dump();
+  EXPECT_NE(error(a).find("no Content-Length header"), std::string::npos) << a.body.dump();
+  EXPECT_NE(error(a).find("{\"sizeBytes\": N}"), std::string::npos) << a.body.dump();
+  EXPECT_EQ(error(a).find("no such endpoint"), std::string::npos) << a.body.dump();
+  a = bodyless("POST", "/cxlkv/v1/regions/r1/release");
+  EXPECT_EQ(a.status, 400) << a.body.dump();
+  EXPECT_NE(error(a).find("{\"assignEpoch\": N}"), std::string::npos) << a.body.dump();
+  a = bodyless("POST", "/cxlkv/v1/resync");
+  EXPECT_EQ(a.status, 400) << a.body.dump();
+  EXPECT_NE(error(a).find("no body: send an empty one (Content-Length: 0)"), std::string::npos)
+      << a.body.dump();
+  // Doing as told works.
+  a = RawHttp(port,
+              "POST /cxlkv/v1/resync HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+              "Content-Length: 0\r\n\r\n");
+  EXPECT_EQ(a.status, 200) << a.body.dump();
+  // Unknown paths, with or without a body: 404 naming the endpoints.
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/cxlkv/v1/nope"}, {"PUT", "/nope"}}) {
+    a = bodyless(method, path);
+    EXPECT_EQ(a.status, 404) << method << " " << path << ": " << a.body.dump();
+    EXPECT_NE(error(a).find("no such endpoint: " + method + " " + path), std::string::npos)
+        << a.body.dump();
+    EXPECT_NE(error(a).find("PUT /cxlkv/v1/regions/ID"), std::string::npos) << a.body.dump();
+  }
+  // A method the path is not served with: 405 and Allow.
+  a = RawHttp(port,
+              "PATCH /cxlkv/v1/regions/r1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+              "Content-Length: 0\r\n\r\n");
+  EXPECT_EQ(a.status, 405) << a.body.dump();
+  EXPECT_EQ(a.allow, "PUT, DELETE") << a.body.dump();
 }
 
 }  // namespace
