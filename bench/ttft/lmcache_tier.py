@@ -97,6 +97,7 @@ flags are not in 0.5.3).
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -110,8 +111,11 @@ TIERS = ("T5", "T6")
 VERSION = "0.5.3"
 GRANULARITY = 256
 NAMES = {"T5": "LMCache MP, L1 in DRAM (shm)", "T6": "LMCache MP, L1 on a devdax path"}
-# Where T6's devdax stand-in files live (removed with the server).
-DAX_DIR = "/dev/shm/cxlkv-ttft-lmcache"
+# Where T6's devdax stand-in files live: a directory of this process's own,
+# so runs at once never share one (a file name is the tier run's, alike in
+# two runs), removed when the run ends (remove_dax_dir); each file is
+# removed with its server.
+DAX_DIR = f"/dev/shm/cxlkv-ttft-lmcache-{os.getpid()}"
 # LMCache's default L1 pool name: L1MemoryManagerConfig.shm_name.
 SHM_PREFIX = "lmcache_l1_pool_"
 # The server's INFO line for every store (lmcache/v1/multiprocess/modules/
@@ -120,6 +124,11 @@ _STORED = re.compile(r"Stored (\d+) tokens in ")
 # 0.5.3's warning when CUDA cannot pin T6's map (devdax_memory_allocator.py
 # _register_arena_pin): its copies then go through pageable memory.
 PIN_FAILED = "pin_memory failed for Device-DAX L1 mapping"
+
+
+def remove_dax_dir():
+    """Removes DAX_DIR and what is left in it (ttft.py, when a run ends)."""
+    shutil.rmtree(DAX_DIR, ignore_errors=True)
 
 
 def gib(nbytes):
@@ -349,6 +358,11 @@ class Server(ServerProcess):
         for p in left:
             try:
                 os.unlink(p)
+            except OSError:
+                pass
+        if self.devdax_path:
+            try:
+                os.rmdir(DAX_DIR)  # once empty: the last T6 server of the run is gone
             except OSError:
                 pass
         return left

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -47,6 +48,25 @@ def repo_relative(argv):
     """argv with each argument under the checkout written relative to it."""
     return [os.path.relpath(a, _ROOT) if isinstance(a, str) and a.startswith(_ROOT + os.sep)
             else a for a in argv]
+
+# Every server started here and not yet stopped, oldest first. They run in
+# sessions of their own (start_new_session), where neither a signal to the
+# harness nor a terminal's ^C reaches them: a harness that is stopped ends
+# them itself (stop_all).
+_LIVE = []
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all(grace=10):
+    """Stops every server still live (each one's own stop(), so LMCache's
+    removes its files too), the newest first, each with `grace` seconds from
+    SIGTERM to SIGKILL; returns their names."""
+    with _LIVE_LOCK:
+        live = list(reversed(_LIVE))
+    for srv in live:
+        srv.stop(grace)
+    return [srv.name for srv in live]
+
 
 def stop_process_group(proc, grace):
     """Ends a server started in its own session (start_new_session): SIGTERM
@@ -129,6 +149,8 @@ class ServerProcess:
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.append(self)
 
     def _get(self, path, timeout=5):
         """(HTTP status, body) of GET path; raises OSError when unreachable."""
@@ -192,6 +214,9 @@ class ServerProcess:
         STOP_GRACE_S) and closes the log."""
         if self.proc is not None:
             stop_process_group(self.proc, self.STOP_GRACE_S if grace is None else grace)
+        with _LIVE_LOCK:
+            if self in _LIVE:
+                _LIVE.remove(self)
         if self._log:
             self._log.close()
             self._log = None

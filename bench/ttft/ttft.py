@@ -36,14 +36,18 @@ are logged (kind region_counters).
 
 Exit status: 0 when the asked grid is complete or the budget stopped it
 cleanly (RUN_DIR/state.json says which and what is left), 2 on bad
-arguments, 1 when an engine failed to start or a request failed.
+arguments, 1 when an engine failed to start or a request failed, 128 + the
+signal's number when SIGTERM or SIGINT stopped it (the servers it started
+are stopped first, and its files in /dev/shm removed; the next call resumes).
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -59,7 +63,7 @@ import models  # noqa: E402
 import mooncake_tier  # noqa: E402
 import prompts  # noqa: E402
 import tiers as tiermod  # noqa: E402
-from replica import Replica, StartError, free_port, repo_relative  # noqa: E402
+from replica import Replica, StartError, free_port, repo_relative, stop_all  # noqa: E402
 from runlog import RunLog  # noqa: E402
 
 PAPER_PREFIXES = (2054, 8173, 16282, 32694)  # the paper's bucket medians (section 4.3)
@@ -160,6 +164,52 @@ class Budget:
 
 class BudgetStop(Exception):
     pass
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT during a run. A BaseException, as KeyboardInterrupt
+    is: the per-tier `except Exception` must not log it and go on to the next
+    tier; every `finally` on the way out stops what it started."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum, frame):
+    # Once: a second signal while the servers stop (bounded by their grace
+    # times) would cut that short and leave some running.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def run_stoppable(a):
+    """Harness(a).run(), stopped cleanly by SIGTERM or SIGINT: the servers it
+    started (vLLM replicas, an LMCache server, a Mooncake master) run in
+    sessions of their own, out of reach of a signal to this process, so they
+    are stopped here, and the run's files in /dev/shm (T4 regions, T6's
+    devdax files) are removed. Returns 128 + the signal's number when one
+    stopped it; the next call resumes from the log."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt)
+    try:
+        return Harness(a).run()
+    except Interrupted as e:
+        print(f"ttft: stopped by {e}: its servers are stopped; the next `ttft.py run` of this "
+              "directory resumes from its log", flush=True)
+        return 128 + e.signum
+    finally:
+        left = stop_all(grace=10)
+        if left:
+            print(f"ttft: stopped {len(left)} server(s) left running: {', '.join(left)}",
+                  flush=True)
+        for path in glob.glob(f"/dev/shm/cxlkv/ttft-{os.getpid()}-*"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        lmcache_tier.remove_dax_dir()
 
 
 class Harness:
@@ -1319,7 +1369,7 @@ def main(argv=None):
         a.region_size = parse_size("256MiB" if on_cpu else "32GiB")
     if a.mooncake_local_buffer is None:
         a.mooncake_local_buffer = parse_size("64MiB" if on_cpu else "4GiB")
-    return Harness(a).run()
+    return run_stoppable(a)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@
 # back by vLLM's own parser, a real mooncake_master started, read and
 # stopped, Mooncake's store moving bytes between two processes over tcp
 # (test_mooncake.py; scripts/mooncake-site.sh gives this driverless machine
-# the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links).
+# the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links);
+# a run stopped by SIGTERM or SIGINT stopping the servers it started, and two
+# runs at once keeping their T6 files apart (test_stop.py: stand-in servers,
+# about 2 s).
 # The replica pairs: the two-replica run spreads its cross arm over both
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
 # Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
@@ -95,7 +98,8 @@ check() {  # check NAME COMMAND...: one pass or one failure
 }
 # The report's arithmetic on synthetic logs first (a second, no engines).
 "$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py \
-  bench/ttft/test_lmcache.py bench/ttft/test_mooncake.py 2>&1 | tee "$RUN/pytest.txt"
+  bench/ttft/test_lmcache.py bench/ttft/test_mooncake.py bench/ttft/test_stop.py 2>&1 |
+  tee "$RUN/pytest.txt"
 cxlkv_pytest_failed "$RUN/pytest.txt"
 p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
 f=$(grep -oE '[0-9]+ failed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); failed=$((failed + ${f:-0}))
