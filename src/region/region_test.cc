@@ -735,5 +735,38 @@ TEST(RegionTest, ParticipantsOfOneProcessEvictingTogetherLeakNoDataSlot) {
       << DataSlotViolation(rs[0].get(), true);
 }
 
+// Participants evicting one full region together, nothing pinned: each has
+// its own victim queue over the same entries, so the others take most of
+// the blocks it queued (the region's oldest, which every queue holds). A
+// store must still find a victim whenever some block is READY and unpinned:
+// never kFull ("every block is pinned or being written").
+TEST(RegionTest, ParticipantsEvictingTogetherNeverFailAStoreAsFull) {
+  ScratchRegion sr;
+  const RegionOptions o = TestOptions(512 << 10, 1024);
+  std::vector<std::unique_ptr<Region>> rs;
+  for (int i = 0; i < 4; ++i) rs.push_back(MustOpen(sr.path(), o));
+  const NamespaceId ns = Ns(rs[0].get());
+  for (auto& r : rs) ASSERT_EQ(Ns(r.get()), ns);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> stored{0}, full{0};
+  auto worker = [&](Region* r, uint64_t first) {
+    std::vector<uint8_t> want(1024);
+    for (uint64_t id = first; !stop.load(); ++id) {
+      FillPattern(id, want.data(), want.size());
+      StoreOutcome out = StoreOutcome::kRefused;
+      (void)r->Store(ns, BlockKey::FromId(id), want.data(), want.size(), &out);
+      if (out == StoreOutcome::kStored) stored++;
+      if (out == StoreOutcome::kFull) full++;
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back(worker, rs[i].get(), uint64_t{1} << (40 + i));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  stop = true;
+  for (auto& t : ts) t.join();
+  EXPECT_GT(stored.load(), 4 * rs[0]->info().num_slots);
+  EXPECT_EQ(full.load(), 0u) << "of " << stored.load() << " stores";
+}
+
 }  // namespace
 }  // namespace cxlkv
