@@ -342,6 +342,11 @@ class RegionImpl final : public Region {
   bool ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* slot,
                  uint64_t* word, bool* evicted, int64_t* ready_copy, int64_t* data,
                  uint64_t* dword);
+  // One try of ClaimSlot; *raced: pass 2 found a candidate changed since
+  // its scan (taken by another process), so a retry may find a free entry.
+  bool ClaimSlotOnce(NamespaceId ns, const BlockKey& key, const KeyPlace& place, uint64_t* slot,
+                     uint64_t* word, bool* evicted, int64_t* ready_copy, int64_t* data,
+                     uint64_t* dword, bool* raced);
   Status CheckWritable() const;
   // The one answer for "this participant was fenced": counts
   // store_failed_fenced region-wide, sets kFenced, returns kBusy.

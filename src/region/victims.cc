@@ -81,10 +81,20 @@ bool RegionImpl::NextVictim(uint64_t* entry, uint64_t* word) {
   // when the queue runs out: a pass of n entries per k evictions.
   const uint64_t k = QueueLength(geo_.num_slots);
   RefillVictims((geo_.num_entries + k - 1) / k + 1);
-  for (int passes = 0; passes < 2;) {
+  // Other processes evict from the same region, and their queues hold the
+  // same oldest entries as ours: the whole queue, and the pass finished to
+  // refill it, may have been taken since. So refill until a pass queues an
+  // entry that is still what it was, a pass of the whole index from its
+  // start finds nothing evictable at all (then the region has no READY
+  // unpinned entry), or kMaxRefills passes (bounded work per store).
+  constexpr int kMaxRefills = 4;
+  for (int refills = 0;;) {
     if (victims_.empty()) {
+      if (refills == kMaxRefills) return false;
+      const bool whole = sweep_cursor_ == 0 && building_.empty();
       RefillVictims(0);  // finish this pass now
-      ++passes;
+      ++refills;
+      if (whole && victims_.empty()) return false;
       continue;
     }
     const Victim v = victims_.back();
@@ -102,7 +112,6 @@ bool RegionImpl::NextVictim(uint64_t* entry, uint64_t* word) {
     *word = v.word;
     return true;
   }
-  return false;
 }
 
 }  // namespace cxlkv::internal

@@ -24,6 +24,25 @@ constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
 bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
                            uint64_t* slot_out, uint64_t* word_out, bool* evicted,
                            int64_t* ready_copy, int64_t* data, uint64_t* dword) {
+  // Pass 2's candidates are entries other processes evict too (their victim
+  // queues free them): when a candidate changed between our scan and our
+  // take, an entry of the key's sets may have been freed meanwhile, which
+  // pass 1 then finds. Without this, a store in a region where others
+  // evict could fail as full with an entry free in its sets. A few tries.
+  for (int attempt = 0;; ++attempt) {
+    bool raced = false;
+    if (ClaimSlotOnce(ns, key, place, slot_out, word_out, evicted, ready_copy, data, dword,
+                      &raced)) {
+      return true;
+    }
+    if (!raced || *ready_copy >= 0 || attempt == 3) return false;
+  }
+}
+
+bool RegionImpl::ClaimSlotOnce(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
+                               uint64_t* slot_out, uint64_t* word_out, bool* evicted,
+                               int64_t* ready_copy, int64_t* data, uint64_t* dword,
+                               bool* raced) {
   *ready_copy = -1;
   *data = -1;
   const uint32_t ways = geo_.ways;
@@ -118,7 +137,11 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
   });
   for (uint32_t i = 0; i < n; ++i) {
     const uint64_t slot = cand[i].slot;
-    if (!TakeReadySlot(slot, cand[i].word)) continue;
+    if (!TakeReadySlot(slot, cand[i].word)) {
+      // Changed since the scan (not pinned): another process's eviction.
+      if (meta_[slot].state.load(std::memory_order_relaxed) != cand[i].word) *raced = true;
+      continue;
+    }
     const uint64_t gen = WordGen(cand[i].word);
     uint64_t evicting = PackWord(gen, me, static_cast<uint8_t>(SlotState::kEvicting));
     // Its data index, read while the entry is ours.
