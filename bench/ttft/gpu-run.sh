@@ -29,11 +29,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 mkdir -p "$RUN"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
-if ! "$PY" -c 'import vllm' 2>/dev/null; then
-  "$HERE/../../scripts/gpu-bundle.sh" take vllm 2>/dev/null || true
-  env_line=$("$HERE/../../scripts/gpu-bundle.sh" install vllm) || exit 2
+# use_set SET MODULES: when python cannot import MODULES, the bundle set SET
+# (its parts kept on this machine earlier) is installed and its exports taken.
+use_set() {
+  "$PY" -c "import $2" 2>/dev/null && return 0
+  "$HERE/../../scripts/gpu-bundle.sh" take "$1" 2>/dev/null || true
+  local env_line
+  env_line=$("$HERE/../../scripts/gpu-bundle.sh" install "$1") || exit 2
   eval "$env_line"
-fi
+}
+use_set vllm vllm
 tiers=T0,T1,T2,T3,T4,T5,T6
 for ((i = 1; i <= $#; i++)); do
   case ${!i} in
@@ -59,20 +64,12 @@ case ",$tiers," in
 esac
 case ",$tiers," in
   *,T5,*|*,T6,*)
-    if ! "$PY" -c 'import lmcache' 2>/dev/null; then
-      "$HERE/../../scripts/gpu-bundle.sh" take lmcache 2>/dev/null || true
-      env_line=$("$HERE/../../scripts/gpu-bundle.sh" install lmcache) || exit 2
-      eval "$env_line"
-    fi
+    use_set lmcache lmcache
     mods+=", lmcache" ;;
 esac
 case ",$tiers," in
   *,T3,*)
-    if ! "$PY" -c 'import torch, mooncake.store' 2>/dev/null; then
-      "$HERE/../../scripts/gpu-bundle.sh" take mooncake 2>/dev/null || true
-      env_line=$("$HERE/../../scripts/gpu-bundle.sh" install mooncake) || exit 2
-      eval "$env_line"
-    fi
+    use_set mooncake 'torch, mooncake.store'
     mods+=", torch, mooncake.store" ;;
 esac
 if ! "$PY" -c "import $mods, torch; assert torch.cuda.is_available()" 2>"$RUN/.import-err"; then

@@ -46,16 +46,12 @@ LLAMA31_8B = {
     "initializer_range": 0.02, "bos_token_id": 128000, "eos_token_id": 128009,
     "use_cache": True,
 }
-# Qwen2.5-1.5B-Instruct's public config.json (fields as for the 7B above).
+# Qwen2.5-1.5B-Instruct's public config.json: the 7B's fields but the ones it sets otherwise.
 QWEN25_1_5B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "torch_dtype": "bfloat16",
+    **QWEN25_7B,
     "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
-    "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
-    "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
-    "hidden_act": "silu", "tie_word_embeddings": True, "use_sliding_window": False,
-    "sliding_window": 32768, "max_window_layers": 21, "attention_dropout": 0.0,
-    "initializer_range": 0.02, "bos_token_id": 151643, "eos_token_id": 151645,
-    "use_cache": True,
+    "num_attention_heads": 12, "num_key_value_heads": 2,
+    "tie_word_embeddings": True, "sliding_window": 32768, "max_window_layers": 21,
 }
 ARCHS = {"qwen7b": ("qwen2.5-7b-arch", QWEN25_7B), "llama8b": ("llama-3.1-8b-arch", LLAMA31_8B),
          "qwen1.5b": ("qwen2.5-1.5b-arch", QWEN25_1_5B)}
