@@ -20,24 +20,17 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
 SET=$HERE/gpu-bundle.d/lmcache.sh
+# shellcheck source=lib/cached-dir.sh
+. "$HERE/lib/cached-dir.sh"
 
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key="lmcache-py${pyver}-$(sha256sum "$SET" | cut -c1-12)"
-cache=${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/lmcache-site
-dir=$cache/$key
-mkdir -p "$cache"
-exec 9> "$cache/$key.lock"
-flock 9
-if [ -f "$dir/.cxlkv-complete" ]; then
-  echo "$dir"
-  exit 0
-fi
+cached_dir_open lmcache-site "$key" || { echo "$CACHED_DIR"; exit 0; }
+dir=$CACHED_DIR
 SET_WHEELS=()
 # shellcheck disable=SC1090
 . "$SET"
-rm -rf "$dir"
 echo "lmcache-site: installing ${SET_WHEELS[*]} sortedcontainers into $dir" >&2
 "$PY" -m pip install -q --disable-pip-version-check --no-deps --only-binary=:all: \
   --target "$dir" "${SET_WHEELS[@]}" sortedcontainers >&2
-touch "$dir/.cxlkv-complete"
-echo "$dir"
+cached_dir_done

@@ -31,22 +31,16 @@ PY=${PYTHON:-python3}
 SET=$HERE/gpu-bundle.d/mooncake.sh
 # shellcheck source=lib/private-libs.sh
 . "$HERE/lib/private-libs.sh"
+# shellcheck source=lib/cached-dir.sh
+. "$HERE/lib/cached-dir.sh"
 
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key="mooncake-py${pyver}-$(cat "$SET" "$0" "$HERE/lib/private-libs.sh" | sha256sum | cut -c1-12)"
-cache=${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/mooncake-site
-dir=$cache/$key
-mkdir -p "$cache"
-exec 9> "$cache/$key.lock"
-flock 9
-if [ -f "$dir/.cxlkv-complete" ]; then
-  echo "$dir"
-  exit 0
-fi
+cached_dir_open mooncake-site "$key" || { echo "$CACHED_DIR"; exit 0; }
+dir=$CACHED_DIR
 SET_TREE_WHEEL=""; SET_DEBS=(); SET_ELVES=()
 # shellcheck disable=SC1090
 . "$SET"
-rm -rf "$dir"
 echo "mooncake-site: installing $SET_TREE_WHEEL and ${#SET_DEBS[@]} Debian packages into $dir" >&2
 "$PY" -m pip install -q --disable-pip-version-check --no-deps --only-binary=:all: \
   --target "$dir" "$SET_TREE_WHEEL" >&2
@@ -78,5 +72,4 @@ if echo "$left" | grep -qx 'libcuda.so.1'; then
 fi
 left=$(expose_missing_libs "$dir/lib" "$dir/sysroot" -- "${elves[@]}")
 [ -z "$left" ] || echo "mooncake-site: not on this machine: $(echo "$left" | tr '\n' ' ')" >&2
-touch "$dir/.cxlkv-complete"
-echo "$dir"
+cached_dir_done

