@@ -396,6 +396,28 @@ def test_coherence_settings_resolve_from_hosts_or_the_cdi_environment():
             s(extra, env)
 
 
+def test_settings_refuse_bad_values_naming_the_key_and_what_it_takes():
+    from cxlkv.vllm.settings import Settings
+
+    refused = [
+        ({"prefault": "eager"}, r"prefault='eager': one of metadata, none, at_attach, background"),
+        ({"pin_ttl_s": "soon"}, r"pin_ttl_s='soon' is not a number"),
+        ({"pin_ttl_s": 0}, r"pin_ttl_s must be positive"),
+        ({"load_policy": "never"}, r"load_policy='never': one of measured, always"),
+        ({"load_min_gain": None}, r"load_min_gain=None is not a number"),
+        ({"load_min_gain": 1.5}, r"load_min_gain=1.5: above 0, at most 1"),
+        ({"region_offset": -1}, r"region_offset=-1 is negative"),
+    ]
+    for extra, want in refused:
+        with pytest.raises(ValueError, match=want):
+            Settings.from_extra_config(dict({"region_path": "/dev/shm/x"}, **extra), {})
+    ok = Settings.from_extra_config({"region_path": "/dev/shm/x", "prefault": "none",
+                                     "pin_ttl_s": "2.5", "load_policy": "always",
+                                     "load_min_gain": "0.5"}, {})
+    assert (ok.prefault, ok.pin_ttl_s, ok.load_policy, ok.load_min_gain) == (
+        "none", 2.5, "always", 0.5)
+
+
 def test_software_mode_worker_first_then_another_host_loads_without_pins(region_path):
     """coherence=software: the worker of partition 0 starts first on a blank
     region (formats it, then attaches read-only), the manager takes partition

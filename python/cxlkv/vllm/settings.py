@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Keys that vLLM itself reads from kv_connector_extra_config (0.26-0.33).
@@ -53,6 +53,20 @@ def _int(name: str, value: Any) -> int:
         raise ValueError(f"cxlkv: {name}={value!r} is not an integer number of bytes") from None
     if v < 0:
         raise ValueError(f"cxlkv: {name}={value!r} is negative")
+    return v
+
+
+def _float(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"cxlkv: {name}={value!r} is not a number") from None
+
+
+def _one_of(name: str, value: Any, allowed: Sequence[str]) -> str:
+    v = str(value)
+    if v not in allowed:
+        raise ValueError(f"cxlkv: {name}={v!r}: one of {', '.join(allowed)}")
     return v
 
 
@@ -143,26 +157,15 @@ class Settings:
         else:
             size = DEFAULT_SIZE
         offset = _int("region_offset", extra.get("region_offset", env.get("CXL_DAX_OFFSET", 0)))
-        prefault = str(extra.get("prefault", "metadata"))
-        if prefault not in PREFAULTS:
-            raise ValueError(f"cxlkv: prefault={prefault!r}: one of {', '.join(PREFAULTS)}")
-        try:
-            ttl = float(extra.get("pin_ttl_s", 30.0))
-        except (TypeError, ValueError):
-            raise ValueError(f"cxlkv: pin_ttl_s={extra['pin_ttl_s']!r} is not a number") from None
+        prefault = _one_of("prefault", extra.get("prefault", "metadata"), PREFAULTS)
+        ttl = _float("pin_ttl_s", extra.get("pin_ttl_s", 30.0))
         if ttl <= 0:
             raise ValueError("cxlkv: pin_ttl_s must be positive")
         mode, parts, part, host = _coherence(extra, env)
         from .policy import MODES
 
-        load_policy = str(extra.get("load_policy", "measured"))
-        if load_policy not in MODES:
-            raise ValueError(f"cxlkv: load_policy={load_policy!r}: one of {', '.join(MODES)}")
-        try:
-            gain = float(extra.get("load_min_gain", 0.9))
-        except (TypeError, ValueError):
-            raise ValueError(f"cxlkv: load_min_gain={extra['load_min_gain']!r} is not a "
-                             "number") from None
+        load_policy = _one_of("load_policy", extra.get("load_policy", "measured"), MODES)
+        gain = _float("load_min_gain", extra.get("load_min_gain", 0.9))
         if not 0 < gain <= 1:
             raise ValueError(f"cxlkv: load_min_gain={gain}: above 0, at most 1")
         return cls(region_path=str(path), region_size=size, region_offset=offset,
