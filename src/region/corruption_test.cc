@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "crc32c.h"
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 #include "layout.h"
 #include "region_impl.h"
@@ -87,6 +89,56 @@ TEST(CorruptionTest, DamagedHeaderFieldIsAClearError) {
   EXPECT_NE(s.message().find("header checksum"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find(sr.path()), std::string::npos);
 }
+
+// Header fields that disagree with the geometry the recorded size, slot
+// size and participants give, sealed with a valid checksum (a buggy or
+// hostile writer, not a stray bit flip): refused as damage, naming the
+// field and how to go on; `cxlkv format --force` (UnformatRegion, then a
+// format) makes the region usable again.
+struct HeaderEdit {
+  const char* field;
+  void (*apply)(internal::Superblock* sb);
+};
+
+class ResealedHeaderTest : public testing::TestWithParam<HeaderEdit> {};
+
+TEST_P(ResealedHeaderTest, IsRefusedNamingTheFieldAndHowToGoOn) {
+  const HeaderEdit& e = GetParam();
+  ScratchRegion sr("reseal");
+  Populate(sr.path());
+  {
+    RawRegion raw(sr.path());
+    e.apply(raw.sb());
+    const auto* p = reinterpret_cast<const uint8_t*>(raw.sb());
+    raw.sb()->header_crc =
+        internal::Crc32c(p + offsetof(internal::Superblock, layout_version),
+                         offsetof(internal::Superblock, header_crc) -
+                             offsetof(internal::Superblock, layout_version));
+  }
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(sr.path(), Attach(), &r);
+  ASSERT_FALSE(s.ok()) << e.field;
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find(e.field), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("cxlkv format --force"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(sr.path()), std::string::npos) << s.ToString();
+  LifecycleOptions lo;
+  ASSERT_TRUE(UnformatRegion(sr.path(), lo).ok()) << e.field;
+  auto again = MustOpen(sr.path(), TestOptions(kSize, kSlot));
+  EXPECT_EQ(again->info().layout_version, internal::kLayoutVersion);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, ResealedHeaderTest,
+    testing::Values(
+        HeaderEdit{"num_slots", [](internal::Superblock* sb) { sb->num_slots -= 16; }},
+        HeaderEdit{"num_sets", [](internal::Superblock* sb) { sb->num_sets += 1; }},
+        HeaderEdit{"num_entries", [](internal::Superblock* sb) { sb->num_entries += 32; }},
+        HeaderEdit{"dwords_off", [](internal::Superblock* sb) { sb->dwords_off += 64; }},
+        HeaderEdit{"data_off", [](internal::Superblock* sb) { sb->data_off += 4096; }},
+        HeaderEdit{"max_participants", [](internal::Superblock* sb) { sb->max_participants = 65; }},
+        HeaderEdit{"slot_size", [](internal::Superblock* sb) { sb->slot_size = 3; }}),
+    [](const testing::TestParamInfo<HeaderEdit>& i) { return std::string(i.param.field); });
 
 TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
   ScratchRegion sr("ver");
