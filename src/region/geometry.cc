@@ -154,12 +154,17 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
   Geometry g;
   const bool decoupled = sb.layout_version == kLayoutVersion;
   Status s = ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants, decoupled, &g);
-  if (!s.ok()) return Status::Corruption("header geometry invalid: " + s.message());
+  // The header checksum held (Validate checks it first), so these bytes
+  // were written as they are: by a buggy or hostile writer, not a bit flip.
+  // Either way nothing of the region can be placed.
+  static constexpr char kHowOn[] =
+      ": the header was damaged; reformat with `cxlkv format --force` (its blocks are lost)";
+  if (!s.ok()) return Status::Corruption("header geometry invalid: " + s.message() + kHowOn);
   auto check = [](const char* field, uint64_t recorded, uint64_t derived) -> Status {
     if (recorded == derived) return Status::OK();
     return Status::Corruption(std::string("header field ") + field + " is " +
                               std::to_string(recorded) + ", geometry requires " +
-                              std::to_string(derived));
+                              std::to_string(derived) + kHowOn);
   };
   CXLKV_RETURN_IF_ERROR(check("num_slots", sb.num_slots, g.num_slots));
   CXLKV_RETURN_IF_ERROR(check("num_sets", sb.num_sets, g.num_sets));
