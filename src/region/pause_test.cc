@@ -335,6 +335,65 @@ TEST(PauseTest, MoverPausedAfterTakeLeavesTheVictimsDataSlot) {
   }
 }
 
+// A mover paused halfway through a move (its victim's entry freed, the
+// victim's data word not yet moved: evict.mid_move) past the liveness
+// timeout is reclaimed, and the data slot its victim left is reused. When
+// it resumes it is fenced: it must not evict anyone else's block (a fenced
+// participant acts on nothing as its old index), and its store ends
+// kFenced. Every block stored by the live participant stays.
+TEST(PauseTest, MoverPausedMidMoveEvictsNothingOnceFenced) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pmidmove");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const uint64_t nslots = static_cast<internal::RegionImpl*>(r.get())->geometry().num_slots;
+  const std::vector<uint8_t> bytes = Block(0x6D);
+  for (uint64_t i = 0; i < nslots; ++i) {
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(400 + i), bytes.data(), kSlot).ok());
+  }
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.mid_move:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    StoreOutcome out = StoreOutcome::kStored;
+    Status s = w->Store(ns, BlockKey::FromId(500), bytes.data(), kSlot, &out);
+    sh->code = static_cast<int>(s.code());
+    sh->outcome = static_cast<int>(out);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  // The victim's data slot is free again (its lease is over): ours now.
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(600), bytes.data(), kSlot, &out).ok());
+  ASSERT_EQ(out, StoreOutcome::kStored);
+  std::vector<uint64_t> ours;
+  std::vector<uint8_t> buf(kSlot);
+  for (uint64_t id = 400; id <= 600; ++id) {
+    if (r->Load(ns, BlockKey::FromId(id), buf.data(), buf.size()).ok()) ours.push_back(id);
+  }
+  ASSERT_EQ(ours.size(), nslots);
+  int st = 0;
+  for (int i = 0; i < 200; ++i) {
+    ::kill(z, SIGCONT);
+    ASSERT_EQ(::waitpid(z, &st, WUNTRACED), z);
+    if (!WIFSTOPPED(st)) break;
+  }
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(sh->code.load(), static_cast<int>(Status::Code::kBusy));
+  EXPECT_EQ(sh->outcome.load(), static_cast<int>(StoreOutcome::kFenced));
+  for (uint64_t id : ours) {
+    Status s = r->Load(ns, BlockKey::FromId(id), buf.data(), buf.size());
+    EXPECT_TRUE(s.ok()) << "block " << id << " was evicted by a fenced participant: "
+                        << s.ToString();
+    if (s.ok()) EXPECT_EQ(buf, bytes);
+  }
+  EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+      << DataSlotViolation(r.get(), true);
+}
+
 // A process paused before its claim CAS is reclaimed (nothing to sweep yet),
 // resumes, claims a slot under its stale index, and is killed right after:
 // the slot names an owner that is not alive, which no reclaim sweep visits.
