@@ -215,6 +215,10 @@ bool RegionImpl::AcquireDataSlot(uint64_t entry, uint64_t egen, uint64_t* data, 
   // Bounded: each failed try consumed a queued victim (taken by another
   // process, pinned, used since, or damaged).
   for (int tries = 0; tries < 64; ++tries) {
+    // A participant judged dead (paused past the liveness timeout, e.g. in
+    // a move that the next try follows) evicts nobody's block: the caller
+    // answers kFenced.
+    if (!StillRegistered()) return false;
     uint64_t victim, vword;
     if (!NextVictim(&victim, &vword)) return false;
     if (MoveDataSlot(victim, vword, entry, egen, data, dword)) {

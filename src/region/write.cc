@@ -104,6 +104,9 @@ bool RegionImpl::ClaimSlotOnce(NamespaceId ns, const BlockKey& key, const KeyPla
   // 4 sessions per replica hit 8 % with the region at 95 % fill). Ages and
   // depths are hints from untrusted bytes: a damaged one only changes which
   // block goes.
+  // Not once judged dead: a fenced participant evicts nobody's block (the
+  // caller answers kFenced).
+  if (!StillRegistered()) return false;
   struct Candidate {
     uint64_t rank;
     uint32_t pos;  // scan position from the rotating start: breaks ties
@@ -253,6 +256,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
       *outcome = StoreOutcome::kDuplicate;
       return Status::OK();
     }
+    if (!StillRegistered()) return Fenced(outcome);
     Count(Counter::kStoreFull);
     *outcome = StoreOutcome::kFull;
     return Status::NoSpace(
@@ -331,6 +335,7 @@ Status RegionImpl::BeginWrite(NamespaceId ns, const BlockKey& key, size_t len, W
     bool moved;
     if (!AcquireDataSlot(slot, WordGen(writing), &d, &dword, &moved)) {
       ReleaseOwnedSlot(slot, writing);
+      if (!StillRegistered()) return Fenced(outcome);
       Count(Counter::kStoreFull);
       *outcome = StoreOutcome::kFull;
       return Status::NoSpace(
