@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 #include "failpoint.h"
 #include "region_impl.h"
@@ -659,6 +660,11 @@ TEST(MultiProcessTest, FullRegionWithKillsAtEveryFailpointServesExactBytesAndLea
   EXPECT_EQ(r->Participants().size(), 1u);
   WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000ms);
   EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  // The same as `cxlkv inspect` counts it: HELD words = READY entries.
+  const Occupancy occ = ScanOccupancy(*r);
+  EXPECT_EQ(occ.data_held, occ.ready);
+  EXPECT_EQ(occ.data_moving + occ.data_unsettled + occ.ready_off_data, 0u);
+  EXPECT_EQ(occ.data_held + occ.data_free, r->info().num_slots);
   // No process was paused, so no late write of a fenced one can exist,
   // unless the machine starved a worker past the liveness timeout.
   Region::ScrubReport rep;

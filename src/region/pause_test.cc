@@ -394,6 +394,110 @@ TEST(PauseTest, MoverPausedMidMoveEvictsNothingOnceFenced) {
       << DataSlotViolation(r.get(), true);
 }
 
+// A writer paused between READY and settling its data word HELD
+// (write.after_ready) is reclaimed: the reclaim settles the word HELD, the
+// block is served, then evicted and its data slot reused while the writer
+// is still paused. Resumed, its settle must not touch the slot's new lease.
+TEST(PauseTest, WriterPausedBetweenReadyAndSettleLeavesTheSlotToItsNextLease) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pready");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const uint64_t nslots = static_cast<internal::RegionImpl*>(r.get())->geometry().num_slots;
+  const std::vector<uint8_t> zbytes = Block(0x71), obytes = Block(0x72);
+  for (uint64_t i = 0; i < nslots; ++i) {
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(700 + i), obytes.data(), kSlot).ok());
+  }
+  auto* sh = SharedAnon<Shared>();
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "write.after_ready:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    StoreOutcome out = StoreOutcome::kRefused;
+    Status s = w->Store(ns, BlockKey::FromId(800), zbytes.data(), kSlot, &out);
+    sh->code = static_cast<int>(s.code());
+    sh->outcome = static_cast<int>(out);
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  // Committed before the pause: served, and its word settled HELD.
+  std::vector<uint8_t> buf(kSlot);
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(800), buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, zbytes);
+  EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+      << DataSlotViolation(r.get(), true);
+  // Every block replaced (the paused writer's too), its data slot reused.
+  for (uint64_t i = 0; i < nslots; ++i) {
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(900 + i), obytes.data(), kSlot, &out).ok());
+    ASSERT_EQ(out, StoreOutcome::kStored);
+  }
+  EXPECT_FALSE(r->Load(ns, BlockKey::FromId(800), buf.data(), buf.size()).ok());
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  EXPECT_EQ(sh->code.load(), static_cast<int>(Status::Code::kOk));
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  for (uint64_t i = 0; i < nslots; ++i) {
+    ASSERT_TRUE(r->Load(ns, BlockKey::FromId(900 + i), buf.data(), buf.size()).ok()) << i;
+    EXPECT_EQ(buf, obytes);
+  }
+}
+
+// A reader paused right after reading its entry's data slot index
+// (read.after_data), pinned, is reclaimed (its pin cleared); the block is
+// dropped and its data slot and entry reused for another key. Resumed, its
+// copy must be a miss, never the new block's bytes.
+TEST(PauseTest, ReaderPausedAfterItsDataIndexNeverReturnsTheSlotsNextBlock) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pread");
+  const RegionOptions opts = TestOptions(kTiny, kSlot);
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const std::vector<uint8_t> old_bytes = Block(0x81), new_bytes = Block(0x82);
+  const BlockKey key = BlockKey::FromId(31);
+  ASSERT_TRUE(r->Store(ns, key, old_bytes.data(), kSlot).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const int64_t data = impl->EntryDataSlot(impl->FindReadySlot(ns, key));
+  // The other data slots taken, so the one this block frees is the next
+  // store's.
+  for (uint64_t id = 33; id < 33 + impl->geometry().num_slots - 1; ++id) {
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(id), new_bytes.data(), kSlot).ok());
+  }
+  struct ReadShared {
+    std::atomic<int> code{-1};
+    std::atomic<bool> wrong{false};
+  };
+  auto* sh = SharedAnon<ReadShared>();
+  pid_t z = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "read.after_data:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    std::vector<uint8_t> buf(kSlot);
+    Status s = w->Load(ns, key, buf.data(), buf.size());
+    sh->code = static_cast<int>(s.code());
+    sh->wrong = s.ok() && buf != old_bytes;
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(z));
+  ASSERT_TRUE(WaitFor([&] { return r->Participants().size() == 1; }));
+  // The reclaim cleared the paused reader's pin: the block can go, and
+  // its data slot (the only free one then) takes the next key's bytes.
+  ASSERT_TRUE(WaitFor([&] { return r->Drop(ns, key).ok(); }));
+  StoreOutcome out;
+  ASSERT_TRUE(r->Store(ns, BlockKey::FromId(32), new_bytes.data(), kSlot, &out).ok());
+  ASSERT_EQ(out, StoreOutcome::kStored);
+  ASSERT_EQ(impl->EntryDataSlot(impl->FindReadySlot(ns, BlockKey::FromId(32))), data);
+  ::kill(z, SIGCONT);
+  ASSERT_EQ(Reap(z), 0);
+  EXPECT_FALSE(sh->wrong.load()) << "a reader was served another block's bytes";
+  EXPECT_NE(sh->code.load(), static_cast<int>(Status::Code::kOk));
+  std::vector<uint8_t> buf(kSlot);
+  ASSERT_TRUE(r->Load(ns, BlockKey::FromId(32), buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, new_bytes);
+}
+
 // A process paused before its claim CAS is reclaimed (nothing to sweep yet),
 // resumes, claims a slot under its stale index, and is killed right after:
 // the slot names an owner that is not alive, which no reclaim sweep visits.
