@@ -586,7 +586,7 @@ TEST(MultiProcessTest, FullRegionWithKillsAtEveryFailpointServesExactBytesAndLea
   }
   constexpr int kPoints = sizeof kKillPoints / sizeof kKillPoints[0];
   const char* full = std::getenv("CXLKV_FULL");
-  const auto min_run = full != nullptr && std::string(full) == "1" ? 30s : 1500ms;
+  const auto min_run = full != nullptr && std::string(full) == "1" ? 30s : 800ms;
   const auto start = std::chrono::steady_clock::now();
   const auto cap = start + min_run + 40s;
   int deaths[kPoints] = {};

@@ -723,7 +723,7 @@ TEST(RegionTest, ParticipantsOfOneProcessEvictingTogetherLeakNoDataSlot) {
       rejoins++;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   stop = true;
   for (auto& t : ts) t.join();
   EXPECT_EQ(wrong.load(), 0u);
@@ -761,7 +761,7 @@ TEST(RegionTest, ParticipantsEvictingTogetherNeverFailAStoreAsFull) {
   };
   std::vector<std::thread> ts;
   for (int i = 0; i < 4; ++i) ts.emplace_back(worker, rs[i].get(), uint64_t{1} << (40 + i));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   stop = true;
   for (auto& t : ts) t.join();
   EXPECT_GT(stored.load(), 4 * rs[0]->info().num_slots);
