@@ -140,19 +140,35 @@ INSTANTIATE_TEST_SUITE_P(
         HeaderEdit{"slot_size", [](internal::Superblock* sb) { sb->slot_size = 3; }}),
     [](const testing::TestParamInfo<HeaderEdit>& i) { return std::string(i.param.field); });
 
+// A region of a newer engine (a layout version this build predates, such as
+// a later software-mode layout) is refused, naming the versions this build
+// reads and both ways on: a build that reads it, or `cxlkv format --force`.
 TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
-  ScratchRegion sr("ver");
-  Populate(sr.path());
-  RawRegion raw(sr.path());
-  // 5 is coherence=hardware's, 4 coherence=software's; 2 and 3 refused
-  // (below, and software_test.cc).
-  raw.sb()->layout_version = 7;
-  std::unique_ptr<Region> r;
-  Status s = Region::Open(sr.path(), Attach(), &r);
-  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 7"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 5"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
+  for (const uint32_t v : {6u, 7u, 1000u}) {
+    ScratchRegion sr("ver");
+    Populate(sr.path());
+    {
+      RawRegion raw(sr.path());
+      // 5 is coherence=hardware's, 4 coherence=software's; 2 and 3 refused
+      // (below, and software_test.cc).
+      raw.sb()->layout_version = v;
+    }
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(sr.path(), Attach(), &r);
+    EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+    const std::string vs = std::to_string(v);
+    EXPECT_NE(s.message().find("layout version " + vs + ", newer than this build"),
+              std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find("layout version 5"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("a build that reads version " + vs), std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find("cxlkv format --force"), std::string::npos) << s.ToString();
+    // Allowed to create, it still never formats over the newer region.
+    s = Region::Open(sr.path(), TestOptions(kSize, kSlot), &r);
+    EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  }
 }
 
 // A version 2 region (a key's block in one of its 32 ways, before the index

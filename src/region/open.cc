@@ -14,6 +14,7 @@
 //      CAS in step 2 makes "finish" and "take over" mutually exclusive.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -436,6 +437,19 @@ Status RegionImpl::Validate() {
         "lease could have its block served); this build reads layout version " +
         std::to_string(kLayoutVersion) + " (coherence=hardware) and layout version " +
         std::to_string(kLayoutVersionSoftware) + " (coherence=software): format it again");
+  }
+  if (sb.layout_version > std::max(kLayoutVersion, kLayoutVersionSoftware)) {
+    // A newer engine's region (a layout this build predates): never read,
+    // and never formatted over by Open; the message says both ways on.
+    const std::string v = std::to_string(sb.layout_version);
+    return Status::Unsupported(
+        "region " + path + " has layout version " + v +
+        ", newer than this build: this build reads layout version " +
+        std::to_string(kLayoutVersion) + " (coherence=hardware) and layout version " +
+        std::to_string(kLayoutVersionSoftware) +
+        " (coherence=software). Attach it with a build that reads version " + v +
+        " (every process attached to a region must read its layout), or reformat it for this "
+        "build with `cxlkv format --force` (its blocks are lost; it is a cache)");
   }
   if (sb.layout_version != kLayoutVersion && sb.layout_version != kLayoutVersionSoftware) {
     return Status::Unsupported("region " + path + " has layout version " +
