@@ -645,9 +645,18 @@ TEST(RegionTest, ConcurrentNamespaceRegistrationAgreesOnOneId) {
 // exact, and at the end every data word is FREE or HELD by exactly one
 // READY entry. Run under TSan too (the engine's process-local state shared
 // by threads: queues, cursors, pin counts).
+// Nothing here dies or pauses: a liveness timeout no loaded machine (nor
+// ThreadSanitizer) stretches a heartbeat past, so no participant is judged
+// dead and fenced, which would make its PinPrefix and loads fail.
+RegionOptions NoReclaimOptions(uint64_t size, uint64_t slot) {
+  RegionOptions o = TestOptions(size, slot);
+  o.liveness_timeout_ns = 30'000'000'000;
+  return o;
+}
+
 TEST(RegionTest, ParticipantsOfOneProcessEvictingTogetherLeakNoDataSlot) {
   ScratchRegion sr;
-  const RegionOptions o = TestOptions(512 << 10, 1024);
+  const RegionOptions o = NoReclaimOptions(512 << 10, 1024);
   std::vector<std::unique_ptr<Region>> rs;
   for (int i = 0; i < 3; ++i) rs.push_back(MustOpen(sr.path(), o));
   const NamespaceId ns = Ns(rs[0].get());
@@ -742,7 +751,7 @@ TEST(RegionTest, ParticipantsOfOneProcessEvictingTogetherLeakNoDataSlot) {
 // never kFull ("every block is pinned or being written").
 TEST(RegionTest, ParticipantsEvictingTogetherNeverFailAStoreAsFull) {
   ScratchRegion sr;
-  const RegionOptions o = TestOptions(512 << 10, 1024);
+  const RegionOptions o = NoReclaimOptions(512 << 10, 1024);
   std::vector<std::unique_ptr<Region>> rs;
   for (int i = 0; i < 4; ++i) rs.push_back(MustOpen(sr.path(), o));
   const NamespaceId ns = Ns(rs[0].get());
