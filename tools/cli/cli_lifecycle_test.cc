@@ -335,11 +335,21 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
   { std::ofstream(trace) << "{\"hash_ids\": [" << big << ", 5]}\n"; }
   // The replay's region, with a live participant holding block `big` in
   // WRITING forever (a writer that never commits, e.g. a hung DMA).
+  // Live whatever the machine's load: the replay judges a participant dead
+  // once its heartbeat has not moved for max(its own liveness timeout, 4 x
+  // the participant's declared interval), and then reclaims its WRITING
+  // slot and stores the block itself. With the default 100 ms interval that
+  // is 400 ms, which a starved test process on a loaded CI machine missed
+  // (the replay then stored both blocks and exited 0). A declared 10 s
+  // interval gives 40 s, past the replay's 30 s deadline: it can never
+  // reclaim this holder, so only the stuck-key bound can end the retries.
   cxlkv::RegionOptions o;
   o.size = 8 << 20;
   o.config.slot_size = 512 * 2;
   o.config.hash_algorithm = "mooncake-trace-id";
   o.prefault = cxlkv::Prefault::kNone;
+  o.heartbeat_interval_ns = 10'000'000'000;
+  o.liveness_timeout_ns = 4 * o.heartbeat_interval_ns;
   std::unique_ptr<cxlkv::Region> holder;
   ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
   cxlkv::NamespaceId ns;
@@ -360,6 +370,12 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
   EXPECT_NE(r.err.find(cxlkv::BlockKey::FromId(big).ToHex()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("trace id 18446744073709551615"), std::string::npos) << r.err;
   EXPECT_EQ(Json(r)["stores"], 1);  // the other block was stored
+  // The holder was never judged dead: a reclaim frees its entry (and its
+  // WRITING slot, which let the replay store the block).
+  int live_self = 0;
+  for (const cxlkv::ParticipantInfo& p : holder->Participants())
+    live_self += p.self && !p.reclaiming;
+  EXPECT_EQ(live_self, 1) << "the replay reclaimed the holder";
   holder->AbortWrite(&lease);
 }
 
