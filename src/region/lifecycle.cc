@@ -300,9 +300,12 @@ Occupancy ScanOccupancy(const Region& region) {
   // data slot, so FREE entries are not free room; layout 4 one).
   const uint64_t used = o.writing + o.ready + o.evicting + o.invalid;
   o.free = region.info().num_slots > used ? region.info().num_slots - used : 0;
-  if (!impl.geometry().decoupled) return o;
-  // Layout 5: the data words, and READY entries whose data slot's word is
-  // not their lease.
+  // Layout 5 (coherence=hardware): the data words, and READY entries whose
+  // data slot's word is not their lease. The orphan rule read here is
+  // hardware mode's.
+  if (!impl.geometry().decoupled || region.info().config.coherence != CoherenceMode::kHardware) {
+    return o;
+  }
   for (uint64_t d = 0; d < region.info().num_slots; ++d) {
     switch (static_cast<internal::DataState>(internal::WordState(impl.DataWord(d).load()))) {
       case internal::DataState::kFree:
