@@ -550,6 +550,35 @@ TEST(DataSlotDamageTest, TwoReadyEntriesNamingOneDataSlotLoseNeitherBytesNorSlot
   ExpectAllStorable(r.get(), st);
 }
 
+// The same in a region with room (no eviction) where the damaged block is
+// never read: the orphan sweep drops a READY entry whose data slot's word
+// is not its lease (seen so for a liveness timeout), and frees the slot it
+// held; nothing waits for a read or an eviction that may never come.
+TEST(DataSlotDamageTest, ReadyEntryOnADataSlotItsLeaseDoesNotHoldIsDroppedByTheSweep) {
+  for (const bool past : {false, true}) {
+    ScratchRegion sr("doff");
+    const Stored st = Populate(sr.path());
+    {
+      auto r = MustOpen(sr.path(), AttachOpts());
+      ASSERT_TRUE(r->Drop(st.ns[3], BlockKey::FromId(st.id[3])).ok());  // room
+    }
+    {
+      Raw raw(sr.path());
+      raw.meta(st.slot[1]).data.store(past ? static_cast<uint32_t>(raw.num_slots()) + 1
+                                           : raw.meta(st.slot[0]).data.load());
+    }
+    auto r = MustOpen(sr.path(), AttachOpts());
+    EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
+        << (past ? "past: " : "onto another: ") << DataSlotViolation(r.get(), true);
+    EXPECT_GE(r->RegionCounters()[Counter::kCrcFailures], 1u);
+    std::vector<bool> hit;
+    LoadAll(r.get(), st, &hit);
+    EXPECT_TRUE(hit[0] && hit[2]);
+    EXPECT_FALSE(hit[1]);
+    ExpectAllStorable(r.get(), st);
+  }
+}
+
 // A data word that names no live lease, written over a FREE data slot: the
 // orphan sweep frees it (within a few liveness timeouts), and until then it
 // only keeps that slot from being claimed.
