@@ -90,8 +90,9 @@ struct Occupancy {
   // reclaimed) or damage; the orphan sweep settles them within a few
   // liveness timeouts, so one that stays is a lost data slot.
   // `ready_off_data`: READY entries whose data slot's word is not their
-  // lease (damage: that slot's next holder may overwrite the bytes; a read
-  // then misses and drops the entry, and an eviction drops it).
+  // lease (damage: that slot's next holder may overwrite the bytes); the
+  // orphan sweep drops them within a few liveness timeouts, and so do a
+  // read that fails the CRC and an eviction.
   uint64_t data_held = 0, data_moving = 0, data_free = 0, data_unsettled = 0;
   uint64_t ready_off_data = 0;
 };

@@ -260,6 +260,7 @@ void RegionImpl::SweepOrphans() {
   constexpr size_t kMaxTracked = 4096;  // bounded memory on a badly damaged region
   constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
   constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
+  constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
   auto stale = [&](std::unordered_map<uint64_t, OrphanObs>& m, uint64_t id, uint64_t v) {
     auto it = m.find(id);
     if (it == m.end() || it->second.word != v) {
@@ -292,13 +293,30 @@ void RegionImpl::SweepOrphans() {
     std::atomic<uint64_t>& st = meta_[s].state;
     uint64_t w = st.load(std::memory_order_seq_cst);
     const uint8_t state = WordState(w);
+    // Layout 5: a READY entry whose data slot's word is not its lease (a
+    // committed lease's word always is: HELD, or MOVING until its writer's
+    // settle) is damage, to its index or to that word: the slot's holder or
+    // next claim overwrites its bytes, and until a read or an eviction
+    // drops it, it holds an entry and, named by no word, its own data slot
+    // may be held for it for good.
+    auto off_data = [&](uint64_t word) {
+      if (!geo_.decoupled || WordState(word) != kReady) return false;
+      const int64_t d = EntryDataSlot(s);
+      return d < 0 ||
+             !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), s, WordGen(word));
+    };
     const bool orphan = state > kEvicting ||
-                        ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w)));
+                        ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w))) ||
+                        off_data(w);
     if (!orphan) {
       orphan_slots_.erase(s);
     } else if (stale(orphan_slots_, s, w)) {
       if (state == kEvicting) {
         RestoreEvictedBlock(s, w);  // the block is intact, as in a reclaim sweep
+      } else if (state == kReady) {
+        // Dropped like a block that fails its CRC (its own data slot, if
+        // a word names it, is then a lease that is over: the data sweep).
+        if (off_data(w) && TakeAndFreeSlot(s, w)) Count(Counter::kCrcFailures);
       } else if (TakeAndFreeSlot(s, w)) {
         Count(Counter::kReclaimedSlots);
       }

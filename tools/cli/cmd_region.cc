@@ -134,8 +134,9 @@ void PrintDataSlotDamage(const Occupancy& occ) {
   if (occ.ready_off_data > 0) {
     std::fprintf(stderr,
                  "cxlkv inspect: %llu READY block(s) name a data slot their lease does not hold "
-                 "(damaged index or data word): each is dropped by the first read that fails its "
-                 "CRC or by eviction; `cxlkv wipe` drops them now\n",
+                 "(damaged index or data word): attached participants drop them within a few "
+                 "liveness timeouts (so do a read that fails the CRC and eviction); `cxlkv wipe` "
+                 "drops them now\n",
                  (unsigned long long)occ.ready_off_data);
   }
 }
