@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -80,6 +81,28 @@ TEST(StatusServerTest, ServesMetricsAndHealthOverHttp) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   srv->Stop();
+}
+
+// A second status server on a port one listens on is refused, naming the
+// port and its holder (this process); the first keeps serving.
+TEST(StatusServerTest, ASecondServerOnATakenPortIsRefusedNamingTheHolder) {
+  Metrics m;
+  std::unique_ptr<StatusServer> first, second;
+  int port = 0, again = 0;
+  ASSERT_TRUE(StatusServer::Start("127.0.0.1:0", &m, nullptr, &first, &port).ok());
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+  Status s = StatusServer::Start(listen, &m, nullptr, &second, &again);
+  ASSERT_FALSE(s.ok()) << "a second server bound " << listen;
+  EXPECT_NE(s.message().find("listen " + listen + ": address already in use"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("held by pid " + std::to_string(::getpid())), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("--metrics-listen"), std::string::npos) << s.ToString();
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  first->Stop();
 }
 
 TEST(StatusServerTest, RefusesABadAddress) {

@@ -39,6 +39,7 @@ Status StatusServer::Start(const std::string& listen, Metrics* metrics,
   CXLKV_RETURN_IF_ERROR(base::ParseListenAddress(listen, &host, &port));
   if (host.empty()) host = "0.0.0.0";  // ":9090": every address
   auto rep = std::make_unique<Rep>();
+  rep->http.set_socket_options(base::ListenSocketOptions);  // a taken port is refused
   rep->http.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -52,7 +53,9 @@ Status StatusServer::Start(const std::string& listen, Metrics* metrics,
   int p = port == 0 ? rep->http.bind_to_any_port(host.c_str())
                     : (rep->http.bind_to_port(host.c_str(), port) ? port : -1);
   if (p <= 0) {
-    return Status::IOError("status server: listen " + listen + ": " + std::strerror(errno));
+    return base::ListenError("--metrics-listen (controller) or --http-listen (kubelet plugin)",
+                             host, port, errno)
+        .WithContext("status server");
   }
   *bound_port = p;
   Rep* r = rep.get();

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "cxlkv/base/daemon.h"
 #include "cxlkv/base/json.h"
 #include "cxlkv/fabric/json_codec.h"
 #include "server_internal.h"
@@ -122,6 +123,7 @@ HttpFabricServer::HttpFabricServer(const FabricConfig& config, std::unique_ptr<F
   } else {
     http_ = std::make_unique<httplib::Server>();
   }
+  http_->set_socket_options(base::ListenSocketOptions);  // a taken port is refused
   if (!config_.username.empty()) {
     expected_auth_ = "Basic " + Base64(config_.username + ":" + config_.password);
   }
@@ -263,10 +265,7 @@ Status HttpFabricServer::Bind(const std::string& host, int port, int* bound_port
   } else if (!http_->bind_to_port(host.c_str(), port)) {
     p = -1;
   }
-  if (p <= 0) {
-    return Status::IOError("listen " + host + ":" + std::to_string(port) + ": " +
-                           std::strerror(errno));
-  }
+  if (p <= 0) return base::ListenError("--listen", host, port, errno);
   *bound_port = p;
   return Status::OK();
 }

@@ -87,8 +87,9 @@ void ReplyUnhandled(const httplib::Request& req, httplib::Response& res) {
   const std::string what = req.method + " " + req.path;
   if (exact != nullptr && res.status == 400 && !req.has_header("Content-Length")) {
     return Reply(res, 400,
-                 {{"error", what + ": no Content-Length header, so no body could be read; "
-                                   "this endpoint takes " +
+                 {{"error", what +
+                                ": no Content-Length header, so no body could be read; "
+                                "this endpoint takes " +
                                 exact->body}});
   }
   if (exact == nullptr && !allow.empty()) {
@@ -108,56 +109,53 @@ class HttpAgentServer : public AgentServer {
  public:
   explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
     http_.set_keep_alive_max_count(1);
-    http_.Put(kRegion,
-              [this](const httplib::Request& req, httplib::Response& res) {
-                json body;
-                Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
-                if (!s.ok()) return ReplyStatus(res, s);
-                RegionRequest r;
-                r.allocation_id = req.matches[1];
-                s = wire::RegionRequestFromJson(body, &r);
-                if (!s.ok()) return ReplyStatus(res, s);
-                Device d;
-                s = agent_->Materialize(r, &d);
-                if (!s.ok()) return ReplyStatus(res, s);
-                Reply(res, 200, DeviceJson(d));
-              });
-    http_.Post(kSpec,
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 Device d;
-                 Status s = agent_->RewriteSpec(req.matches[1], &d);
-                 if (!s.ok()) return ReplyStatus(res, s);
-                 Reply(res, 200, DeviceJson(d));
-               });
+    http_.set_socket_options(base::ListenSocketOptions);  // a taken port is refused
+    http_.Put(kRegion, [this](const httplib::Request& req, httplib::Response& res) {
+      json body;
+      Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+      if (!s.ok()) return ReplyStatus(res, s);
+      RegionRequest r;
+      r.allocation_id = req.matches[1];
+      s = wire::RegionRequestFromJson(body, &r);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Device d;
+      s = agent_->Materialize(r, &d);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200, DeviceJson(d));
+    });
+    http_.Post(kSpec, [this](const httplib::Request& req, httplib::Response& res) {
+      Device d;
+      Status s = agent_->RewriteSpec(req.matches[1], &d);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200, DeviceJson(d));
+    });
     // The DRA kubelet plugin's last unprepare of a region on this host. Body
     // (optional): {"assignEpoch": N}, the assignment it undoes; 409 when
     // the host was assigned again since (superseded: nothing removed).
-    http_.Post(kRelease,
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 json body;
-                 Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
-                 if (s.ok() && !body.is_object())
-                   s = Status::InvalidArgument("release: body must be an object");
-                 uint64_t epoch = 0;
-                 if (s.ok()) s = fabric::OptEpoch(body, "assignEpoch", &epoch);
-                 if (!s.ok()) return ReplyStatus(res, s);
-                 ReleaseResult r;
-                 s = agent_->Release(req.matches[1], epoch, &r);
-                 // 501: nothing to release through (no fabric manager), not a bad request.
-                 if (s.IsUnsupported()) return Reply(res, 501, {{"error", s.message()}});
-                 if (!s.ok()) return ReplyStatus(res, s);
-                 Reply(res, 200,
-                       {{"allocationId", req.matches[1]},
-                        {"unassigned", r.unassigned},
-                        {"removed", r.removed},
-                        {"assignEpoch", r.assign_epoch}});
-               });
-    http_.Delete(kRegion,
-                 [this](const httplib::Request& req, httplib::Response& res) {
-                   Status s = agent_->Remove(req.matches[1]);
-                   if (!s.ok()) return ReplyStatus(res, s);
-                   Reply(res, 200, {{"allocationId", req.matches[1]}});
-                 });
+    http_.Post(kRelease, [this](const httplib::Request& req, httplib::Response& res) {
+      json body;
+      Status s = base::ParseJson(req.body.empty() ? "{}" : req.body, &body);
+      if (s.ok() && !body.is_object())
+        s = Status::InvalidArgument("release: body must be an object");
+      uint64_t epoch = 0;
+      if (s.ok()) s = fabric::OptEpoch(body, "assignEpoch", &epoch);
+      if (!s.ok()) return ReplyStatus(res, s);
+      ReleaseResult r;
+      s = agent_->Release(req.matches[1], epoch, &r);
+      // 501: nothing to release through (no fabric manager), not a bad request.
+      if (s.IsUnsupported()) return Reply(res, 501, {{"error", s.message()}});
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200,
+            {{"allocationId", req.matches[1]},
+             {"unassigned", r.unassigned},
+             {"removed", r.removed},
+             {"assignEpoch", r.assign_epoch}});
+    });
+    http_.Delete(kRegion, [this](const httplib::Request& req, httplib::Response& res) {
+      Status s = agent_->Remove(req.matches[1]);
+      if (!s.ok()) return ReplyStatus(res, s);
+      Reply(res, 200, {{"allocationId", req.matches[1]}});
+    });
     http_.Get(kRegions, [this](const httplib::Request&, httplib::Response& res) {
       json arr = json::array();
       for (const auto& d : agent_->List()) arr.push_back(DeviceJson(d));
@@ -178,10 +176,7 @@ class HttpAgentServer : public AgentServer {
   Status Bind(const std::string& host, int port, int* bound_port) override {
     int p = port == 0 ? http_.bind_to_any_port(host.c_str())
                       : (http_.bind_to_port(host.c_str(), port) ? port : -1);
-    if (p <= 0) {
-      return Status::IOError("listen " + host + ":" + std::to_string(port) + ": " +
-                             std::strerror(errno));
-    }
+    if (p <= 0) return base::ListenError("--listen", host, port, errno);
     *bound_port = p;
     return Status::OK();
   }

@@ -31,15 +31,24 @@ namespace {
 
 using nlohmann::json;
 
+// A port for one of this test's daemons, reserved for the test process's
+// life: the socket bound here (SO_REUSEADDR, never listening) stays open, so
+// a bind to port 0 elsewhere on the machine (a test run beside this one)
+// never picks it, while our daemons, whose listeners set SO_REUSEADDR too
+// (base::ListenSocketOptions), bind and listen on it, restarts included.
+// Closed at once, another test's daemon could take it first, and the daemon
+// started here then fails with "address already in use".
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int yes = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   socklen_t len = sizeof(a);
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
+  fcntl(fd, F_SETFD, FD_CLOEXEC);  // held here, not by the daemons
   return ntohs(a.sin_port);
 }
 
@@ -786,6 +795,63 @@ TEST_F(FabricScenarioTest, AgentRefusesNegativeSizesOffsetsAndEpochs) {
            HostUrl("node-a"));
   EXPECT_EQ(code, 200) << r.dump();
   EXPECT_EQ(r.value("assignEpoch", uint64_t{0}), 3u);
+}
+
+// A second daemon started on a port another one listens on fails at start
+// naming the port and the process holding it; the first keeps every request
+// (cpp-httplib's default SO_REUSEPORT let both bind, and the kernel spread
+// connections over the two).
+TEST_F(FabricScenarioTest, ASecondDaemonOnATakenPortFailsAtStartNamingTheHolder) {
+  auto ExpectRefused = [&](const std::vector<std::string>& argv, const std::string& log,
+                           pid_t holder, const std::string& holder_name, int port) {
+    // Runs it to its exit (one that serves is stopped after 30 s: fails).
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      alarm(30);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string err = Slurp(log);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1)
+        << argv[0] << " on a taken port: status " << status << ":\n"
+        << err;
+    EXPECT_EQ(err.find("listening"), std::string::npos) << err;
+    EXPECT_NE(err.find("listen 127.0.0.1:" + std::to_string(port) + ": address already in use"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("held by pid " + std::to_string(holder) + " (" + holder_name + ")"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("give --listen another port"), std::string::npos) << err;
+  };
+  const std::string d = root_ + "/node-x";
+  ExpectRefused({cxlkv::testutil::BuiltBinary("cxlkv-hostd"), "--host-id", "node-x", "--listen",
+                 "127.0.0.1:" + std::to_string(HostPort("node-a")), "--cdi-dir", d + "/cdi",
+                 "--state-dir", d + "/state", "--dev-dir", d + "/dev", "--resync-interval", "0"},
+                d + ".log", hostd_["node-a"].pid, "cxlkv-hostd", HostPort("node-a"));
+  // The same appliance over a state directory of its own.
+  std::string config = Slurp(root_ + "/fabricd.yaml");
+  config.replace(config.find("/fabric-state"), 13, "/fabric-state-x");
+  std::ofstream(root_ + "/fabricd-x.yaml") << config;
+  ExpectRefused({cxlkv::testutil::BuiltBinary("cxlkv-fabricd"), "--config",
+                 root_ + "/fabricd-x.yaml", "--listen", "127.0.0.1:" + std::to_string(fport_)},
+                root_ + "/fabricd-x.log", fabricd_.pid, "cxlkv-fabricd", fport_);
+  // The first ones answer every request.
+  for (int i = 0; i < 8; ++i) {
+    json r = Call("GET", "/cxlkv/v1/regions", nullptr, nullptr, HostUrl("node-a"));
+    EXPECT_EQ(r.value("hostId", ""), "node-a") << r.dump();
+    long code = 0;
+    Call("GET", "/cfm/v1/appliances", nullptr, &code);
+    EXPECT_EQ(code, 200);
+  }
 }
 
 // A PUT or POST without a body (no Content-Length header: the HTTP layer

@@ -22,6 +22,26 @@ namespace cxlkv::base {
 // InvalidArgument "--listen <text>: expected ADDR:PORT".
 Status ParseListenAddress(const std::string& text, std::string* host, int* port);
 
+// The socket options of every cxlkv HTTP listener (give it to cpp-httplib's
+// Server::set_socket_options before binding). SO_REUSEADDR only: a restarted
+// daemon binds over its predecessor's TIME_WAIT connections, but a port that
+// another process listens on stays refused. cpp-httplib's default (0.11.4,
+// Debian 12) sets SO_REUSEPORT instead, with which a second daemon on a taken
+// port bound it too, printed "listening", and the kernel spread connections
+// over the two.
+void ListenSocketOptions(int fd);
+
+// The error for a listen on host:port that failed with errno `err`: says
+// "address already in use" when it is (or when a listener holds the port),
+// names the process holding the port where /proc shows it (same user, same
+// network namespace), and how to go on. `flag` names the option that chose
+// the address ("--listen").
+Status ListenError(const std::string& flag, const std::string& host, int port, int err);
+
+// The process listening on TCP `port` (IPv4 or IPv6, any address), as
+// "pid N (NAME)", or "" when none is visible to this process.
+std::string PortHolder(int port);
+
 // Blocks SIGINT and SIGTERM in the constructing thread, so every thread
 // started afterwards inherits the mask and only Watch's thread sees them.
 // REQUIRES: constructed before the process starts any other thread.
