@@ -239,6 +239,13 @@ bool RegionImpl::SlotPinned(uint64_t slot) const {
 }
 
 bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
+  // Only a READY word. An EVICTING one (Drop's Find returns those: they are
+  // still readable) is another evictor's, between its take and its pin
+  // check: taken from it, its restore on a pin would fail, and ours would
+  // put back its EVICTING word after it moved on, leaving the block
+  // EVICTING under a live participant that no longer owns it (Spin's
+  // l5-drop-evicting, docs/model.md).
+  if (WordState(word) != static_cast<uint8_t>(SlotState::kReady)) return false;
   std::atomic<uint64_t>& st = meta_[slot].state;
   const uint64_t evicting =
       PackWord(WordGen(word), OwnerId(), static_cast<uint8_t>(SlotState::kEvicting));

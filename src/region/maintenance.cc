@@ -41,9 +41,10 @@ Status RegionImpl::Drop(NamespaceId ns, const BlockKey& key) {
   if (slot < 0) return Status::NotFound("block not in region");
   if (!TakeReadySlot(static_cast<uint64_t>(slot), w) ||
       !FreeTakenEntry(static_cast<uint64_t>(slot), PackWord(WordGen(w), self_index(), kEvicting))) {
-    // Not ours after all: pinned, changed, or we were reclaimed meanwhile.
+    // Not ours after all: pinned, being evicted by another participant
+    // (found EVICTING), changed, or we were reclaimed meanwhile.
     CXLKV_RETURN_IF_ERROR(CheckWritable());
-    return Status::Busy("block is pinned or changed concurrently");
+    return Status::Busy("block is pinned, being evicted or changed concurrently; retry");
   }
   return Status::OK();
 }

@@ -386,8 +386,8 @@ TEST(PauseTest, MoverPausedMidMoveEvictsNothingOnceFenced) {
   EXPECT_EQ(sh->outcome.load(), static_cast<int>(StoreOutcome::kFenced));
   for (uint64_t id : ours) {
     Status s = r->Load(ns, BlockKey::FromId(id), buf.data(), buf.size());
-    EXPECT_TRUE(s.ok()) << "block " << id << " was evicted by a fenced participant: "
-                        << s.ToString();
+    EXPECT_TRUE(s.ok()) << "block " << id
+                        << " was evicted by a fenced participant: " << s.ToString();
     if (s.ok()) EXPECT_EQ(buf, bytes);
   }
   EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
@@ -496,6 +496,100 @@ TEST(PauseTest, ReaderPausedAfterItsDataIndexNeverReturnsTheSlotsNextBlock) {
   std::vector<uint8_t> buf(kSlot);
   ASSERT_TRUE(r->Load(ns, BlockKey::FromId(32), buf.data(), buf.size()).ok());
   EXPECT_EQ(buf, new_bytes);
+}
+
+// Spin's l5-drop-evicting (docs/model.md): an evictor E has taken a block
+// (READY -> EVICTING(E)) and not yet checked its pins; a reader P has set
+// its pin bit; a Drop by D finds the block (Find returns EVICTING blocks:
+// they are still readable). D must leave E's word alone. Taking it
+// (EVICTING(E) -> EVICTING(D)), as Drop did, E's pin check finds P's pin
+// and fails to restore a word no longer its own, then D's finds the pin and
+// restores the word it took, EVICTING(E): the block stays EVICTING under an
+// evictor that has moved on, unreadable, unstorable, and its data slot
+// held, for as long as E lives. Every process here stays alive (the
+// liveness timeout is long), so no reclaim or orphan sweep restores it.
+TEST(PauseTest, DropLeavesABlockAnotherEvictorTookToThatEvictor) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pdropev");
+  RegionOptions opts = TestOptions(kTiny, kSlot);
+  opts.liveness_timeout_ns = 60'000'000'000;  // nobody is judged dead while stopped
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(17);
+  const std::vector<uint8_t> bytes = Block(0x6B);
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const int64_t e = impl->FindReadySlot(ns, key);
+  ASSERT_GE(e, 0);
+  auto word = [&] { return impl->Meta(static_cast<uint64_t>(e)).state.load(); };
+  constexpr uint8_t kEvicting = static_cast<uint8_t>(internal::SlotState::kEvicting);
+  const uint64_t ready = word();
+  struct Sh {
+    std::atomic<int> e_index{-1}, e_code{-1}, d_code{-1}, p_pins{-1};
+    std::atomic<bool> done{false};
+  };
+  auto* sh = SharedAnon<Sh>();
+  // E: Drop (an evictor like any other: TakeReadySlot, then the pin check),
+  // stopped right after its take; it stays registered until the end.
+  pid_t ev = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    sh->e_index = w->info().participant;
+    sh->e_code = static_cast<int>(w->Drop(ns, key).code());
+    while (!sh->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(ev));
+  ASSERT_EQ(internal::WordState(word()), kEvicting);
+  ASSERT_EQ(internal::WordOwner(word()), static_cast<uint32_t>(sh->e_index.load()));
+  // P: pins the block, stopped with its pin bit set (before it reads the
+  // state word).
+  pid_t p = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "pin.after_pin:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    PinSet pins;
+    (void)w->PinPrefix(ns, &key, 1, &pins);
+    sh->p_pins = static_cast<int>(pins.size());
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(p));
+  // D: drops the key. Stopped only if it took E's word.
+  pid_t d = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    sh->d_code = static_cast<int>(w->Drop(ns, key).code());
+    return 0;
+  });
+  const bool d_took = WaitStopped(d);
+  EXPECT_FALSE(d_took) << "the Drop took the block another evictor holds";
+  // E's pin check, then (if D took the word) D's.
+  ::kill(ev, SIGCONT);
+  ASSERT_TRUE(WaitFor([&] { return sh->e_code.load() >= 0; }));
+  if (d_took) {
+    ::kill(d, SIGCONT);
+    EXPECT_EQ(Reap(d), 0);
+  }
+  EXPECT_EQ(sh->e_code.load(), static_cast<int>(Status::Code::kBusy));
+  EXPECT_EQ(sh->d_code.load(), static_cast<int>(Status::Code::kBusy));
+  // E found P's pin: the block is READY again, as it was.
+  EXPECT_EQ(word(), ready) << "state " << int(internal::WordState(word())) << ", owner "
+                           << internal::WordOwner(word());
+  ::kill(p, SIGCONT);
+  EXPECT_EQ(Reap(p), 0);
+  EXPECT_EQ(sh->p_pins.load(), 1);
+  std::vector<uint8_t> buf(kSlot);
+  const bool loaded = r->Load(ns, key, buf.data(), buf.size()).ok();
+  EXPECT_TRUE(loaded);
+  if (loaded) {
+    EXPECT_EQ(buf, bytes);
+  }
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  sh->done = true;
+  EXPECT_EQ(Reap(ev), 0);
+  EXPECT_TRUE(r->Drop(ns, key).ok());
 }
 
 // A process paused before its claim CAS is reclaimed (nothing to sweep yet),

@@ -222,7 +222,8 @@ class RegionImpl final : public Region {
   void UnpinSlot(uint64_t slot);
   bool SlotPinned(uint64_t slot) const;
   // READY(word) -> EVICTING -> (pins clear) caller owns the slot: returns
-  // true and leaves it EVICTING; false (restored) if pinned or changed.
+  // true and leaves it EVICTING; false (restored) if pinned or changed, or
+  // if `word` is not READY (an EVICTING word is another evictor's).
   bool TakeReadySlot(uint64_t slot, uint64_t word);
   // EVICTING(g, evictor) of an evictor that died -> READY(g, recorded writer).
   bool RestoreEvictedBlock(uint64_t slot, uint64_t evicting);
