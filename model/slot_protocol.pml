@@ -24,7 +24,8 @@
  * evicts (MoveDataSlot); the slot stays MOVING(writer) until the entry is
  * READY, then HELD; the CRC binds the data slot index. Entry 0 starts READY
  * with key NK in data slot 0 (NO_PRELOAD: not). NENT=n: n entries.
- * P0OP/P0KEY/P1OP/P1KEY: fixed roles (1 Store, 2 Load of that key).
+ * P0OP/P0KEY/P1OP/P1KEY (P2OP/P2KEY with NP=3; P1OP2/P1KEY2: P1's second
+ * operation with OPS=2): fixed roles (1 Store, 2 Load, 3 Drop of that key).
  *
  * Variants (-D flags): OLD_PROTOCOL is the protocol as of 4c4094f (layout
  * v1: CRC over the payload only, CommitWrite stores the CRC before and
@@ -37,6 +38,10 @@
  * participant (PARTICIPANT_WORD, layout 5 as first landed: docs/model.md,
  * its data-slot counterexample F1); its mutants
  * MUT_ANY_LEASE and MUT_ENTRY_ONLY drop (part of) its check in the move.
+ * MUT_DATA_FIRST (a mutant of Drop's FreeTakenEntry) frees the data word
+ * before the entry; DROP_TAKES_EVICTING is Drop as it was before
+ * TakeReadySlot refused a word that is not READY (it took an EVICTING word
+ * its Find returned from another evictor: docs/model.md, l5-drop-evicting).
  * PUT_BACK and SETTLE_RESTORE (with PARTICIPANT_WORD) are partial patches
  * of the participant-word protocol that were tried (each leaves a
  * counterexample). UNBOUND_DATA: the
@@ -78,6 +83,17 @@
 #ifndef RCRASHES
 #define RCRASHES 0
 #endif
+#ifndef P2OP
+#define P2OP 0   /* a third worker's role (NP=3): none */
+#define P2KEY 0
+#endif
+#ifndef P1OP2
+#define P1OP2 P1OP   /* P1's second operation (OPS=2) */
+#define P1KEY2 P1KEY
+#endif
+/* The role of worker `me` in its operation `op` (1-based). */
+#define ROLEOP (me == 0 -> P0OP : (me == 1 -> (op == 2 -> P1OP2 : P1OP) : P2OP))
+#define ROLEKEY (me == 0 -> P0KEY : (me == 1 -> (op == 2 -> P1KEY2 : P1KEY) : P2KEY))
 
 #if defined(OLD_PROTOCOL) || defined(V2_PROTOCOL)
 #define INPLACE          /* layouts 1 and 2: the payload lives in its slot */
@@ -343,13 +359,15 @@ inline FIND(k, readable_only) {
   t = 0
 }
 
-/* @fn RegionImpl::TakeReadySlot: READY -> EVICTING(evictor), then the pin
- * check; a pin restores the exact READY word. */
-inline TAKE_READY(s, g, o, ok) {
-  CASW(s, g, o, S_READY, g, me, S_EVICTING, ok);
+/* @fn RegionImpl::TakeReadySlot: the word seen (READY: st) -> EVICTING
+ * (evictor), then the pin check; a pin restores the exact word seen (its
+ * generation and writer unchanged). A Drop passes the word its Find
+ * returned (TAKE_WORD, below). */
+inline TAKE_WORD(s, g, o, st, ok) {
+  CASW(s, g, o, st, g, me, S_EVICTING, ok);
   if
   :: ok ->
-     printf("MSC: P%d takes slot %d (READY gen %d) to evict it\n", me, s, g);
+     printf("MSC: P%d takes slot %d (gen %d) to evict it\n", me, s, g);
 #ifndef OLD_PROTOCOL
      /* @fp evict.after_take (v2; v1 has the step, not the failpoint) */
 #endif
@@ -358,7 +376,7 @@ inline TAKE_READY(s, g, o, ok) {
      if
      :: pin[s] != 0 ->
         FP;
-        CASW(s, g, me, S_EVICTING, g, o, S_READY, t);
+        CASW(s, g, me, S_EVICTING, g, o, st, t);
         t = 0;
         ok = false
      :: else
@@ -366,6 +384,7 @@ inline TAKE_READY(s, g, o, ok) {
   :: else
   fi
 }
+#define TAKE_READY(s, g, o, ok) TAKE_WORD(s, g, o, S_READY, ok)
 
 /* @fn RegionImpl::ClaimSlot: a free way first (in way order), else the
  * least recently used READY way. The recency (last_use) is not modelled:
@@ -861,6 +880,95 @@ inline RESOLVE_MOVING(dd, rec) {
 }
 #endif
 
+#ifdef LEASE_WORD
+/* @fn RegionImpl::FreeLeaseData: data slot dd's word, if it still names the
+ * lease (entry e, generation g) (DataLeaseIs: HELD or MOVING), -> FREE. */
+inline FREE_LEASE_DATA(dd, e, g) {
+  LOADD(dd);
+  if
+  :: (xst == D_HELD || xst == D_MOVING) && xo == (e) && xg == (g) ->
+     FP;
+     CASD(dd, xg, xo, xst, 0, 0, D_FREE, dok);
+     if
+     :: dok -> printf("MSC: P%d frees data slot %d (lease entry %d gen %d)\n", me, dd, e, g)
+     :: else
+     fi
+  :: else
+  fi;
+  xg = 0; xo = 0; xst = 0; dok = false
+}
+
+/* @fn RegionImpl::FreeTakenEntry: entry s, taken by us (EVICTING(g, me)):
+ * its data pointer read while it is ours; the entry FREE at generation g
+ * (@fn RegionImpl::ReleaseOwnedSlot: the tag read, ownership checked, the
+ * tag cleared, the CAS); only if that CAS succeeded, the data word of the
+ * lease (s, g). A reclaim meanwhile (the entry READY again at g, restored
+ * by the sweep) fails the ownership check or the CAS: the data slot stays.
+ * MUT_DATA_FIRST (a mutant): the data word first, whether or not the entry
+ * is then freed. */
+inline FREE_TAKEN(s, g) {
+  LD(me, A_DPTR(s), d);
+#ifdef MUT_DATA_FIRST
+  FP;
+  FREE_LEASE_DATA(d, s, g);
+#endif
+  FP;
+  LD(me, A_TAG(s), t);
+  FP;
+  if
+  :: sgen[s] == g && sown[s] == me && sst[s] == S_EVICTING ->
+     FP;
+     CLEARTAG(s, t);
+     FP;
+     CASW(s, g, me, S_EVICTING, g, 0, S_FREE, ok)
+  :: else -> ok = false
+  fi;
+  t = 0;
+  if
+  :: ok ->
+     printf("MSC: P%d drops entry %d (gen %d)\n", me, s, g);
+#ifndef MUT_DATA_FIRST
+     FP;
+     FREE_LEASE_DATA(d, s, g)
+#endif
+  :: else -> printf("MSC: P%d: entry %d is no longer its own: not dropped\n", me, s)
+  fi;
+  d = 0; ok = false
+}
+
+/* @fn RegionImpl::Drop: CheckWritable (@fn RegionImpl::StillRegistered),
+ * Find of the key (readable: READY or EVICTING), @fn RegionImpl::TakeReadySlot
+ * of the word found (a pin restores it), then FreeTakenEntry. TakeReadySlot
+ * takes only a READY word: an EVICTING one is another evictor's, whose pin
+ * check and restore must find its own word. DROP_TAKES_EVICTING is the code
+ * before that check (the word found, EVICTING too, was taken). */
+inline DROP(k) {
+  FP;
+  if
+  :: pst[me] != P_ACTIVE -> outcome = O_FENCED
+  :: else ->
+     FP;
+     FIND(k, true);
+     if
+     :: fs == NONE -> printf("MSC: P%d: drop of key %d finds nothing\n", me, k)
+#ifdef DROP_TAKES_EVICTING
+     :: fs != NONE ->
+#else
+     :: fs != NONE && fst != S_READY -> printf("MSC: P%d: key %d is being evicted: busy\n", me, k)
+     :: fs != NONE && fst == S_READY ->
+#endif
+        FP;
+        TAKE_WORD(fs, fg, fo, fst, ok);
+        if
+        :: ok -> FP; FREE_TAKEN(fs, fg)
+        :: else -> printf("MSC: P%d: drop of key %d: busy\n", me, k)
+        fi
+     fi
+  fi;
+  fs = NONE; fg = 0; fo = 0; fst = 0; ok = false
+}
+#endif
+
 /* A metadata store by a writer: v2 checks ownership first (the residual
  * window between the check and the store is what the CRC binding makes
  * harmless). */
@@ -1294,11 +1402,14 @@ proctype Worker(byte me) {
      op++;
 #ifdef P0OP
      /* A case with fixed roles: worker i does operation PiOP (1 Store, 2
-        Load) of key PiKEY. */
-     k = (me == 0 -> P0KEY : P1KEY);
+        Load, 3 Drop) of key PiKEY. */
+     k = ROLEKEY;
      if
-     :: (me == 0 -> P0OP : P1OP) == 1 -> STORE(k)
-     :: (me == 0 -> P0OP : P1OP) == 2 -> keycheck = true; LOAD(k)
+     :: ROLEOP == 1 -> STORE(k)
+     :: ROLEOP == 2 -> keycheck = true; LOAD(k)
+#ifdef LEASE_WORD
+     :: ROLEOP == 3 -> DROP(k)
+#endif
      fi;
 #else
      select (k : 1 .. NK);

@@ -3,8 +3,9 @@
 # Spin: the names the model cites must exist in src/region/; the current
 # protocol (layout 5: index entries naming data slots, each data word naming
 # the lease that holds it) must satisfy every property, with the pause that
-# found F1 (l5-f1) and two writers, and its two mutants must not; layout 5
-# as first landed (the data word naming a participant, -DPARTICIPANT_WORD)
+# found F1 (l5-f1), two writers, and Drop's take, restore and free beside a
+# reader and an evictor (l5-drop-*), and its mutants must not; layout 5 as
+# first landed (the data word naming a participant, -DPARTICIPANT_WORD)
 # must show F1; format-or-attach must satisfy every property; the old
 # protocol (layout v1) must show defect 1 (a paused writer's bytes served as
 # a hit) and defect 3 (a slot that never settles).
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
     --full) FULL=1; shift ;;
     --only) ONLY=$2; shift 2 ;;
     --list) LIST=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "model-check: unknown argument $1"; exit 2 ;;
   esac
 done
@@ -49,6 +50,11 @@ FULL_MEM=${MODEL_FULL_MEMLIM_MB:-6144}
 L5="-DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
 L5_READ_EVICT="$L5 -DP0OP=2 -DP0KEY=2 -DP1OP=1 -DP1KEY=1"
 L5_TWO_WRITERS="$L5 -DP0OP=1 -DP0KEY=1 -DP1OP=1 -DP1KEY=2"
+# Drop (docs/model.md): P0 drops the preloaded key while P1 loads it, then
+# stores key 1 (evicting it); steal: three workers, P0 drops it while P1's
+# store evicts it and P2 loads (pins) it.
+L5_DROP="$L5 -DOPS0=1 -DOPS=2 -DP0OP=3 -DP0KEY=2 -DP1OP=2 -DP1KEY=2 -DP1OP2=1 -DP1KEY2=1"
+L5_DROP_STEAL="$L5 -DNP=3 -DP0OP=3 -DP0KEY=2 -DP1OP=1 -DP1KEY=1 -DP2OP=2 -DP2KEY=2"
 CASES=(
   "l5-read-evict|default|pass|$L5_READ_EVICT -DCHECK_READS_ONLY"
   "l5-crash-read-evict|default|pass|$L5_READ_EVICT -DPAUSES=0 -DCRASHES=2"
@@ -58,6 +64,10 @@ CASES=(
   "l5-participant-word|default|violation:dsst[mem|$L5_READ_EVICT -DPARTICIPANT_WORD"
   "l5-mut-any-lease|default|violation:dsst[mem|$L5_TWO_WRITERS -DMUT_ANY_LEASE"
   "l5-mut-entry-only|default|violation:dsst[mem|$L5_TWO_WRITERS -DMUT_ENTRY_ONLY"
+  "l5-drop-restore|default|pass|$L5_DROP"
+  "l5-mut-data-first|default|violation:dsst[mem|$L5_DROP -DMUT_DATA_FIRST"
+  "l5-drop-steal|default|pass|$L5_DROP_STEAL -DCRASHES=0 -DPAUSES=0"
+  "l5-drop-evicting|default|violation:(sst[s]==0)|$L5_DROP_STEAL -DCRASHES=0 -DPAUSES=0 -DDROP_TAKES_EVICTING"
   "l5-region-crc|default|violation:got==snap|-DOPS=1 -DNSLOT=1 -DNK=2 -DP0OP=1 -DP0KEY=1 -DP1OP=1 -DP1KEY=2 -DCRASHES=0 -DCHECK_READS_ONLY"
   "v1-defect1|default|violation:got==snap|-DOLD_PROTOCOL -DCHECK_READS_ONLY -DNO_REGION_CRC"
   "v1-defect3|default|violation:sst[s]|-DOLD_PROTOCOL -DCHECK_SETTLE_ONLY -DNO_REGION_CRC"
@@ -67,6 +77,7 @@ CASES=(
   "sw-v3|default|violation:legit[|-DV3_PROTOCOL -DCHECK_READS_ONLY"
   "sw-hb-in-rec|default|violation:legit[|-DHB_IN_REC -DCHECK_READS_ONLY"
   "l5-two-writers|full|pass|$L5_TWO_WRITERS -DCHECK_READS_ONLY"
+  "l5-drop-steal-crash|full|pass|$L5_DROP_STEAL -DPAUSES=0"
   "v2-region-crc|full|violation:got==snap|-DV2_PROTOCOL -DOPS=1 -DNSLOT=1 -DNK=2"
   "v2-1slot|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=1 -DNK=2 -DNO_REGION_CRC"
   "v2-2slots|full|pass|-DV2_PROTOCOL -DOPS=1 -DNSLOT=2 -DNK=1 -DNO_REGION_CRC"
