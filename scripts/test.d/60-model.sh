@@ -6,7 +6,9 @@
 # (layout 5: index entries naming data slots) keeps every read exact, keeps
 # every property under crashes, shows its data-slot counterexample under a
 # pause and the CommitWrite(nullptr) limit; the data word naming its lease
-# satisfies every property and its two mutants do not; format-or-attach
+# satisfies every property and its two mutants do not; Drop's take, restore
+# and free beside a reader and an evictor satisfy every property, and its
+# mutant and Drop as it was before its take refused EVICTING words do not; format-or-attach
 # satisfies every property, and the old protocol (layout 1) shows its two
 # defects (layout 2's cases are in the full tier);
 # software mode (model/coherence.pml: per-host caches, flush, invalidate, no
@@ -17,8 +19,8 @@
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
-# Warm: about 75 s on 2 idle cores (70 s of CPU measured: 71 M states
-# searched, the layout-5 cases 40 M of them), each verifier's compile, about
+# Warm: about 80 s on 2 idle cores (72 s of CPU measured: 77 M states
+# searched, the layout-5 cases 47 M of them), each verifier's compile, about
 # 9 s of CPU, from ccache (scripts/model-check.sh) while the models are
 # unchanged. On 2 busy cores about 6 min, most of it the searches.
 # Cold (a model edited, or an empty cache): about 5 min idle (+9 s of CPU
