@@ -60,7 +60,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
       return Collection(uris);
     }));
   });
-  On("POST", "/cfm/v1/appliances", [this](const Request& req, Response& res) {
+  On("POST", "/cfm/v1/appliances", kCredentialsBody, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -89,7 +89,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
     ReplyJson(res, 200, out);
   };
   On("GET", app, get_app);
-  On("PATCH", app, get_app);  // resync: the emulator's state is always in sync
+  On("PATCH", app, base::kNoHttpBody, get_app);  // resync: the emulator's state is always in sync
   On("DELETE", app, [this, get_app](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     json before = manager_->Read([&](const FabricState& s) {
@@ -102,7 +102,7 @@ void HttpFabricServer::InstallApplianceRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  On("PUT", app, [this](const Request& req, Response& res) {
+  On("PUT", app, kRenameBody, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1];
     if (!req.has_param("newApplianceId")) {
       return ReplyError(req, res, 400, "newApplianceId is required");
@@ -157,7 +157,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "appliance " + aid + " not found");
     ReplyJson(res, 200, out);
   });
-  On("POST", blades, [this](const Request& req, Response& res) {
+  On("POST", blades, kCredentialsBody, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -180,7 +180,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     });
   };
   On("GET", blade, get_blade);
-  On("PATCH", blade, get_blade);  // resync
+  On("PATCH", blade, base::kNoHttpBody, get_blade);  // resync
   On("DELETE", blade, [this, with_blade](const Request& req, Response& res) {
     json before;
     with_blade(req, res, [&](const FabricState&, const ApplianceState& a, const BladeState& b) {
@@ -191,7 +191,7 @@ void HttpFabricServer::InstallBladeRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  On("PUT", blade, [this](const Request& req, Response& res) {
+  On("PUT", blade, kRenameBody, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2];
     if (!req.has_param("newBladeId")) return ReplyError(req, res, 400, "newBladeId is required");
     std::string nid = req.get_param_value("newBladeId");
@@ -323,7 +323,7 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, r.partial ? 206 : 201, RegionToJson(r.region));
   };
-  On("POST", mem, [this, reply_compose](const Request& req, Response& res) {
+  On("POST", mem, kComposeBody, [this, reply_compose](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     ComposeRequest creq;
@@ -333,25 +333,29 @@ void HttpFabricServer::InstallMemoryRoutes() {
     s = manager_->Compose(req.matches[1], req.matches[2], creq, &r);
     reply_compose(req, res, s, r);
   });
-  On("PUT", mem, [this, reply_compose](const Request& req, Response& res) {
-    json body;
-    if (!ParseBody(req, res, &body)) return;
-    if (!body.contains("memoryResources") || !body["memoryResources"].is_array()) {
-      return ReplyError(req, res, 400, "memoryResources (array of ids) is required");
-    }
-    std::vector<std::string> ids;
-    for (const auto& v : body["memoryResources"]) {
-      if (!v.is_string()) return ReplyError(req, res, 400, "memoryResources: ids must be strings");
-      ids.push_back(v.get<std::string>());
-    }
-    if (body.contains("Port") && !body["Port"].is_string()) {
-      return ReplyError(req, res, 400, "Port must be a string");
-    }
-    ComposeResult r;
-    Status s = manager_->ComposeByResource(req.matches[1], req.matches[2], ids,
-                                           body.value("Port", ""), &r);
-    reply_compose(req, res, s, r);
-  });
+  On("PUT", mem,
+     "a JSON object {\"memoryResources\": [ID, ...]} (the resource blocks to compose) with "
+     "optional Port, sent with its Content-Length",
+     [this, reply_compose](const Request& req, Response& res) {
+       json body;
+       if (!ParseBody(req, res, &body)) return;
+       if (!body.contains("memoryResources") || !body["memoryResources"].is_array()) {
+         return ReplyError(req, res, 400, "memoryResources (array of ids) is required");
+       }
+       std::vector<std::string> ids;
+       for (const auto& v : body["memoryResources"]) {
+         if (!v.is_string())
+           return ReplyError(req, res, 400, "memoryResources: ids must be strings");
+         ids.push_back(v.get<std::string>());
+       }
+       if (body.contains("Port") && !body["Port"].is_string()) {
+         return ReplyError(req, res, 400, "Port must be a string");
+       }
+       ComposeResult r;
+       Status s = manager_->ComposeByResource(req.matches[1], req.matches[2], ids,
+                                              body.value("Port", ""), &r);
+       reply_compose(req, res, s, r);
+     });
   const std::string one = mem + "/" + kId;
   On("GET", one, [this](const Request& req, Response& res) {
     std::string aid = req.matches[1], bid = req.matches[2], mid = req.matches[3];
@@ -367,32 +371,35 @@ void HttpFabricServer::InstallMemoryRoutes() {
     if (out.is_null()) return ReplyError(req, res, 404, "memory region " + mid + " not found");
     ReplyJson(res, 200, out);
   });
-  On("PATCH", one, [this](const Request& req, Response& res) {
-    json body;
-    if (!ParseBody(req, res, &body)) return;
-    if (!body.contains("Port") || !body["Port"].is_string()) {
-      return ReplyError(req, res, 400, "Port (string) is required");
-    }
-    if (!body.contains("Operation") || !body["Operation"].is_string()) {
-      return ReplyError(req, res, 400, "Operation (assign or unassign) is required");
-    }
-    std::string op = body["Operation"].get<std::string>();
-    if (op != "assign" && op != "unassign") {
-      return ReplyError(req, res, 400, "Operation must be assign or unassign");
-    }
-    // Extension: the assignment an unassign undoes (docs/fabric.md).
-    uint64_t epoch = 0;
-    Status es = OptEpoch(body, "assignEpoch", &epoch);
-    if (!es.ok()) return ReplyStatus(req, res, es);
-    if (body.contains("assignEpoch") && (op != "unassign" || epoch == 0)) {
-      return ReplyError(req, res, 400, "assignEpoch (>= 1) goes with Operation unassign only");
-    }
-    MemoryRegion r;
-    Status s = manager_->Assign(req.matches[1], req.matches[2], req.matches[3],
-                                body["Port"].get<std::string>(), op == "assign", epoch, &r);
-    if (!s.ok()) return ReplyStatus(req, res, s);
-    ReplyJson(res, 200, RegionToJson(r));
-  });
+  On("PATCH", one,
+     "a JSON object {\"Port\": ID, \"Operation\": \"assign\" or \"unassign\"} with optional "
+     "assignEpoch (unassign), sent with its Content-Length",
+     [this](const Request& req, Response& res) {
+       json body;
+       if (!ParseBody(req, res, &body)) return;
+       if (!body.contains("Port") || !body["Port"].is_string()) {
+         return ReplyError(req, res, 400, "Port (string) is required");
+       }
+       if (!body.contains("Operation") || !body["Operation"].is_string()) {
+         return ReplyError(req, res, 400, "Operation (assign or unassign) is required");
+       }
+       std::string op = body["Operation"].get<std::string>();
+       if (op != "assign" && op != "unassign") {
+         return ReplyError(req, res, 400, "Operation must be assign or unassign");
+       }
+       // Extension: the assignment an unassign undoes (docs/fabric.md).
+       uint64_t epoch = 0;
+       Status es = OptEpoch(body, "assignEpoch", &epoch);
+       if (!es.ok()) return ReplyStatus(req, res, es);
+       if (body.contains("assignEpoch") && (op != "unassign" || epoch == 0)) {
+         return ReplyError(req, res, 400, "assignEpoch (>= 1) goes with Operation unassign only");
+       }
+       MemoryRegion r;
+       Status s = manager_->Assign(req.matches[1], req.matches[2], req.matches[3],
+                                   body["Port"].get<std::string>(), op == "assign", epoch, &r);
+       if (!s.ok()) return ReplyStatus(req, res, s);
+       ReplyJson(res, 200, RegionToJson(r));
+     });
   On("DELETE", one, [this](const Request& req, Response& res) {
     MemoryRegion r;
     Status s = manager_->Free(req.matches[1], req.matches[2], req.matches[3], &r);

@@ -79,7 +79,7 @@ void HttpFabricServer::InstallHostRoutes() {
       return Collection(uris);
     }));
   });
-  On("POST", "/cfm/v1/hosts", [this](const Request& req, Response& res) {
+  On("POST", "/cfm/v1/hosts", kCredentialsBody, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     std::string bad = CheckCredentials(body);
@@ -100,7 +100,7 @@ void HttpFabricServer::InstallHostRoutes() {
     });
   };
   On("GET", kHost, get_host);
-  On("PATCH", kHost, get_host);  // resync
+  On("PATCH", kHost, base::kNoHttpBody, get_host);  // resync
   On("DELETE", kHost, [this, with_host](const Request& req, Response& res) {
     json before;
     with_host(req, res, [&](const FabricState& s, const HostState& h) { before = HostJson(s, h); });
@@ -109,7 +109,7 @@ void HttpFabricServer::InstallHostRoutes() {
     if (!s.ok()) return ReplyStatus(req, res, s);
     ReplyJson(res, 200, before);
   });
-  On("PUT", kHost, [this, with_host](const Request& req, Response& res) {
+  On("PUT", kHost, kRenameBody, [this, with_host](const Request& req, Response& res) {
     if (!req.has_param("newHostId")) return ReplyError(req, res, 400, "newHostId is required");
     std::string nid = req.get_param_value("newHostId");
     Status s = manager_->RenameHost(req.matches[1], nid);
@@ -170,7 +170,7 @@ void HttpFabricServer::InstallHostRoutes() {
       ReplyJson(res, 200, Collection(uris));
     });
   });
-  On("POST", kHost + "/memory", [this](const Request& req, Response& res) {
+  On("POST", kHost + "/memory", kComposeBody, [this](const Request& req, Response& res) {
     json body;
     if (!ParseBody(req, res, &body)) return;
     ComposeRequest creq;
@@ -227,6 +227,8 @@ void HttpFabricServer::InstallExtensionRoutes() {
     ReplyJson(res, 200, out);
   });
   On("PUT", "/cxlkv/v1/hosts/([^/]+)/regions/([^/]+)/materialization",
+     "a JSON report {\"materialization\": STATE} with optional error, device and assignEpoch, "
+     "sent with its Content-Length",
      [this](const Request& req, Response& res) {
        json body;
        if (!ParseBody(req, res, &body)) return;
@@ -252,32 +254,38 @@ void HttpFabricServer::InstallExtensionRoutes() {
        if (!s.ok()) return ReplyStatus(req, res, s);
        ReplyJson(res, 200, RegionToJson(r));
      });
-  On("POST", "/cxlkv/v1/power-cycle", [this](const Request& req, Response& res) {
-    json body;
-    if (!ParseBody(req, res, &body)) return;
-    for (const char* k : {"applianceId", "bladeId"}) {
-      if (body.contains(k) && !body[k].is_string()) {
-        return ReplyError(req, res, 400, std::string(k) + " must be a string");
-      }
-    }
-    std::string aid = body.value("applianceId", ""), bid = body.value("bladeId", "");
-    int forgotten = 0;
-    Status s = manager_->PowerCycle(aid, bid, &forgotten);
-    if (!s.ok()) return ReplyStatus(req, res, s);
-    ReplyJson(res, 200, {{"forgottenRegions", forgotten}});
-  });
+  On("POST", "/cxlkv/v1/power-cycle",
+     "an optional JSON object {\"applianceId\": ID, \"bladeId\": ID}, sent with its "
+     "Content-Length; for none, an empty body (Content-Length: 0)",
+     [this](const Request& req, Response& res) {
+       json body;
+       if (!ParseBody(req, res, &body)) return;
+       for (const char* k : {"applianceId", "bladeId"}) {
+         if (body.contains(k) && !body[k].is_string()) {
+           return ReplyError(req, res, 400, std::string(k) + " must be a string");
+         }
+       }
+       std::string aid = body.value("applianceId", ""), bid = body.value("bladeId", "");
+       int forgotten = 0;
+       Status s = manager_->PowerCycle(aid, bid, &forgotten);
+       if (!s.ok()) return ReplyStatus(req, res, s);
+       ReplyJson(res, 200, {{"forgottenRegions", forgotten}});
+     });
   On("GET", "/cxlkv/v1/faults", [this](const Request&, Response& res) {
     ReplyJson(res, 200, FaultsToJson(manager_->GetFaults()));
   });
-  On("PUT", "/cxlkv/v1/faults", [this](const Request& req, Response& res) {
-    json body;
-    if (!ParseBody(req, res, &body)) return;
-    Faults f;
-    std::string bad = FaultsFromJson(body, &f);
-    if (!bad.empty()) return ReplyError(req, res, 400, bad);
-    manager_->SetFaults(f);
-    ReplyJson(res, 200, FaultsToJson(f));
-  });
+  On("PUT", "/cxlkv/v1/faults",
+     "a JSON fault set ({\"rules\": [...]} and optional failMaterializeHosts, docs/fabric.md), "
+     "sent with its Content-Length",
+     [this](const Request& req, Response& res) {
+       json body;
+       if (!ParseBody(req, res, &body)) return;
+       Faults f;
+       std::string bad = FaultsFromJson(body, &f);
+       if (!bad.empty()) return ReplyError(req, res, 400, bad);
+       manager_->SetFaults(f);
+       ReplyJson(res, 200, FaultsToJson(f));
+     });
   // The assignment-epoch protocol's counters since start (docs/fabric.md).
   On("GET", "/cxlkv/v1/stats", [this](const Request&, Response& res) {
     FabricManager::EpochStats st = manager_->GetEpochStats();

@@ -174,7 +174,19 @@ void HttpFabricServer::InstallRoutes() {
     } else if (res.status == 404) {
       ReplyError(req, res, 404, "no such resource: " + req.path);
     } else if (res.status == 400 || res.status == 405 || res.status == 413 || res.status == 414) {
-      ReplyError(req, res, res.status, "request rejected by the HTTP layer");
+      // A request to an endpoint: say what it takes (a PUT, POST or PATCH
+      // without Content-Length is refused 400 before any handler runs), or
+      // which methods it is served with.
+      const base::HttpAnswer a = base::AnswerUnhandled(
+          endpoints_, req.method, req.path, req.has_header("Content-Length"), res.status);
+      if (a.status == 404) {
+        ReplyError(req, res, res.status,
+                   "request rejected by the HTTP layer (status " + std::to_string(res.status) +
+                       "); GET /cfm/v1 lists the resources");
+      } else {
+        if (!a.allow.empty()) res.set_header("Allow", a.allow);
+        ReplyError(req, res, a.status, a.message);
+      }
     } else {
       ReplyError(req, res, res.status, "HTTP error");
     }
@@ -216,7 +228,13 @@ void HttpFabricServer::InstallRoutes() {
 
 void HttpFabricServer::On(const std::string& method, const std::string& pattern,
                           httplib::Server::Handler h) {
+  On(method, pattern, base::kNoHttpBody, std::move(h));
+}
+
+void HttpFabricServer::On(const std::string& method, const std::string& pattern, const char* body,
+                          httplib::Server::Handler h) {
   methods_[pattern].insert(method);
+  endpoints_.push_back({method, pattern, body});
   if (method == "GET")
     http_->Get(pattern, std::move(h));
   else if (method == "POST")

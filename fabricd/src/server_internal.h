@@ -12,8 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cxlkv/base/daemon.h"
+#include "cxlkv/base/http_routes.h"
 #include "cxlkv/fabricd/server.h"
 #include "fabric_manager.h"
 
@@ -35,9 +37,15 @@ class HttpFabricServer : public FabricServer {
   void InstallExtensionRoutes();
   // Registers a handler and records the method, so that other methods on
   // the same path answer 405 with an Allow header rather than 404.
+  // `body` says what body the endpoint takes (base/http_routes.h), for the
+  // answer to a request the HTTP layer refused before the handler ran; the
+  // form without it is for endpoints that take none.
   void On(const std::string& method, const std::string& pattern, httplib::Server::Handler h);
+  void On(const std::string& method, const std::string& pattern, const char* body,
+          httplib::Server::Handler h);
   void InstallMethodNotAllowed();
   std::map<std::string, std::set<std::string>> methods_;  // pattern -> methods
+  std::vector<base::HttpEndpoint> endpoints_;
 
   const FabricConfig config_;
   std::unique_ptr<FabricManager> manager_;
@@ -45,6 +53,17 @@ class HttpFabricServer : public FabricServer {
   std::string expected_auth_;  // "Basic <base64>" or "" when auth is off
   base::ServeGate gate_;       // Serve vs Stop, whenever the stop comes
 };
+
+// What the endpoints that take a body take (HttpFabricServer::On).
+inline constexpr const char* kCredentialsBody =
+    "JSON credentials {\"username\": S, \"password\": S, \"ipAddress\": S, \"port\": N} with "
+    "optional insecure, protocol, backend and customId, sent with its Content-Length";
+inline constexpr const char* kRenameBody =
+    "no body (the new id is the query parameter named in the API): send an empty one "
+    "(Content-Length: 0)";
+inline constexpr const char* kComposeBody =
+    "a JSON compose request, {\"memorySizeMiB\": N, \"QoS\": N} with optional Port, shareCount, "
+    "candidateHosts and candidatePorts, sent with its Content-Length";
 
 // Writes the CFM error body {uri, details, status {code, message}}.
 void ReplyError(const httplib::Request& req, httplib::Response& res, int code,

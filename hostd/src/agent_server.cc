@@ -6,10 +6,11 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <string>
+#include <vector>
 
 #include "cxlkv/base/daemon.h"
+#include "cxlkv/base/http_routes.h"
 #include "cxlkv/base/json.h"
 #include "cxlkv/fabric/json_codec.h"
 #include "cxlkv/hostd/cdi.h"
@@ -37,72 +38,37 @@ json DeviceJson(const Device& d) { return wire::DeviceToJson(d, CdiDeviceName(d.
 
 // The endpoints (the patterns the handlers below are registered with) and
 // the body each takes, for the answers the HTTP layer gives before any
-// handler runs.
+// handler runs (base/http_routes.h).
 constexpr const char* kRegions = "/cxlkv/v1/regions";
 constexpr const char* kRegion = R"(/cxlkv/v1/regions/([^/]+))";
 constexpr const char* kSpec = R"(/cxlkv/v1/regions/([^/]+)/spec)";
 constexpr const char* kRelease = R"(/cxlkv/v1/regions/([^/]+)/release)";
 constexpr const char* kResync = "/cxlkv/v1/resync";
-constexpr const char* kNoBody = "no body: send an empty one (Content-Length: 0)";
 
-struct Endpoint {
-  const char* method;
-  const char* pattern;
-  const char* body;  // what it takes
-};
-const Endpoint kEndpoints[] = {
-    {"GET", kRegions, kNoBody},
-    {"PUT", kRegion,
-     "a JSON region request, {\"sizeBytes\": N} with optional offsetBytes, assignEpoch and "
-     "backingPath, sent with its Content-Length"},
-    {"DELETE", kRegion, kNoBody},
-    {"POST", kSpec, kNoBody},
-    {"POST", kRelease,
-     "an optional JSON object {\"assignEpoch\": N} (the assignment released), sent with its "
-     "Content-Length; for none, an empty body (Content-Length: 0)"},
-    {"POST", kResync, kNoBody},
-};
-
-std::string EndpointList() {
-  std::string out;
-  for (const Endpoint& e : kEndpoints) {
-    std::string path = e.pattern;
-    if (size_t at = path.find("([^/]+)"); at != std::string::npos) path.replace(at, 7, "ID");
-    out += (out.empty() ? "" : ", ") + std::string(e.method) + " " + path;
-  }
-  return out;
+const std::vector<base::HttpEndpoint>& Endpoints() {
+  static const std::vector<base::HttpEndpoint> kEndpoints = {
+      {"GET", kRegions, base::kNoHttpBody},
+      {"PUT", kRegion,
+       "a JSON region request, {\"sizeBytes\": N} with optional offsetBytes, assignEpoch and "
+       "backingPath, sent with its Content-Length"},
+      {"DELETE", kRegion, base::kNoHttpBody},
+      {"POST", kSpec, base::kNoHttpBody},
+      {"POST", kRelease,
+       "an optional JSON object {\"assignEpoch\": N} (the assignment released), sent with its "
+       "Content-Length; for none, an empty body (Content-Length: 0)"},
+      {"POST", kResync, base::kNoHttpBody},
+  };
+  return kEndpoints;
 }
 
 // The answer for a request no handler answered: cpp-httplib refuses a PUT
 // or POST without Content-Length (400) and a path or method it has no
 // handler for (404) before any handler runs.
 void ReplyUnhandled(const httplib::Request& req, httplib::Response& res) {
-  const Endpoint* exact = nullptr;
-  std::string allow;
-  for (const Endpoint& e : kEndpoints) {
-    if (!std::regex_match(req.path, std::regex(e.pattern))) continue;
-    if (req.method == e.method) exact = &e;
-    allow += (allow.empty() ? "" : ", ") + std::string(e.method);
-  }
-  const std::string what = req.method + " " + req.path;
-  if (exact != nullptr && res.status == 400 && !req.has_header("Content-Length")) {
-    return Reply(res, 400,
-                 {{"error", what +
-                                ": no Content-Length header, so no body could be read; "
-                                "this endpoint takes " +
-                                exact->body}});
-  }
-  if (exact == nullptr && !allow.empty()) {
-    res.set_header("Allow", allow);
-    return Reply(res, 405, {{"error", what + ": method not allowed here; allowed: " + allow}});
-  }
-  if (exact == nullptr) {
-    return Reply(res, 404,
-                 {{"error", "no such endpoint: " + what + "; the endpoints: " + EndpointList()}});
-  }
-  Reply(res, res.status,
-        {{"error", what + ": refused by the HTTP layer (status " + std::to_string(res.status) +
-                       "); this endpoint takes " + exact->body}});
+  const base::HttpAnswer a = base::AnswerUnhandled(Endpoints(), req.method, req.path,
+                                                   req.has_header("Content-Length"), res.status);
+  if (!a.allow.empty()) res.set_header("Allow", a.allow);
+  Reply(res, a.status, {{"error", a.message}});
 }
 
 class HttpAgentServer : public AgentServer {
