@@ -442,4 +442,30 @@ TEST(CliTest, GcRemovesAbandonedRegionsAndKeepsLiveOnes) {
   ::system(("rm -rf " + dir).c_str());
 }
 
+// `cxlkv status` with a kubeconfig it cannot use says so once: the error's
+// code is named once (it read "InvalidArgument: InvalidArgument: ...") and
+// the message says how to go on.
+TEST(CliTest, StatusKubeconfigErrorsNameTheirCodeOnce) {
+  const std::string missing = "/tmp/cxlkv-cli-no-kubeconfig-" + std::to_string(::getpid());
+  Result r = Cxlkv("status --kubeconfig " + missing);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("cxlkv status: InvalidArgument: load kubeconfig " + missing, 0), 0u)
+      << r.err;
+  EXPECT_NE(r.err.find("--kubeconfig or $KUBECONFIG"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("InvalidArgument", r.err.find("InvalidArgument") + 1), std::string::npos)
+      << r.err;
+  // The same through $KUBECONFIG, and for a file that is not a kubeconfig.
+  r = Cxlkv("status", "KUBECONFIG=" + missing);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err.find("InvalidArgument", r.err.find("InvalidArgument") + 1), std::string::npos)
+      << r.err;
+  { std::ofstream(missing) << "not: [a kubeconfig\n"; }
+  r = Cxlkv("status --kubeconfig " + missing);
+  ::unlink(missing.c_str());
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("InvalidArgument", r.err.find("InvalidArgument") + 1), std::string::npos)
+      << r.err;
+}
+
 }  // namespace

@@ -161,13 +161,14 @@ int RunStatus(const Flags& f) {
   kube::Config cfg;
   kube::Status kls =
       f.kubeconfig.empty() ? kube::LoadDefault(&cfg) : kube::LoadKubeconfig(f.kubeconfig, &cfg);
-  if (!kls.ok()) return Fail("status", ::cxlkv::Status::InvalidArgument(kls.ToString()));
+  // message(), not ToString(): Fail names the code once.
+  if (!kls.ok()) return Fail("status", ::cxlkv::Status::InvalidArgument(kls.message()));
   ::cxlkv::Status s;
   std::unique_ptr<kube::Client> kc;
   kube::ClientOptions copt;
   copt.user_agent = "cxlkv-status";
   kube::Status ks = kube::Client::New(cfg, copt, &kc);
-  if (!ks.ok()) return Fail("status", ::cxlkv::Status::InvalidArgument(ks.ToString()));
+  if (!ks.ok()) return Fail("status", ::cxlkv::Status::InvalidArgument(ks.message()));
   auto io = [](const std::string& what, const kube::Status& k) {
     return Fail("status", ::cxlkv::Status::IOError(what + ": " + k.ToString()));
   };
