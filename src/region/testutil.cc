@@ -220,9 +220,14 @@ std::string DataSlotViolation(Region* r, bool quiescent) {
     const int64_t d = impl->EntryDataSlot(e);
     if (d < 0) return "READY entry " + std::to_string(e) + " names no data slot";
     ++named[d];
-    if (internal::WordState(impl->DataWord(d).load()) != kHeld) {
+    const uint64_t dw = impl->DataWord(d).load();
+    if (internal::WordState(dw) != kHeld) {
       return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
-             ", which is not HELD (word " + std::to_string(impl->DataWord(d).load()) + ")";
+             ", which is not HELD (word " + std::to_string(dw) + ")";
+    }
+    if (!internal::DataLeaseIs(dw, e, internal::WordGen(impl->Meta(e).state.load()))) {
+      return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
+             ", whose word names another lease (word " + std::to_string(dw) + ")";
     }
   }
   for (uint64_t d = 0; d < g.num_slots; ++d) {

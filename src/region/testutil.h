@@ -100,7 +100,8 @@ void ExpectTailFirstAmongCandidates(const ChainAging& a);
 void ExpectNoChunkBeforeAnOlderBlock(const ChainAging& a);
 
 // Layout 5's data slot accounting, "" if it holds: every READY entry's data
-// slot is HELD, and every HELD data slot is named by exactly one READY entry
+// slot is HELD by its lease (the entry at its generation), and every HELD
+// data slot is named by exactly one READY entry
 // (else a READY block sits on a slot the next claim overwrites, or a slot
 // is lost until `cxlkv format`). `quiescent` (no write or eviction in
 // flight, every dead participant reclaimed): also no data word in any
