@@ -110,10 +110,9 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
     const uint64_t need = MinRegionBytes(slot_size, max_participants, decoupled);
     return Status::InvalidArgument(
         "region of " + base::FormatBytes(region_size) + " cannot hold one slot of " +
-        base::FormatBytes(slot_size) + ": its metadata (for " +
-        std::to_string(max_participants) + " participants) and one slot need at least " +
-        std::to_string(need) + " bytes (" + base::FormatBytes(need) + "); give --region-size " +
-        std::to_string(need) + " or more" +
+        base::FormatBytes(slot_size) + ": its metadata (for " + std::to_string(max_participants) +
+        " participants) and one slot need at least " + std::to_string(need) + " bytes (" +
+        base::FormatBytes(need) + "); give --region-size " + std::to_string(need) + " or more" +
         (slot_size > kMinSlotSize ? ", or a smaller --slot-size" : ""));
   }
   // Layout 5: SlotMeta::data and the data word's entry field (layout.h).
@@ -135,8 +134,8 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
                              base::FormatBytes(sb.region_size) + ")";
     if (size_given) {
       return Status::InvalidArgument(head + " but the size given is " +
-                                     std::to_string(mapped_bytes) +
-                                     " bytes: give --region-size " + recorded + ", or none");
+                                     std::to_string(mapped_bytes) + " bytes: give --region-size " +
+                                     recorded + ", or none");
     }
     // The whole file (or device) was mapped and is still too short: it was
     // truncated, or the header was written for a larger one. Either way the
@@ -147,9 +146,8 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
         ") from its offset: it was truncated, and its blocks are lost. Reformat it: `cxlkv "
         "format --force --slot-size " +
         std::to_string(sb.slot_size) +
-        "` makes a region of the file's present size; to keep the recorded size, first grow "
-        "the file back (`truncate -s` to its offset plus " +
-        recorded + " bytes) and add `--region-size " + recorded + "`");
+        "` makes a region of the file's present size; add `--region-size " + recorded +
+        "` to keep the recorded size (the file is grown back to it)");
   }
   Geometry g;
   const bool decoupled = sb.layout_version == kLayoutVersion;

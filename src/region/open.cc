@@ -69,8 +69,10 @@ Status OpenRegion(const std::string& path, const RegionOptions& options,
   mo.sysfs_root = options.sysfs_root;
   CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(path, mo, &map));
   if (map->size() < internal::kSuperblockBytes) {
-    return Status::InvalidArgument("region " + path + " is " + std::to_string(map->size()) +
-                                   " bytes, smaller than its 4096-byte header");
+    return Status::InvalidArgument(
+        "region " + path + " is " + std::to_string(map->size()) +
+        " bytes, smaller than its 4096-byte header: too small to be a region, so it holds no "
+        "blocks; `cxlkv format --force --region-size N --slot-size S` formats it as one");
   }
   internal::Mapping* raw = map.get();
   auto impl =

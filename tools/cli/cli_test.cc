@@ -3,6 +3,7 @@
 // The `cxlkv` command through its real interface: a child process, its
 // exit status, its --json output.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,6 +258,77 @@ TEST(CliTest, TruncatedRegionSaysSoAndHowToReformat) {
   r = Cxlkv("inspect --region " + region + " --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(Json(r)["region"]["size"], 2 << 20);
+  ::unlink(region.c_str());
+}
+
+// A file too small to hold a region header holds no blocks: attaching says
+// so and how to format it, plain format refuses it (it is not blank) and
+// leaves it as it was, format --force formats it (given a size).
+TEST(CliTest, AFileTooSmallToBeARegionIsFormattedByForce) {
+  const std::string region = Region("small");
+  const std::string bytes(100, 'x');
+  { std::ofstream(region, std::ios::binary | std::ios::trunc) << bytes; }
+  Result r = Cxlkv("inspect --region " + region);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("too small to be a region, so it holds no blocks"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cxlkv format --force --region-size N"), std::string::npos) << r.out;
+  r = Cxlkv("format --region " + region + " --region-size 4MiB --slot-size 4096");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("too small to be a region"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("`cxlkv format --force` formats it"), std::string::npos) << r.out;
+  std::ifstream in(region, std::ios::binary);
+  const std::string after((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_TRUE(after == bytes) << "the file was changed: now " << after.size() << " bytes";
+  r = Cxlkv("format --force --region " + region + " --slot-size 4096");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("give --region-size N"), std::string::npos) << r.out;
+  r = Cxlkv("format --force --region " + region + " --region-size 4MiB --slot-size 4096");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["region"]["size"], 4 << 20);
+  ::unlink(region.c_str());
+}
+
+// A truncated region is never taken as intact: plain format at the recorded
+// size refuses it (its open used to grow the file back with zeros and
+// accept it as formatted alike, though its directory may name blocks past
+// the cut) and leaves the file as it is; format --force at that size
+// reformats it, growing the file.
+TEST(CliTest, FormatRefusesATruncatedRegionAndForceReformatsItAtAnySize) {
+  const std::string region = Region("trunc-fmt");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 4MiB --slot-size 4096").rc, 0);
+  {
+    std::unique_ptr<cxlkv::Region> reg;
+    cxlkv::NamespaceId ns;
+    ASSERT_NO_FATAL_FAILURE(clitest::AttachWithNamespace(region, &reg, &ns));
+    const std::string d(4096, 'k');
+    for (uint64_t id = 1; id <= 600; ++id) {  // past the cut too
+      ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(id), d.data(), d.size()).ok());
+    }
+  }
+  ASSERT_EQ(::truncate(region.c_str(), 2 << 20), 0);
+  Result r = Cxlkv("format --region " + region + " --region-size 4MiB --slot-size 4096");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("format --force --slot-size 4096"), std::string::npos) << r.out;
+  struct stat st {};
+  ASSERT_EQ(::stat(region.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 2 << 20);  // not grown
+  r = Cxlkv("format --force --region " + region + " --region-size 4MiB --slot-size 4096");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(Json(r)["region"]["size"], 4 << 20);
+  EXPECT_EQ(Json(r)["slots"]["ready"], 0) << r.out;  // a fresh format
+  // A region formatted smaller than the size asked is not grown either.
+  r = Cxlkv("format --region " + region + " --region-size 8MiB --slot-size 4096");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("give --region-size 4194304"), std::string::npos) << r.out;
+  ASSERT_EQ(::stat(region.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 4 << 20);
   ::unlink(region.c_str());
 }
 

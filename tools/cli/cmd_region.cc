@@ -2,6 +2,7 @@
 //
 // Region administration: format, inspect, stats, verify, wipe, gc.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -33,28 +34,89 @@ json ParticipantsJson(const std::vector<ParticipantInfo>& ps) {
   return arr;
 }
 
+// A region's header alone takes this many bytes (layout.h): a file with less
+// after its offset holds no region, so no blocks of value.
+constexpr uint64_t kRegionHeaderBytes = 4096;
+
 int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_json) {
   RegionOptions o;
   Status s = f.ToOptions(&o);
   if (!s.ok()) return Fail("format", s);
   if (o.config.slot_size == 0)
     return Fail("format", Status::InvalidArgument("--slot-size is required"));
+  // What the file holds now. A file shorter than --region-size is read at
+  // its present length (size 0): a probe at that size refuses it, and the
+  // format's own open would grow it, so a truncated region read back as
+  // formatted alike, with zeros past the cut that its directory may name
+  // as blocks. Otherwise at the size given, which also bounds what --force
+  // zeroes (another region may follow it in the file or device).
+  LifecycleOptions lo;
+  s = f.ToLifecycle(timing, &lo);
+  if (!s.ok()) return Fail("format", s);
+  const uint64_t want_size = lo.size;
+  struct stat st {};
+  const bool regular = ::stat(f.region.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const uint64_t file_size = regular ? static_cast<uint64_t>(st.st_size) : 0;
+  if (regular && file_size < lo.offset + want_size) lo.size = 0;
+  ProbeReport probe;
+  const Status probed = ProbeRegion(f.region, lo, &probe);
+  const bool too_small = probed.ok() && probe.kind == RegionKind::kForeign && regular &&
+                         file_size > lo.offset && file_size - lo.offset < kRegionHeaderBytes;
+  const std::string small_text =
+      too_small ? "region " + f.region + " is " + std::to_string(file_size - lo.offset) +
+                      " bytes from its offset and not blank: too small to be a region (its "
+                      "header alone is " +
+                      std::to_string(kRegionHeaderBytes) + " bytes), so it holds no blocks"
+                : "";
   if (force) {
     // --force overrides what a cxlkv region's header says (damage, another
-    // geometry or layout version, an abandoned format); it never formats
-    // over a region in use or bytes that are not a cxlkv region.
-    LifecycleOptions lo;
-    s = f.ToLifecycle(timing, &lo);
-    ProbeReport probe;
-    if (s.ok()) s = ProbeRegion(f.region, lo, &probe);
+    // geometry or layout version, an abandoned format, a truncated file); it
+    // never formats over a region in use or bytes that are not a cxlkv
+    // region, except a file too small to hold one.
+    s = probed;
     if (s.ok() && (probe.kind == RegionKind::kRegion || probe.kind == RegionKind::kDamaged)) {
       s = UnformatRegion(f.region, lo);
+    } else if (too_small && want_size == 0) {
+      s = Status::InvalidArgument(small_text +
+                                  "; give --region-size N to format it as a region of N bytes");
+    } else if (too_small) {
+      // Emptied to its offset; the open below grows and formats it.
+      if (::truncate(f.region.c_str(), static_cast<off_t>(lo.offset)) != 0) {
+        s = Status::IOError("truncate " + f.region + ": " + std::strerror(errno));
+      }
     } else if (s.ok() && probe.kind == RegionKind::kForeign) {
       s = Status::InvalidArgument("region " + f.region + " is not a cxlkv region (" + probe.detail +
                                   "); --force never formats over foreign bytes: remove or "
                                   "zero the file yourself if it is not needed");
     }
     if (!s.ok()) return Fail("format", s);
+  } else if (too_small) {
+    return Fail("format",
+                Status::InvalidArgument(
+                    small_text + "; `cxlkv format --force` formats it (give --region-size)"));
+  } else if (probed.ok() && regular && want_size != 0 && file_size < lo.offset + want_size &&
+             (probe.kind == RegionKind::kRegion || probe.kind == RegionKind::kDamaged)) {
+    // The probe's detail is its open's error ("<Code>: region P: why").
+    std::string why = probe.detail;
+    const std::string named = "region " + f.region + ": ";
+    if (size_t at = why.find(named); at != std::string::npos) why = why.substr(at + named.size());
+    // A formatted region in a file shorter than the size asked: truncated
+    // (its header records more than the file holds), or formatted smaller.
+    // Either way the open would grow the file first; never take it as intact.
+    const std::string what =
+        probe.kind == RegionKind::kRegion
+            ? "region " + f.region + " is already formatted as a region of " +
+                  std::to_string(probe.info.size) + " bytes, smaller than --region-size " +
+                  std::to_string(want_size) + ": give --region-size " +
+                  std::to_string(probe.info.size) +
+                  " (or none) to check it, or reformat it at the new size with `cxlkv format "
+                  "--force` (its blocks are lost; it is a cache)"
+            : named + why +
+                  (why.find("format --force") != std::string::npos
+                       ? ""
+                       : " (format never grows a formatted file: `cxlkv format --force` "
+                         "reformats it; its blocks are lost, it is a cache)");
+    return Fail("format", Status::InvalidArgument(what));
   }
   o.register_participant = false;
   if (o.config.coherence == CoherenceMode::kSoftware) {
