@@ -44,11 +44,9 @@ std::string MissingKubeconfig() {
 
 TEST(ControllerMainTest, AMissingKubeconfigIsSaidToNotExistWithThePathAndTheWayOn) {
   const std::string path = MissingKubeconfig();
-  const Result r =
-      Controller("--identity t --fabric http://127.0.0.1:9 --kubeconfig " + path);
+  const Result r = Controller("--identity t --fabric http://127.0.0.1:9 --kubeconfig " + path);
   EXPECT_EQ(r.rc, 1) << r.err;
-  EXPECT_NE(r.err.find("load kubeconfig " + path + ": the file does not exist"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("load kubeconfig " + path + ": the file does not exist"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("--kubeconfig or $KUBECONFIG"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("bad file"), std::string::npos) << r.err;
@@ -68,8 +66,7 @@ TEST(ControllerMainTest, AnUnknownModeIsRefusedFirstNamingTheValuesItTakes) {
   Result r = Controller(base + " --flow papers");
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("--flow \"papers\""), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("binding-conditions, prepare-wait (alias paper) or auto"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("binding-conditions, prepare-wait (alias paper) or auto"), std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("kubeconfig"), std::string::npos) << r.err;
   r = Controller(base, "CXLKV_DRA_FLOW=bc");  // the environment variable, checked alike

@@ -110,10 +110,9 @@ TEST_P(ResealedHeaderTest, IsRefusedNamingTheFieldAndHowToGoOn) {
     RawRegion raw(sr.path());
     e.apply(raw.sb());
     const auto* p = reinterpret_cast<const uint8_t*>(raw.sb());
-    raw.sb()->header_crc =
-        internal::Crc32c(p + offsetof(internal::Superblock, layout_version),
-                         offsetof(internal::Superblock, header_crc) -
-                             offsetof(internal::Superblock, layout_version));
+    raw.sb()->header_crc = internal::Crc32c(p + offsetof(internal::Superblock, layout_version),
+                                            offsetof(internal::Superblock, header_crc) -
+                                                offsetof(internal::Superblock, layout_version));
   }
   std::unique_ptr<Region> r;
   Status s = Region::Open(sr.path(), Attach(), &r);

@@ -24,14 +24,14 @@
 namespace cxlkv {
 namespace {
 
+using internal::DataState;
+using internal::PackData;
 using internal::PackWord;
 using internal::SlotMeta;
 using internal::SlotState;
 using internal::WordGen;
 using internal::WordOwner;
 using internal::WordState;
-using internal::DataState;
-using internal::PackData;
 using test::DataSlotViolation;
 using test::FillPattern;
 using test::MustOpen;
@@ -564,8 +564,9 @@ TEST(DataSlotDamageTest, ReadyEntryOnADataSlotItsLeaseDoesNotHoldIsDroppedByTheS
     }
     {
       Raw raw(sr.path());
-      raw.meta(st.slot[1]).data.store(past ? static_cast<uint32_t>(raw.num_slots()) + 1
-                                           : raw.meta(st.slot[0]).data.load());
+      raw.meta(st.slot[1])
+          .data.store(past ? static_cast<uint32_t>(raw.num_slots()) + 1
+                           : raw.meta(st.slot[0]).data.load());
     }
     auto r = MustOpen(sr.path(), AttachOpts());
     EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
@@ -631,35 +632,28 @@ INSTANTIATE_TEST_SUITE_P(
                 [](Raw&, uint64_t, uint64_t, uint64_t, uint64_t) {
                   return PackData(internal::kDataEntryMask, 5, DataState::kMoving);
                 }},
-        BadWord{"HeldByAFreeEntry",
-                [](Raw&, uint64_t e, uint64_t g, uint64_t, uint64_t) {
-                  return PackData(e, g, DataState::kHeld);
-                }},
+        BadWord{"HeldByAFreeEntry", [](Raw&, uint64_t e, uint64_t g, uint64_t,
+                                       uint64_t) { return PackData(e, g, DataState::kHeld); }},
         BadWord{"MovingForAFreeEntry",
                 [](Raw&, uint64_t e, uint64_t g, uint64_t, uint64_t) {
                   return PackData(e, g + 1, DataState::kMoving);
                 }},
         BadWord{"HeldByAReadyEntryAtAnotherGeneration",
                 [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
-                  return PackData(live, WordGen(raw.meta(live).state.load()) + 1,
-                                  DataState::kHeld);
+                  return PackData(live, WordGen(raw.meta(live).state.load()) + 1, DataState::kHeld);
                 }},
         BadWord{"ImpossibleState",
                 [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
-                  return PackData(live, WordGen(raw.meta(live).state.load()), DataState::kFree) |
-                         7;
+                  return PackData(live, WordGen(raw.meta(live).state.load()), DataState::kFree) | 7;
                 }},
         // The lease of a READY block whose entry names another data slot:
         // a copy of a live word (HELD), or one the rule for a writer that
         // died between READY and its settle would promote (MOVING).
-        BadWord{"CopyOfALiveLease",
-                [](Raw& raw, uint64_t, uint64_t, uint64_t, uint64_t live_data) {
-                  return raw.dword(live_data).load();
-                }},
+        BadWord{"CopyOfALiveLease", [](Raw& raw, uint64_t, uint64_t, uint64_t,
+                                       uint64_t live_data) { return raw.dword(live_data).load(); }},
         BadWord{"MovingForAReadyEntryNamingAnotherSlot",
                 [](Raw& raw, uint64_t, uint64_t, uint64_t live, uint64_t) {
-                  return PackData(live, WordGen(raw.meta(live).state.load()),
-                                  DataState::kMoving);
+                  return PackData(live, WordGen(raw.meta(live).state.load()), DataState::kMoving);
                 }}),
     [](const testing::TestParamInfo<BadWord>& i) { return std::string(i.param.name); });
 

@@ -281,8 +281,8 @@ static_assert(sizeof(SlotCrcTrailerV5) == 40);
 // timeout): a word whose entry is FREE or at another generation is FREE'd,
 // and so is one of a committed lease (e READY or EVICTING at g) whose entry
 // names another data slot (damage: a copied word); MOVING(e, g) with e
-// READY at g (its writer died between READY and settle) goes HELD. Every CAS on a data word names the lease it expects,
-// so a paused participant's late step fails on a word a newer lease holds
+// READY at g (its writer died between READY and settle) goes HELD. Every CAS on a data word names
+// the lease it expects, so a paused participant's late step fails on a word a newer lease holds
 // (docs/model.md, l5-lease-*).
 enum class DataState : uint8_t { kFree = 0, kHeld = 1, kMoving = 2 };
 inline constexpr uint64_t kDataEntryShift = 4;

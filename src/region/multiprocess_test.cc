@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <string>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -565,8 +565,8 @@ INSTANTIATE_TEST_SUITE_P(Disturbances, StressTest, testing::Values(false, true),
 // failpoint has killed a process and for at least 1.5 s (30 s under
 // CXLKV_FULL=1, `scripts/test.sh --full`).
 constexpr const char* kKillPoints[] = {
-    "write.before_claim", "write.after_claim", "write.mid_copy",  "write.before_commit",
-    "write.after_ready",  "evict.after_take",  "evict.mid_move",  "read.after_data",
+    "write.before_claim", "write.after_claim", "write.mid_copy", "write.before_commit",
+    "write.after_ready",  "evict.after_take",  "evict.mid_move", "read.after_data",
     "read.mid_copy",      "pin.before_pin",    "pin.after_pin",
 };
 

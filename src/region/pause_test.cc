@@ -388,7 +388,9 @@ TEST(PauseTest, MoverPausedMidMoveEvictsNothingOnceFenced) {
     Status s = r->Load(ns, BlockKey::FromId(id), buf.data(), buf.size());
     EXPECT_TRUE(s.ok()) << "block " << id
                         << " was evicted by a fenced participant: " << s.ToString();
-    if (s.ok()) EXPECT_EQ(buf, bytes);
+    if (s.ok()) {
+      EXPECT_EQ(buf, bytes);
+    }
   }
   EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
       << DataSlotViolation(r.get(), true);

@@ -72,11 +72,11 @@ int64_t RegionImpl::ReadDataSlot(uint64_t slot, uint64_t word, Status* bad) {
     // of it answer kDuplicate. Its data slot's word is then a lease that
     // is over, which the orphan rule frees.
     const bool dropped = self_ >= 0 && ForceDropSlot(slot, word);
-    *bad = Status::Corruption(
-        "index entry " + std::to_string(slot) + " names a data slot past the region's " +
-        std::to_string(geo_.num_slots) +
-        (dropped ? " (damaged: dropped, its key can be stored again)"
-                 : " (damaged: `cxlkv verify --drop` drops it)"));
+    *bad = Status::Corruption("index entry " + std::to_string(slot) +
+                              " names a data slot past the region's " +
+                              std::to_string(geo_.num_slots) +
+                              (dropped ? " (damaged: dropped, its key can be stored again)"
+                                       : " (damaged: `cxlkv verify --drop` drops it)"));
   }
   return -1;
 }

@@ -302,8 +302,7 @@ void RegionImpl::SweepOrphans() {
     auto off_data = [&](uint64_t word) {
       if (!geo_.decoupled || WordState(word) != kReady) return false;
       const int64_t d = EntryDataSlot(s);
-      return d < 0 ||
-             !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), s, WordGen(word));
+      return d < 0 || !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), s, WordGen(word));
     };
     const bool orphan = state > kEvicting ||
                         ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w))) ||

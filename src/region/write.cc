@@ -41,8 +41,7 @@ bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& 
 
 bool RegionImpl::ClaimSlotOnce(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
                                uint64_t* slot_out, uint64_t* word_out, bool* evicted,
-                               int64_t* ready_copy, int64_t* data, uint64_t* dword,
-                               bool* raced) {
+                               int64_t* ready_copy, int64_t* data, uint64_t* dword, bool* raced) {
   *ready_copy = -1;
   *data = -1;
   const uint32_t ways = geo_.ways;
