@@ -299,7 +299,13 @@ bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
   // blocks from eviction) do not hold a corrupt one. Pinners that copy it
   // concurrently see the generation change and miss; their pin bits only
   // delay the next eviction of the reused slot until they unpin.
-  return TakeAndFreeSlot(slot, word);
+  // `word` is the one the reader found, which may be an evictor's EVICTING
+  // word that has since been restored READY (the reader's pin made the
+  // evictor give up): take the block as its word is now, if it is still the
+  // block that failed (same generation, readable).
+  const uint64_t now = meta_[slot].state.load(std::memory_order_seq_cst);
+  if (!SameReadableBlock(word, now)) return false;
+  return TakeAndFreeSlot(slot, now);
 }
 
 bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {

@@ -594,6 +594,82 @@ TEST(PauseTest, DropLeavesABlockAnotherEvictorTookToThatEvictor) {
   EXPECT_TRUE(r->Drop(ns, key).ok());
 }
 
+// A load finds a damaged block EVICTING (an evictor between its take and its
+// pin check), pins it, and waits: the evictor finds the pin and restores
+// READY, the load's pin holds, its copy fails the CRC and it drops the
+// block. The drop must take the word as it is now (READY, restored), not
+// the EVICTING word the load found: with that one the drop's CAS failed and
+// the damaged block stayed READY until a later read or the verify scrub.
+TEST(PauseTest, LoadDropsADamagedBlockItFoundEvictingOnceRestored) {
+  CXLKV_SKIP_WITHOUT_FAILPOINTS();
+  ScratchRegion sr("pdamev");
+  RegionOptions opts = TestOptions(kTiny, kSlot);
+  opts.liveness_timeout_ns = 60'000'000'000;  // nobody is judged dead while stopped
+  auto r = MustOpen(sr.path(), opts);
+  const NamespaceId ns = Ns(r.get());
+  const BlockKey key = BlockKey::FromId(19);
+  const std::vector<uint8_t> bytes = Block(0x3C);
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const int64_t e = impl->FindReadySlot(ns, key);
+  ASSERT_GE(e, 0);
+  const int64_t data = impl->EntryDataSlot(static_cast<uint64_t>(e));
+  ASSERT_GE(data, 0);
+  impl->EntryData(static_cast<uint64_t>(e))[100] ^= 0x5A;  // damage: the CRC no longer holds
+  auto word = [&] { return impl->Meta(static_cast<uint64_t>(e)).state.load(); };
+  constexpr uint8_t kEvicting = static_cast<uint8_t>(internal::SlotState::kEvicting);
+  const uint64_t ready = word();
+  struct Sh {
+    std::atomic<int> e_code{-1}, l_code{-1};
+    std::atomic<bool> done{false};
+  };
+  auto* sh = SharedAnon<Sh>();
+  // E: Drop (an evictor: TakeReadySlot, then the pin check), stopped after
+  // its take; it stays registered until the end.
+  pid_t ev = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    sh->e_code = static_cast<int>(w->Drop(ns, key).code());
+    while (!sh->done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(ev));
+  ASSERT_EQ(internal::WordState(word()), kEvicting);
+  // L: loads the key (found EVICTING), stopped with its pin bit set.
+  pid_t l = Spawn([&] {
+    ::setenv("CXLKV_FAILPOINT", "pin.after_pin:stop", 1);
+    internal::ReloadFailpoints();
+    auto w = MustOpen(sr.path(), opts);
+    std::vector<uint8_t> buf(kSlot);
+    sh->l_code = static_cast<int>(w->Load(ns, key, buf.data(), buf.size()).code());
+    return 0;
+  });
+  ASSERT_TRUE(WaitStopped(l));
+  // E finds L's pin and restores the READY word it took.
+  ::kill(ev, SIGCONT);
+  ASSERT_TRUE(WaitFor([&] { return sh->e_code.load() >= 0; }));
+  EXPECT_EQ(sh->e_code.load(), static_cast<int>(Status::Code::kBusy));
+  ASSERT_EQ(word(), ready);
+  // L's pin holds (READY, same generation); its copy fails the CRC.
+  ::kill(l, SIGCONT);
+  EXPECT_EQ(Reap(l), 0);
+  EXPECT_EQ(sh->l_code.load(), static_cast<int>(Status::Code::kCorruption));
+  // The damaged block is gone, with its data slot, without another read.
+  EXPECT_LT(impl->FindReadySlot(ns, key), 0)
+      << "state " << int(internal::WordState(word())) << ", owner " << internal::WordOwner(word());
+  EXPECT_EQ(int(internal::WordState(impl->DataWord(static_cast<uint64_t>(data)).load())),
+            int(internal::DataState::kFree));
+  EXPECT_EQ(DataSlotViolation(r.get(), true), "");
+  sh->done = true;
+  EXPECT_EQ(Reap(ev), 0);
+  // Its key can be stored again and reads back exact.
+  ASSERT_TRUE(r->Store(ns, key, bytes.data(), kSlot).ok());
+  std::vector<uint8_t> buf(kSlot);
+  ASSERT_TRUE(r->Load(ns, key, buf.data(), buf.size()).ok());
+  EXPECT_EQ(buf, bytes);
+}
+
 // A process paused before its claim CAS is reclaimed (nothing to sweep yet),
 // resumes, claims a slot under its stale index, and is killed right after:
 // the slot names an owner that is not alive, which no reclaim sweep visits.

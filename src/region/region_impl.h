@@ -227,7 +227,9 @@ class RegionImpl final : public Region {
   bool TakeReadySlot(uint64_t slot, uint64_t word);
   // EVICTING(g, evictor) of an evictor that died -> READY(g, recorded writer).
   bool RestoreEvictedBlock(uint64_t slot, uint64_t evicting);
-  // READY(word) -> FREE regardless of pins: for blocks that failed CRC.
+  // The block `word` found (READY or EVICTING, generation g) -> FREE
+  // regardless of pins, taken from its word as it is now while that is
+  // still generation g readable: for blocks that failed CRC.
   bool ForceDropSlot(uint64_t slot, uint64_t word);
   // Frees a slot this process holds as WRITING/EVICTING: checks that the
   // slot still holds `owned_word`, clears the tag (while owning it), then
