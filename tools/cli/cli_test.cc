@@ -291,6 +291,28 @@ TEST(CliTest, AFileTooSmallToBeARegionIsFormattedByForce) {
   ::unlink(region.c_str());
 }
 
+// Foreign bytes where a format's lock word goes, over an otherwise blank
+// header area, are not an abandoned format: format refuses them (it formatted
+// over them after its stall timeout) and leaves the file as it was.
+TEST(CliTest, FormatNeverTakesForeignBytesForAnAbandonedFormat) {
+  const std::string region = Region("lockword");
+  std::string bytes(100, 'x');
+  bytes.resize(8192, '\0');
+  { std::ofstream(region, std::ios::binary | std::ios::trunc) << bytes; }
+  for (const char* force : {"", " --force"}) {
+    Result r = Cxlkv(std::string("format") + force + " --region " + region +
+                     " --region-size 4MiB --slot-size 4096");
+    EXPECT_EQ(r.rc, 1) << force << ": " << r.out;
+    EXPECT_NE(r.out.find("is not a cxlkv region"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("remove or zero the file yourself"), std::string::npos) << r.out;
+    std::ifstream in(region, std::ios::binary);
+    const std::string after((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(after == bytes) << force << ": the file was changed: now " << after.size()
+                                << " bytes";
+  }
+  ::unlink(region.c_str());
+}
+
 // A truncated region is never taken as intact: plain format at the recorded
 // size refuses it (its open used to grow the file back with zeros and
 // accept it as formatted alike, though its directory may name blocks past

@@ -94,6 +94,14 @@ int Format(const RegionFlags& f, const TimingFlags& timing, bool force, bool as_
     return Fail("format",
                 Status::InvalidArgument(
                     small_text + "; `cxlkv format --force` formats it (give --region-size)"));
+  } else if (probed.ok() && probe.kind == RegionKind::kForeign) {
+    // The open refuses most such bytes itself, but reads a non-zero word
+    // where a format's lock goes, over an otherwise blank header area, as an
+    // abandoned format of ours and takes it over: never for foreign bytes.
+    return Fail("format", Status::InvalidArgument(
+                              "region " + f.region + " is not a cxlkv region (" + probe.detail +
+                              "); format never formats over foreign bytes (nor does --force): "
+                              "remove or zero the file yourself if it is not needed"));
   } else if (probed.ok() && regular && want_size != 0 && file_size < lo.offset + want_size &&
              (probe.kind == RegionKind::kRegion || probe.kind == RegionKind::kDamaged)) {
     // The probe's detail is its open's error ("<Code>: region P: why").
