@@ -296,9 +296,19 @@ class Region {
 
   struct ScrubReport {
     uint64_t ready = 0, verified = 0, crc_failures = 0, dropped = 0, skipped_changed = 0;
+    // Layout 5 (coherence=hardware; 0 otherwise), by the orphan sweep's
+    // rules. ready_off_data: READY blocks whose data slot's word is not
+    // their lease (a damaged index or data word), also counted in
+    // crc_failures (and dropped, in `dropped`, when `drop_corrupt`).
+    // data_unsettled: data words the orphan rule would change (a lease that
+    // is over, a damaged or copied word, a dead writer's MOVING word);
+    // data_settled: those the scrub changed (`drop_corrupt` only).
+    uint64_t ready_off_data = 0, data_unsettled = 0, data_settled = 0;
   };
   // Re-reads every READY slot and checks its CRC32C; corrupt slots are
-  // dropped when `drop_corrupt`. Safe while others are attached.
+  // dropped when `drop_corrupt`. Layout 5 also checks the data words as the
+  // orphan sweep does, and settles them when `drop_corrupt`. Safe while
+  // others are attached.
   virtual Status Verify(bool drop_corrupt, ScrubReport* report) = 0;
 
   struct WipeReport {

@@ -233,14 +233,19 @@ void BumpGeneration(Raw& raw, const Stored& st) {
 void ShortenLength(Raw& raw, const Stored& st) { raw.meta(st.slot[2]).len.store(kSlot / 2); }
 
 // Everything of two index entries swapped, state words and data slot
-// indexes included: a consistent relocation (both blocks were their entry's
-// first write, so the generations are equal; each entry still names its own
-// bytes), which must still serve exactly the right bytes. Moving the bytes
-// instead (SwapData) is detected: the CRC binds the data slot.
+// indexes included, and the two data words (each names its entry's lease):
+// a consistent relocation (both blocks were their entry's first write, so
+// the generations are equal; each entry still names its own bytes, and
+// their words its lease), which must still serve exactly the right bytes.
+// Moving the bytes instead (SwapData) is detected: the CRC binds the data
+// slot. Without the data words, each entry would be on a data slot its
+// lease does not hold, which the orphan sweep and verify find.
 void SwapWholeSlots(Raw& raw, const Stored& st) {
+  const uint64_t da = raw.meta(st.slot[0]).data.load(), db = raw.meta(st.slot[1]).data.load();
   SwapAllButStateAndData(raw, st);
   SwapAtomic(raw.meta(st.slot[0]).data, raw.meta(st.slot[1]).data);
   SwapAtomic(raw.meta(st.slot[0]).state, raw.meta(st.slot[1]).state);
+  SwapAtomic(raw.dword(da), raw.dword(db));
 }
 
 class CoordinatedFaultTest : public testing::TestWithParam<Fault> {};

@@ -179,6 +179,17 @@ DataFate RegionImpl::DataWordFate(uint64_t data, uint64_t w) const {
   return DataFate::kKeep;
 }
 
+bool RegionImpl::ReadyOffData(uint64_t entry, uint64_t word) const {
+  if (!geo_.decoupled || WordState(word) != kReady) return false;
+  const int64_t d = EntryDataSlot(entry);
+  if (d >= 0 && DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), entry, WordGen(word))) {
+    return false;
+  }
+  // The index and the word read were the lease's own only if the entry
+  // still holds it (a block evicted or replaced since is not damage).
+  return meta_[entry].state.load(std::memory_order_seq_cst) == word;
+}
+
 bool RegionImpl::SettleDataWord(uint64_t data, uint64_t w) {
   const DataFate fate = DataWordFate(data, w);
   if (fate == DataFate::kKeep) return false;

@@ -323,12 +323,7 @@ Occupancy ScanOccupancy(const Region& region) {
   for (uint64_t e = 0; e < region.info().num_entries; ++e) {
     const uint64_t w = impl.Meta(e).state.load(std::memory_order_acquire);
     if (internal::WordState(w) != static_cast<uint8_t>(internal::SlotState::kReady)) continue;
-    const int64_t d = impl.EntryDataSlot(e);
-    if (d < 0 || !internal::DataLeaseIs(impl.DataWord(static_cast<uint64_t>(d)).load(), e,
-                                        internal::WordGen(w))) {
-      // Recheck: a block evicted or replaced since is not damage.
-      if (impl.Meta(e).state.load(std::memory_order_acquire) == w) ++o.ready_off_data;
-    }
+    if (impl.ReadyOffData(e, w)) ++o.ready_off_data;
   }
   return o;
 }

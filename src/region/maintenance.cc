@@ -60,6 +60,11 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     if (state > kEvicting ||
         ((state == kWriting || state == kEvicting) && WordOwner(w) >= geo_.max_participants)) {
       // Impossible word: nobody could ever finish or reclaim it.
+    } else if (state == kReady && ReadyOffData(s, w)) {
+      // Layout 5: its data slot's word is not its lease (the orphan
+      // sweep's rule): the bytes there may be another block's soon.
+      ++report->ready;
+      ++report->ready_off_data;
     } else if (state == kReady) {
       ++report->ready;
       const SlotMeta& m = meta_[s];
@@ -94,6 +99,19 @@ Status RegionImpl::Verify(bool drop_corrupt, ScrubReport* report) {
     // READY: a corrupt block; otherwise an impossible word nobody could
     // ever finish or reclaim. Either way take the slot, then free it.
     if (TakeAndFreeSlot(s, w)) ++report->dropped;
+  }
+  // Layout 5: the data words, after the entries (a block dropped above
+  // ends its lease), by the orphan rule; settled as a wipe or a reclaim
+  // settles them. A word in flight (a live mover between its steps) may be
+  // counted; settling it is safe, as every step expects its own lease.
+  if (!geo_.decoupled) return Status::OK();
+  for (uint64_t d = 0; d < geo_.num_slots; ++d) {
+    const uint64_t w = dwords_[d].load(std::memory_order_seq_cst);
+    if (DataWordFate(d, w) == DataFate::kKeep) continue;
+    ++report->data_unsettled;
+    if (!drop_corrupt) continue;
+    SettleDataWord(d, w);
+    if (dwords_[d].load(std::memory_order_seq_cst) != w) ++report->data_settled;
   }
   return Status::OK();
 }

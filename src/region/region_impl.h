@@ -155,6 +155,14 @@ class RegionImpl final : public Region {
   DataFate DataSlotFate(uint64_t d) const {
     return DataWordFate(d, dwords_[d].load(std::memory_order_acquire));
   }
+  // The orphan rule for a READY entry: whether entry `entry`, still READY
+  // with word `word`, names a data slot its lease does not hold (an index
+  // past the data area, or a data word that is not HELD or MOVING for
+  // (entry, its generation)). A committed lease's word always is, so this
+  // is damage, to the index or to that word. False for any other word, or
+  // if the entry's word changed while we read (not damage: decide later).
+  // The orphan sweep, the verify scrub and the inspect census share it.
+  bool ReadyOffData(uint64_t entry, uint64_t word) const;
   // Slot currently READY for (ns, key), or -1.
   int64_t FindReadySlot(NamespaceId ns, const BlockKey& key) const;
   // RegionInternal::CandidateSlots.

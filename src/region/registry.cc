@@ -299,14 +299,10 @@ void RegionImpl::SweepOrphans() {
     // next claim overwrites its bytes, and until a read or an eviction
     // drops it, it holds an entry and, named by no word, its own data slot
     // may be held for it for good.
-    auto off_data = [&](uint64_t word) {
-      if (!geo_.decoupled || WordState(word) != kReady) return false;
-      const int64_t d = EntryDataSlot(s);
-      return d < 0 || !DataLeaseIs(dwords_[d].load(std::memory_order_seq_cst), s, WordGen(word));
-    };
+    // (ReadyOffData: the rule the verify scrub and inspect read too.)
     const bool orphan = state > kEvicting ||
                         ((state == kWriting || state == kEvicting) && !OwnerAlive(WordOwner(w))) ||
-                        off_data(w);
+                        ReadyOffData(s, w);
     if (!orphan) {
       orphan_slots_.erase(s);
     } else if (stale(orphan_slots_, s, w)) {
@@ -315,7 +311,7 @@ void RegionImpl::SweepOrphans() {
       } else if (state == kReady) {
         // Dropped like a block that fails its CRC (its own data slot, if
         // a word names it, is then a lease that is over: the data sweep).
-        if (off_data(w) && TakeAndFreeSlot(s, w)) Count(Counter::kCrcFailures);
+        if (ReadyOffData(s, w) && TakeAndFreeSlot(s, w)) Count(Counter::kCrcFailures);
       } else if (TakeAndFreeSlot(s, w)) {
         Count(Counter::kReclaimedSlots);
       }

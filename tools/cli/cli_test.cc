@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cli_test_util.h"
+#include "cxlkv/lifecycle.h"
 #include "cxlkv/region.h"
 
 namespace {
@@ -386,6 +387,103 @@ TEST(CliTest, VerifyNamesTheDropForADamagedSlot) {
   r = Cxlkv("verify --region " + region);
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verified 0 of 0 ready slots"), std::string::npos) << r.out;
+  ::unlink(region.c_str());
+}
+
+// Layout 5's data words, damaged in the file: one block's word zeroed (FREE:
+// its READY entry is on a data slot it does not hold, and the next claim
+// would overwrite its bytes) and the other's copied onto a free data slot
+// (a word nothing would free). The bytes are intact, so the CRC alone
+// finds nothing: verify reads the orphan sweep's rules, and --drop repairs.
+TEST(CliTest, VerifyFindsAndSettlesDamagedDataWords) {
+  const std::string region = Region("scrubdata");
+  ::unlink(region.c_str());
+  ASSERT_EQ(Cxlkv("format --region " + region + " --region-size 8MiB --slot-size 64KiB").rc, 0);
+  const std::string a(65536, 'a'), b(65536, 'b');
+  uint64_t data_a = 0, data_b = 0, num_slots = 0;
+  {
+    std::unique_ptr<cxlkv::Region> reg;
+    cxlkv::NamespaceId ns;
+    ASSERT_NO_FATAL_FAILURE(clitest::AttachWithNamespace(region, &reg, &ns));
+    ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(1), a.data(), a.size()).ok());
+    ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(2), b.data(), b.size()).ok());
+    num_slots = reg->info().num_slots;
+    std::vector<cxlkv::SlotView> v;
+    ASSERT_TRUE(cxlkv::ScanSlots(*reg, 0, reg->info().num_entries, &v).ok());
+    int ready = 0;
+    for (const auto& sv : v) {
+      if (sv.state != cxlkv::SlotState::kReady) continue;
+      ++ready;
+      (sv.key.lo == cxlkv::BlockKey::FromId(1).lo ? data_a : data_b) = sv.data;
+    }
+    ASSERT_EQ(ready, 2);
+  }
+  ASSERT_NE(data_a, data_b);
+  // A free data slot: neither block's.
+  uint64_t spare = 0;
+  while (spare == data_a || spare == data_b) ++spare;
+  ASSERT_LT(spare, num_slots);
+  {
+    std::fstream f(region, std::ios::in | std::ios::out | std::ios::binary);
+    // The superblock's dwords_off (byte 232, layout 5): one 8-byte word per
+    // data slot from there.
+    uint64_t dwords_off = 0, word_b = 0;
+    f.seekg(232);
+    f.read(reinterpret_cast<char*>(&dwords_off), 8);
+    ASSERT_GT(dwords_off, 0u);
+    f.seekg(static_cast<std::streamoff>(dwords_off + 8 * data_b));
+    f.read(reinterpret_cast<char*>(&word_b), 8);
+    ASSERT_NE(word_b, 0u);
+    const uint64_t zero = 0;
+    f.seekp(static_cast<std::streamoff>(dwords_off + 8 * data_a));
+    f.write(reinterpret_cast<const char*>(&zero), 8);
+    f.seekp(static_cast<std::streamoff>(dwords_off + 8 * spare));
+    f.write(reinterpret_cast<const char*>(&word_b), 8);
+    ASSERT_TRUE(f.good());
+  }
+  Result r = Cxlkv("verify --region " + region + " --json");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  json j = Json(r);
+  EXPECT_EQ(j["verified"], 1);  // block 2; block 1's bytes are intact but not held
+  EXPECT_EQ(j["crc_failures"], 1);
+  EXPECT_EQ(j["dropped"], 0);
+  EXPECT_EQ(j["data_slots"]["ready_off_data"], 1);
+  EXPECT_EQ(j["data_slots"]["unsettled"], 1);  // the copied word
+  EXPECT_EQ(j["data_slots"]["settled"], 0);
+  r = Cxlkv("verify --region " + region);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("1 READY block(s) on a data slot they do not hold"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("cxlkv verify --region " + region + " --drop"), std::string::npos) << r.err;
+  r = Cxlkv("verify --region " + region + " --drop --json");
+  EXPECT_EQ(r.rc, 1) << r.out;  // it found damage, and reports it
+  j = Json(r);
+  EXPECT_EQ(j["dropped"], 1);
+  EXPECT_EQ(j["data_slots"]["settled"], 1);
+  // Repaired: block 2 stays, exact; block 1 is gone and storable again.
+  r = Cxlkv("verify --region " + region + " --json");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  j = Json(r);
+  EXPECT_EQ(j["verified"], 1);
+  EXPECT_EQ(j["data_slots"]["unsettled"], 0);
+  r = Cxlkv("inspect --region " + region + " --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = Json(r);
+  EXPECT_EQ(j["data_slots"]["held"], 1);
+  EXPECT_EQ(j["data_slots"]["unsettled"], 0);
+  EXPECT_EQ(j["data_slots"]["ready_off_data"], 0);
+  {
+    std::unique_ptr<cxlkv::Region> reg;
+    cxlkv::NamespaceId ns;
+    ASSERT_NO_FATAL_FAILURE(clitest::AttachWithNamespace(region, &reg, &ns));
+    std::string got(65536, '\0');
+    ASSERT_TRUE(reg->Load(ns, cxlkv::BlockKey::FromId(2), got.data(), got.size()).ok());
+    EXPECT_EQ(got, b);
+    EXPECT_TRUE(reg->Load(ns, cxlkv::BlockKey::FromId(1), got.data(), got.size()).IsNotFound());
+    ASSERT_TRUE(reg->Store(ns, cxlkv::BlockKey::FromId(1), a.data(), a.size()).ok());
+    ASSERT_TRUE(reg->Load(ns, cxlkv::BlockKey::FromId(1), got.data(), got.size()).ok());
+    EXPECT_EQ(got, a);
+  }
   ::unlink(region.c_str());
 }
 
