@@ -746,5 +746,43 @@ TEST(DataSlotDamageTest, InspectCountsWhatTheSweepHasLeftToRepair) {
   EXPECT_EQ(DataSlotViolation(r.get(), true), "");
 }
 
+// A pin bit of a live participant that holds no pin (damage: a bit set
+// where its owner never pinned) kept its block from being evicted or
+// dropped for as long as that participant lived: the orphan sweep clears
+// only bits of owners that are not alive. Each participant knows its own
+// pins (its process's pin counts), so its sweep clears a bit of its own
+// that no pin of its holds, and leaves a real pin alone.
+TEST(DamageTest, AStrayPinBitOfALiveParticipantIsClearedByThatParticipant) {
+  ScratchRegion sr("straypin");
+  const Stored st = Populate(sr.path());
+  RegionOptions opts = AttachOpts();
+  opts.heartbeat_interval_ns = 20'000'000;
+  opts.liveness_timeout_ns = 5'000'000'000;  // nobody is judged dead under load
+  auto a = MustOpen(sr.path(), opts);
+  auto b = MustOpen(sr.path(), opts);
+  const auto pb = static_cast<uint32_t>(b->info().participant);
+  ASSERT_LT(pb, 64u);
+  // B really pins block 1; its bit on block 0 is damage.
+  PinSet pins;
+  const BlockKey k0 = BlockKey::FromId(st.id[0]), k1 = BlockKey::FromId(st.id[1]);
+  ASSERT_TRUE(b->PinPrefix(st.ns[1], &k1, 1, &pins).ok());
+  ASSERT_EQ(pins.size(), 1u);
+  {
+    Raw raw(sr.path());
+    raw.pins(st.slot[0]).fetch_or(1ull << pb);
+  }
+  // B's sweep clears the stray bit (a pass over this region's entries
+  // takes one heartbeat); A can then drop block 0.
+  Raw raw(sr.path());
+  EXPECT_TRUE(WaitFor([&] { return (raw.pins(st.slot[0]).load() & (1ull << pb)) == 0; }, 20000))
+      << "participant " << pb << "'s stray pin bit is still set";
+  EXPECT_TRUE(a->Drop(st.ns[0], k0).ok());
+  // B's real pin stayed through the passes that cleared the stray bit.
+  EXPECT_NE(raw.pins(st.slot[1]).load() & (1ull << pb), 0u);
+  EXPECT_TRUE(a->Drop(st.ns[1], k1).IsBusy());
+  pins.Release();
+  EXPECT_TRUE(a->Drop(st.ns[1], k1).ok());
+}
+
 }  // namespace
 }  // namespace cxlkv

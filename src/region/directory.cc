@@ -225,6 +225,22 @@ void RegionImpl::UnpinSlot(uint64_t slot) {
   }
 }
 
+void RegionImpl::ClearStrayOwnPin(uint64_t slot) {
+  const uint64_t bit = 1ull << (self_index() % 64);
+  std::atomic<uint64_t>& pw = PinWords(slot)[self_index() / 64];
+  if ((pw.load(std::memory_order_relaxed) & bit) == 0) return;
+  // Our bit changes only under the stripe's lock (PinSlot, UnpinSlot), with
+  // our pin count: set with no count is no pin of ours. Never wait (a
+  // PinSlot may hold the lock while it waits on an evictor, and this runs
+  // on the heartbeat thread): a busy stripe is looked at next pass.
+  const int stripe = static_cast<int>(slot % kPinStripes);
+  std::unique_lock<std::mutex> l(pin_mu_[stripe], std::try_to_lock);
+  if (!l.owns_lock() || pin_counts_[stripe].count(slot) != 0) return;
+  // Once reclaimed, the bit may be the index's next owner's (as UnpinSlot).
+  if (!StillRegistered()) return;
+  if (pw.fetch_and(~bit, std::memory_order_acq_rel) & bit) Count(Counter::kReleasedPins);
+}
+
 void RegionImpl::UnpinSlots(const std::vector<uint64_t>& slots) {
   if (self_ < 0) return;
   for (uint64_t s : slots) UnpinSlot(s);

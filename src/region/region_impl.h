@@ -208,6 +208,9 @@ class RegionImpl final : public Region {
   // EVICTING ones and clears pin bits whose owner is not alive, once the
   // same word has been seen unchanged for the liveness timeout.
   void SweepOrphans();
+  // Clears our pin bit on `slot` if this process holds no pin there
+  // (damage: only we set our bit, under pin_mu_, with our pin count).
+  void ClearStrayOwnPin(uint64_t slot);
   // True while our registry entry is still ours (not reclaimed). Checked
   // right before acting on the region as a participant.
   bool StillRegistered() const;

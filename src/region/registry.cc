@@ -316,6 +316,9 @@ void RegionImpl::SweepOrphans() {
         Count(Counter::kReclaimedSlots);
       }
     }
+    // Our own pin bit where we hold no pin: damage, which no other
+    // participant can tell from a pin of ours (we are alive).
+    if (!soft_) ClearStrayOwnPin(s);
     for (uint32_t k = 0; k < geo_.pin_words; ++k) {
       std::atomic<uint64_t>& pw = PinWords(s)[k];
       const uint64_t bits = pw.load(std::memory_order_relaxed);
