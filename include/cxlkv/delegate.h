@@ -16,7 +16,8 @@
 // Protocol (the reserving process R owns the slot throughout; no other
 // process ever writes metadata):
 //   R: BeginWrite(len = PayloadLen()) -> lease (WRITING word w)
-//   R: ExportWriteToken(lease) -> token {format_epoch, slot, w, len}  (picklable)
+//   R: ExportWriteToken(lease) -> token {format_epoch, slot, w, len}  (picklable;
+//      layout 5: len's high 32 bits carry the lease's data slot)
 //   each filler p: FillPart(token, p, pages)  -> part p bytes + table[p] = {crc, w}
 //   R, after every filler reported: CommitPartedWrite(lease)
 //        table[p].word == w for all p -> CommitWrite(CRC32C(payload)) -> READY
@@ -51,8 +52,15 @@ struct WriteToken {
   uint64_t format_epoch = 0;  // RegionInfo::format_epoch of the region
   uint64_t slot = 0;
   uint64_t word = 0;  // the WRITING word the reservation installed
-  uint64_t len = 0;   // payload bytes reserved
+  // Low 32 bits: payload bytes reserved (a slot holds less than 2^32).
+  // coherence=hardware (layout 5): high 32 bits, the data slot the
+  // reservation holds (fewer than 2^32 data slots), so fillers write where
+  // the reservation's data word says, not where a damaged index would send
+  // them; 0 otherwise. Use TokenPayloadLen / TokenDataSlot.
+  uint64_t len = 0;
 };
+inline uint64_t TokenPayloadLen(const WriteToken& t) { return t.len & 0xFFFFFFFFu; }
+inline uint64_t TokenDataSlot(const WriteToken& t) { return t.len >> 32; }
 
 struct PartedLayout {
   uint32_t parts = 1;     // fillers (tensor-parallel ranks)
@@ -92,7 +100,8 @@ Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToke
 // kInvalidArgument for a token of another region, a slot out of range, a
 // layout whose payload differs from the token's length, pages that exceed
 // part_len or a block id out of range; kNotFound if the reservation no longer
-// holds (aborted, reclaimed or committed) before or after the copy.
+// holds (aborted, reclaimed or committed) before or after the copy, or
+// (coherence=hardware) if the token's data slot is not the reservation's.
 Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,
                 const ChunkPages& pages);
 

@@ -28,6 +28,13 @@ static_assert(sizeof(PartEntry) == 16);
 
 internal::RegionImpl* Impl(Region* r) { return static_cast<internal::RegionImpl*>(r); }
 
+// coherence=hardware with an index apart from the data slots (layout 5):
+// the token carries the reservation's data slot.
+bool TokenCarriesData(const Region& r) {
+  return r.info().config.coherence == CoherenceMode::kHardware &&
+         static_cast<const internal::RegionImpl&>(r).geometry().decoupled;
+}
+
 const uint32_t* Pow8() {
   static const std::vector<uint32_t> table = [] {
     std::vector<uint32_t> t(64);
@@ -96,6 +103,11 @@ Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToke
   token->slot = RegionInternal::LeaseSlot(lease);
   token->word = RegionInternal::LeaseWord(lease);
   token->len = lease.len();
+  if (TokenCarriesData(region)) {
+    // The lease's own data slot, as its holder claimed it (the region's
+    // index is untrusted bytes; the lease is this process's memory).
+    token->len |= static_cast<const internal::RegionImpl&>(region).DataIndexOf(lease.data()) << 32;
+  }
   return Status::OK();
 }
 
@@ -109,10 +121,12 @@ Status CheckToken(const Region& region, const WriteToken& token, const PartedLay
     return Status::InvalidArgument("write token of another region (format epoch " +
                                    std::to_string(token.format_epoch) + ", this region " +
                                    std::to_string(info.format_epoch) + ")");
-  if (token.slot >= info.num_entries || token.len > info.slot_size)
+  const uint64_t data_limit = TokenCarriesData(region) ? info.num_slots : 1;
+  if (token.slot >= info.num_entries || TokenPayloadLen(token) > info.slot_size ||
+      TokenDataSlot(token) >= data_limit)
     return Status::InvalidArgument("write token outside the region's slots");
-  if (token.len != layout.PayloadLen())
-    return Status::InvalidArgument("write token of " + std::to_string(token.len) +
+  if (TokenPayloadLen(token) != layout.PayloadLen())
+    return Status::InvalidArgument("write token of " + std::to_string(TokenPayloadLen(token)) +
                                    " bytes for a parted layout of " +
                                    std::to_string(layout.PayloadLen()));
   return Status::OK();
@@ -139,11 +153,23 @@ uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& lay
                        table.size() * sizeof(PartEntry));
 }
 
-// The bytes of the token's reservation: the data slot its entry names
-// (layout 5), read while the reservation holds (the owner set it before
-// exporting the token).
+// The bytes of the token's reservation. Layout 5: the data slot the token
+// carries, if its word is still the reservation's lease (MOVING for the
+// entry at the WRITING word's generation, until the commit settles it):
+// not the index in the region, which damage may point at another block's
+// bytes. Otherwise the data slot its entry names.
 Status TokenData(Region* region, const WriteToken& token, uint8_t** base) {
-  *base = Impl(region)->EntryData(token.slot);
+  internal::RegionImpl* impl = Impl(region);
+  if (TokenCarriesData(*region)) {
+    const uint64_t d = TokenDataSlot(token);
+    if (!internal::DataLeaseIs(impl->DataWord(d).load(std::memory_order_acquire), token.slot,
+                               internal::WordGen(token.word)))
+      return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
+                              " no longer holds data slot " + std::to_string(d));
+    *base = impl->SlotData(d);
+    return Status::OK();
+  }
+  *base = impl->EntryData(token.slot);
   if (*base == nullptr)
     return Status::Corruption("the reservation of slot " + std::to_string(token.slot) +
                               " names a data slot past the region's");

@@ -279,5 +279,64 @@ TEST(DelegateTest, SplitFillNoticesALostReservation) {
   EXPECT_TRUE(BeginFillPart(r.get(), token, kLayout, 0, &dst).IsNotFound());
 }
 
+// Layout 5: a damaged data slot index on the reserved entry (here: another
+// block's data slot) sent the fillers' bytes into that block (its loads
+// then failed the CRC, and it was dropped). The token carries the
+// reservation's data slot, which its data word confirms: the fillers write
+// there, the other block stays exact, and (the index repaired) the parted
+// block reads back as filled.
+TEST(DelegateTest, FillersWriteTheTokensDataSlotNotADamagedIndex) {
+  ScratchRegion sr("parted-index");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
+  ASSERT_EQ(r->info().config.coherence, CoherenceMode::kHardware);
+  const NamespaceId ns = Ns(r.get());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const BlockKey other = BlockKey::FromId(20), key = BlockKey::FromId(21);
+  std::vector<uint8_t> ob(kLayout.PayloadLen());
+  FillPattern(77, ob.data(), ob.size());
+  ASSERT_TRUE(r->Store(ns, other, ob.data(), ob.size()).ok());
+  const int64_t oe = impl->FindReadySlot(ns, other);
+  ASSERT_GE(oe, 0);
+  const uint32_t od = impl->Meta(static_cast<uint64_t>(oe)).data.load();
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  EXPECT_EQ(TokenPayloadLen(token), kLayout.PayloadLen());
+  std::atomic<uint32_t>& index = impl->Meta(token.slot).data;
+  const uint32_t own = index.load();
+  ASSERT_NE(own, od);
+  EXPECT_EQ(TokenDataSlot(token), own);
+  index.store(od);  // damage: the reservation's index names the other block's data slot
+  Kv kv0(300), kv1(301);
+  const int32_t ids[kPerChunk] = {1, 5, 2, 8};
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 1, kv1.pages(ids)).ok());
+  std::vector<uint8_t> got(ob.size());
+  ASSERT_TRUE(r->Load(ns, other, got.data(), got.size()).ok()) << "the fillers wrote into it";
+  EXPECT_EQ(got, ob);
+  index.store(own);
+  ASSERT_TRUE(CommitPartedWrite(r.get(), &lease, kLayout).ok());
+  Kv back(9);
+  const int32_t to[kPerChunk] = {10, 11, 12, 13};
+  ASSERT_TRUE(LoadPart(r.get(), ns, key, kLayout, 1, back.pages(to)).ok());
+  for (uint32_t t = 0; t < kTensors; ++t)
+    for (uint32_t j = 0; j < kPerChunk; ++j)
+      EXPECT_EQ(std::memcmp(back.page(t, to[j]), kv1.page(t, ids[j]), kPage), 0);
+  // A token whose data slot is not the reservation's is refused, not filled.
+  WriteLease l2;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(22), kLayout.PayloadLen(), &l2).ok());
+  WriteToken t2;
+  ASSERT_TRUE(ExportWriteToken(*r, l2, &t2).ok());
+  WriteToken wrong = t2;
+  wrong.len = TokenPayloadLen(t2) | (uint64_t{od} << 32);
+  EXPECT_TRUE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).IsNotFound());
+  wrong.len = TokenPayloadLen(t2) | (r->info().num_slots << 32);
+  EXPECT_TRUE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).IsInvalidArgument());
+  r->AbortWrite(&l2);
+  ASSERT_TRUE(r->Load(ns, other, got.data(), got.size()).ok());
+  EXPECT_EQ(got, ob);
+}
+
 }  // namespace
 }  // namespace cxlkv
