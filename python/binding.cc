@@ -334,6 +334,9 @@ PYBIND11_MODULE(_cxlkv, m) {
             d["crc_failures"] = rep.crc_failures;
             d["dropped"] = rep.dropped;
             d["skipped_changed"] = rep.skipped_changed;
+            d["ready_off_data"] = rep.ready_off_data;
+            d["data_unsettled"] = rep.data_unsettled;
+            d["data_settled"] = rep.data_settled;
             return d;
           },
           py::arg("drop_corrupt") = false)

@@ -87,6 +87,9 @@ class RegionBindingTest(unittest.TestCase):
         self.region.store(self.ns, cxlkv.as_key(20), b"x" * 100)
         rep = self.region.verify(False)
         self.assertEqual((rep["ready"], rep["verified"], rep["crc_failures"]), (1, 1, 0))
+        # Layout 5's data-word checks (Region::ScrubReport): a clean region has none to settle.
+        self.assertEqual((rep["ready_off_data"], rep["data_unsettled"], rep["data_settled"]),
+                         (0, 0, 0))
         self.assertEqual(self.region.wipe()["dropped"], 1)
 
     def test_keys_convert_from_ids_bytes_and_hex(self):
