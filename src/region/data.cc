@@ -37,7 +37,7 @@ constexpr uint64_t kFreeScanWords = 64;
 }  // namespace
 
 int64_t RegionImpl::EntryDataSlot(uint64_t entry) const {
-  if (!geo_.decoupled) return static_cast<int64_t>(entry);
+  if (!geo_.decoupled && geo_.partitions == 0) return static_cast<int64_t>(entry);
   // Untrusted like every region byte: an index past the data area is damage.
   const uint32_t d = meta_[entry].data.load(std::memory_order_relaxed);
   return d < geo_.num_slots ? static_cast<int64_t>(d) : -1;

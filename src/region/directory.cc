@@ -95,9 +95,13 @@ int64_t RegionImpl::FindReadySlot(NamespaceId ns, const BlockKey& key) const {
 std::vector<uint64_t> RegionImpl::CandidateSlots(NamespaceId ns, const BlockKey& key) const {
   uint64_t set[2];
   if (soft_) {
-    uint32_t tag;
+    // Layout 6: a store may evict any block of our partition.
+    (void)ns;
+    (void)key;
     if (self_ < 0) return {};
-    SwSets(self_index(), ns, key, set, &tag);
+    std::vector<uint64_t> all(part_sets_ * geo_.ways);
+    for (uint64_t i = 0; i < all.size(); ++i) all[i] = uint64_t(self_index()) * all.size() + i;
+    return all;
   } else {
     const KeyPlace p = Place(ns, key);
     set[0] = p.set[0];
@@ -371,7 +375,7 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
     SwMeta m;
     const int64_t slot = SwFind(ns, key, true, -1, &m);
     if (slot < 0) return Status::NotFound("block not in region");
-    SwTouch(static_cast<uint64_t>(slot));
+    SwTouch(static_cast<uint64_t>(slot), m.data);
     return Status::OK();
   }
   uint64_t w;
@@ -386,7 +390,7 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
     size_t hits = 0;
     SwMeta m;
     for (int64_t slot; hits < n && (slot = SwFind(ns, keys[hits], true, -1, &m)) >= 0; ++hits) {
-      SwTouch(static_cast<uint64_t>(slot));
+      SwTouch(static_cast<uint64_t>(slot), m.data);
     }
     Count(Counter::kLookups, hits < n ? hits + 1 : n);
     return hits;

@@ -18,16 +18,18 @@ constexpr uint64_t kLargeRegionBytes = 64ull << 20;
 
 // Bytes needed for `n` slots (all metadata plus data), given the rest.
 bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t region_size,
-            bool decoupled, Geometry* g) {
+            bool decoupled, uint32_t partitions, Geometry* g) {
   g->decoupled = decoupled;
+  g->partitions = partitions;
   g->num_slots = n;
   g->ways = n >= kMaxWays ? kMaxWays : static_cast<uint32_t>(n);
   g->num_sets = g->ways ? n / g->ways : 0;
+  if (partitions > 0) g->num_sets = g->num_sets / partitions * partitions;
   g->num_slots = g->num_sets * g->ways;
-  // Decoupled: two index entries per data slot (bench/eviction's model of
-  // this design never found both of a key's sets full at that ratio), so
-  // twice the sets of the same ways.
-  if (decoupled) g->num_sets *= 2;
+  // Decoupled (layouts 5 and 6): two index entries per data slot
+  // (bench/eviction's model of this design never found both of a key's
+  // sets full at that ratio), so twice the sets of the same ways.
+  if (decoupled || partitions > 0) g->num_sets *= 2;
   g->num_entries = g->num_sets * g->ways;
   g->pin_words = max_participants / 64;
   // 64-byte stride keeps slot starts cache-line aligned; page-sized slots
@@ -53,6 +55,13 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
     g->dwords_off = off;
     off += g->num_slots * 8;
   }
+  g->ring_entries = 0;
+  g->rings_off = 0;
+  if (partitions > 0) {
+    g->ring_entries = HintRingEntries(region_size);
+    g->rings_off = off;
+    off += uint64_t(partitions) * (sizeof(SwHintRingHead) + g->ring_entries * 8);
+  }
   g->data_off = RoundUp(off, g->data_align);
   return g->data_off <= region_size && g->num_slots * g->slot_stride <= region_size - g->data_off;
 }
@@ -60,21 +69,26 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
 // The smallest region that holds one slot: its metadata and one slot of
 // data, at the data alignment a region of that size gets. Derived from
 // Layout() itself, so it follows the layout whatever it is.
-uint64_t MinRegionBytes(uint64_t slot_size, uint32_t max_participants, bool decoupled) {
+uint64_t MinRegionBytes(uint64_t slot_size, uint32_t max_participants, bool decoupled,
+                        uint32_t partitions) {
+  // Layout 6 needs one slot per partition at least.
+  const uint64_t n = partitions > 0 ? partitions : 1;
   Geometry one;
-  Layout(1, slot_size, max_participants, kLargeRegionBytes - 1, decoupled, &one);
-  const uint64_t small = one.data_off + one.slot_stride;
+  Layout(n, slot_size, max_participants, kLargeRegionBytes - 1, decoupled, partitions, &one);
+  const uint64_t small = one.data_off + n * one.slot_stride;
   if (small < kLargeRegionBytes) return small;
   // Too big for the 4 KiB alignment: a region this large aligns its data to
   // 2 MiB, so it needs that much more.
-  Layout(1, slot_size, max_participants, ~0ull >> 1, decoupled, &one);
-  return one.data_off + one.slot_stride;
+  Layout(n, slot_size, max_participants, ~0ull >> 1, decoupled, partitions, &one);
+  return one.data_off + n * one.slot_stride;
 }
 
-}  // namespace
-
-Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
-                       bool decoupled, Geometry* out) {
+Status ComputeAny(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                  bool decoupled, uint32_t partitions, Geometry* out) {
+  if (partitions > kMaxSoftwarePartitions) {
+    return Status::InvalidArgument("software_partitions " + std::to_string(partitions) +
+                                   " out of range [1, 16]");
+  }
   if (slot_size < kMinSlotSize || slot_size > kMaxSlotSize) {
     return Status::InvalidArgument("slot_size " + std::to_string(slot_size) +
                                    " out of range [64, 2^40]");
@@ -99,15 +113,15 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
   while (lo + 1 < hi) {
     uint64_t mid = lo + (hi - lo) / 2;
     Geometry probe;
-    if (Layout(mid, slot_size, max_participants, region_size, decoupled, &probe))
+    if (Layout(mid, slot_size, max_participants, region_size, decoupled, partitions, &probe))
       lo = mid;
     else
       hi = mid;
   }
   uint64_t n = lo;
-  if (n > 0) Layout(n, slot_size, max_participants, region_size, decoupled, &g);
+  if (n > 0) Layout(n, slot_size, max_participants, region_size, decoupled, partitions, &g);
   if (n == 0 || g.num_slots == 0) {
-    const uint64_t need = MinRegionBytes(slot_size, max_participants, decoupled);
+    const uint64_t need = MinRegionBytes(slot_size, max_participants, decoupled, partitions);
     return Status::InvalidArgument(
         "region of " + base::FormatBytes(region_size) + " cannot hold one slot of " +
         base::FormatBytes(slot_size) + ": its metadata (for " + std::to_string(max_participants) +
@@ -115,15 +129,32 @@ Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_pa
         base::FormatBytes(need) + "); give --region-size " + std::to_string(need) + " or more" +
         (slot_size > kMinSlotSize ? ", or a smaller --slot-size" : ""));
   }
-  // Layout 5: SlotMeta::data and the data word's entry field (layout.h).
-  if (decoupled && g.num_slots > kMaxDataSlots) {
+  // Layouts 5, 6: SlotMeta::data and the data word's entry field (layout.h).
+  if ((decoupled || partitions > 0) && g.num_slots > kMaxDataSlots) {
     return Status::InvalidArgument("region of " + base::FormatBytes(region_size) + " holds " +
                                    std::to_string(g.num_slots) + " slots of " +
-                                   base::FormatBytes(slot_size) + "; layout 5 allows at most " +
+                                   base::FormatBytes(slot_size) + "; layout " +
+                                   (partitions > 0 ? "6" : "5") + " allows at most " +
                                    std::to_string(kMaxDataSlots) + ": use a larger --slot-size");
   }
   *out = g;
   return Status::OK();
+}
+
+}  // namespace
+
+Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                       bool decoupled, Geometry* out) {
+  return ComputeAny(region_size, slot_size, max_participants, decoupled, 0, out);
+}
+
+Status ComputeSoftwareGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                               uint32_t partitions, Geometry* out) {
+  if (partitions < 1) {
+    return Status::InvalidArgument("software_partitions " + std::to_string(partitions) +
+                                   " out of range [1, 16]");
+  }
+  return ComputeAny(region_size, slot_size, max_participants, false, partitions, out);
 }
 
 Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool size_given,
@@ -151,7 +182,11 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
   }
   Geometry g;
   const bool decoupled = sb.layout_version == kLayoutVersion;
-  Status s = ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants, decoupled, &g);
+  const bool software = sb.layout_version == kLayoutVersionSoftware;
+  Status s = software ? ComputeSoftwareGeometry(sb.region_size, sb.slot_size, sb.max_participants,
+                                                sb.partitions, &g)
+                      : ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants,
+                                        decoupled, &g);
   // The header checksum held (Validate checks it first), so these bytes
   // were written as they are: by a buggy or hostile writer, not a bit flip.
   // Either way nothing of the region can be placed.
@@ -166,9 +201,9 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
   };
   CXLKV_RETURN_IF_ERROR(check("num_slots", sb.num_slots, g.num_slots));
   CXLKV_RETURN_IF_ERROR(check("num_sets", sb.num_sets, g.num_sets));
-  // Version 4 headers leave num_entries 0 (reserved bytes before version 5).
-  CXLKV_RETURN_IF_ERROR(check("num_entries", sb.num_entries, decoupled ? g.num_entries : 0));
-  CXLKV_RETURN_IF_ERROR(check("dwords_off", sb.dwords_off, g.dwords_off));
+  CXLKV_RETURN_IF_ERROR(check("num_entries", sb.num_entries, g.num_entries));
+  CXLKV_RETURN_IF_ERROR(
+      check("dwords_off", sb.dwords_off, software ? g.rings_off : g.dwords_off));
   CXLKV_RETURN_IF_ERROR(check("ways", sb.ways, g.ways));
   CXLKV_RETURN_IF_ERROR(check("pin_words", sb.pin_words, g.pin_words));
   CXLKV_RETURN_IF_ERROR(check("slot_stride", sb.slot_stride, g.slot_stride));

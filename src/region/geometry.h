@@ -35,6 +35,12 @@ struct Geometry {
   uint64_t meta_off = 0;
   uint64_t pins_off = 0;
   uint64_t dwords_off = 0;  // decoupled only: one DataState word per data slot
+  // Layout 6 (coherence=software): write partitions (0 otherwise), each
+  // owning num_sets / partitions index sets and num_slots / partitions data
+  // slots, and one hint ring each at rings_off (== the header's dwords_off).
+  uint32_t partitions = 0;
+  uint64_t ring_entries = 0;
+  uint64_t rings_off = 0;
   uint64_t data_off = 0;
 };
 
@@ -45,6 +51,13 @@ struct Geometry {
 // gives the exact minimum in bytes, derived from the layout).
 Status ComputeGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
                        bool decoupled, Geometry* out);
+
+// Layout 6's geometry: `partitions` (1..16) write partitions, each with
+// the same number of data slots (a multiple of the ways) and twice as many
+// index entries, and a hint ring each. kInvalidArgument as ComputeGeometry,
+// or if the region cannot give every partition one set of data slots.
+Status ComputeSoftwareGeometry(uint64_t region_size, uint64_t slot_size, uint32_t max_participants,
+                               uint32_t partitions, Geometry* out);
 
 // Checks a superblock's recorded geometry against a recomputation (the
 // layout version decides `decoupled`).

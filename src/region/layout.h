@@ -1,7 +1,7 @@
 // Copyright cxlkv authors.
 //
 // The on-media ABI of a region (layout version 5 for coherence=hardware,
-// 4 for coherence=software). Everything a process reads from the region is
+// 6 for coherence=software). Everything a process reads from the region is
 // untrusted: attach validates the whole superblock and recomputes the
 // geometry before touching anything else (geometry.cc). Prose description:
 // docs/region_format.md.
@@ -23,8 +23,11 @@
 //   [data: num_slots x slot_stride]
 //
 // Version 5: num_entries = 2 x num_slots, num_sets = num_entries / ways.
-// Version 4: num_entries = num_slots (entry i's data is slot i), no data
-// words.
+// Version 6 (coherence=software): version 5's index and data split inside
+// each write partition, no data words; in their place one hint ring per
+// partition (SwHintRing, at dwords_off). Partition p owns index sets
+// [p x S, (p+1) x S) (S = num_sets / partitions) and data slots
+// [p x D, (p+1) x D) (D = num_slots / partitions = S x ways / 2).
 #ifndef CXLKV_SRC_REGION_LAYOUT_H_
 #define CXLKV_SRC_REGION_LAYOUT_H_
 
@@ -57,7 +60,16 @@ inline constexpr uint32_t kLayoutVersionSoftwareV3 = 3;
 //    readers against the partition's registry record after the copy, and
 //    the heartbeat off the record's state line (ParticipantRecord::
 //    sw_heartbeat). Hardware-mode regions stay version 2.
-inline constexpr uint32_t kLayoutVersionSoftware = 4;
+//    Refused since version 6 (its eviction chose among a key's 32 ways
+//    only): format it again.
+inline constexpr uint32_t kLayoutVersionSoftwareV4 = 4;
+// 6: coherence=software with version 5's decoupled directory inside each
+//    write partition (SlotMeta::data names a data slot of the entry's
+//    partition, SlotCrcTrailerV5), no data words (the holder keeps its free
+//    data slots and its eviction order in its own memory and rebuilds them
+//    at attach), and one hint ring per partition (SwHintRing) through which
+//    readers tell the holder which of its blocks they used.
+inline constexpr uint32_t kLayoutVersionSoftware = 6;
 inline constexpr uint32_t kMaxSoftwarePartitions = 16;
 inline constexpr uint64_t kSuperblockBytes = 4096;
 inline constexpr uint64_t kConfigJsonMax = kSuperblockBytes - 512;
@@ -116,8 +128,8 @@ struct alignas(64) Superblock {
   uint32_t config_json_crc;
   uint32_t partitions;  // versions 3, 4: write partitions (1..16); version 5: 0
   uint32_t reserved0;
-  uint64_t num_entries;  // version 5: index entries (2 x num_slots); 4: num_slots
-  uint64_t dwords_off;   // version 5: the data words; 4: 0
+  uint64_t num_entries;  // versions 5, 6: index entries (2 x num_slots)
+  uint64_t dwords_off;   // version 5: the data words; 6: the hint rings
   uint8_t reserved[268];
   uint32_t header_crc;  // CRC32C of bytes [offsetof(layout_version), offsetof(header_crc))
 };
@@ -306,6 +318,32 @@ constexpr bool DataLeaseIs(uint64_t w, uint64_t entry, uint64_t egen) {
 }
 static_assert(kDataGenShift == kDataEntryShift + 33 && kDataGenShift + 27 == 64);
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the trailer is hashed as stored");
+
+// ---- Hint rings (version 6) ----
+//
+// One per write partition, written by that partition's holder only: each
+// hit on another partition's block appends PackHint(entry, generation)
+// (the block's entry index and its READY word's generation, low 31 bits)
+// at head % ring entries; the head counts appends for ever. The holder of
+// the block's partition reads the other rings when it refills its victim
+// order and counts a hint as a use only where its own entry still says
+// READY at that generation: hints may be lost, overwritten or stale, and
+// only change which block goes.
+struct alignas(64) SwHintRingHead {
+  std::atomic<uint64_t> head;
+  uint8_t reserved[56];
+};
+static_assert(sizeof(SwHintRingHead) == 64);
+inline constexpr uint64_t kHintEntryShift = 31;
+inline constexpr uint64_t kHintGenMask = (1ull << 31) - 1;
+// 0 is no hint: the entry field is stored plus one.
+constexpr uint64_t PackHint(uint64_t entry, uint64_t gen) {
+  return ((entry + 1) << kHintEntryShift) | (gen & kHintGenMask);
+}
+// Ring entries per partition: 4,096 in regions of 64 MiB and more, 256 below.
+constexpr uint64_t HintRingEntries(uint64_t region_size) {
+  return region_size >= (64ull << 20) ? 4096 : 256;
+}
 
 // ---- Word encodings ----
 inline constexpr uint64_t kStateMask = 0xF;

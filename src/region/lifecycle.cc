@@ -351,7 +351,8 @@ Status ScanSlots(const Region& region, uint64_t first, uint64_t count, std::vect
     v.key.hi = m.key_hi.load(std::memory_order_relaxed);
     v.key.lo = m.key_lo.load(std::memory_order_relaxed);
     v.depth = internal::UnpackDepth(m.depth.load(std::memory_order_relaxed), w);
-    v.data = region.info().layout_version == internal::kLayoutVersion
+    v.data = region.info().layout_version == internal::kLayoutVersion ||
+                     region.info().layout_version == internal::kLayoutVersionSoftware
                  ? m.data.load(std::memory_order_relaxed)
                  : s;
     out->push_back(v);

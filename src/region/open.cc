@@ -340,6 +340,10 @@ Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_ver
     img.num_entries = g.num_entries;
     img.dwords_off = g.dwords_off;
   }
+  if (g.partitions > 0) {  // layout 6: the hint rings where layout 5 has data words
+    img.num_entries = g.num_entries;
+    img.dwords_off = g.rings_off;
+  }
 
   nlohmann::json cfg = {
       {"layout_version", layout_version},
@@ -439,6 +443,16 @@ Status RegionImpl::Validate() {
         "lease could have its block served); this build reads layout version " +
         std::to_string(kLayoutVersion) + " (coherence=hardware) and layout version " +
         std::to_string(kLayoutVersionSoftware) + " (coherence=software): format it again");
+  }
+  if (sb.layout_version == internal::kLayoutVersionSoftwareV4) {
+    return Status::Unsupported(
+        "region " + path +
+        " has layout version 4 (coherence=software choosing its victims among a key's 32 ways "
+        "only); this build reads layout version " +
+        std::to_string(kLayoutVersion) + " (coherence=hardware) and layout version " +
+        std::to_string(kLayoutVersionSoftware) +
+        " (coherence=software, an index decoupled from the data slots in each write partition): "
+        "format it again (its blocks are lost; every process attached to it must run this build)");
   }
   if (sb.layout_version > std::max(kLayoutVersion, kLayoutVersionSoftware)) {
     // A newer engine's region (a layout this build predates): never read,

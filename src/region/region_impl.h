@@ -24,6 +24,7 @@
 #include "layout.h"
 #include "mapping.h"
 #include "region_internal.h"
+#include "software_state.h"
 #include "visibility/visibility.h"
 
 namespace cxlkv::internal {
@@ -277,6 +278,7 @@ class RegionImpl final : public Region {
     uint64_t state = 0;
     BlockKey key;
     uint32_t ns = 0, len = 0, crc = 0, writer = 0;
+    uint32_t data = 0;  // layout 6: the data slot the entry names (untrusted)
   };
   Status SwInitOrThrow();
   Status SwFormatOrWait();
@@ -310,14 +312,20 @@ class RegionImpl final : public Region {
     return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
            slot / geo_.ways / part_sets_ == self_index();
   }
-  // Records a use of `slot` for SW2's least-recently-used choice, if it is
-  // one of our own partition's (another host's slot: nothing, we may not
-  // write its lines). Thread-safe; no region access.
-  void SwTouch(uint64_t slot) const;
-  // SW2 under sw_claim_mu_: the least recently used READY way among the
-  // `nsets` sets of `set` (ties from a rotating start), or -1 if none is
-  // READY; its word in *word. REQUIRES: sw_claim_mu_ held.
-  int64_t SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64_t* word);
+  // Data slot `d` lies in partition q's data slots (an entry of q naming
+  // another is damage).
+  bool SwDataInPartition(uint64_t d, uint32_t q) const {
+    return d < geo_.num_slots && d / part_datas_ == q;
+  }
+  // Records a use of entry `entry`'s block in data slot `data` for SW2's
+  // least-recently-used order, if it is one of our own partition's
+  // (another host's: nothing yet, we may not write its lines).
+  // Thread-safe; no region access.
+  void SwTouch(uint64_t entry, uint64_t data) const;
+  // SW2b: frees our READY entry `entry` (word `w`) to take its data slot:
+  // the entry's line says FREE(g+1) and reaches memory, then a store fence,
+  // before any byte of the data slot changes. REQUIRES: sw_claim_mu_ held.
+  void SwEvictEntry(uint64_t entry, uint64_t w);
   void SwSets(uint32_t partition, NamespaceId ns, const BlockKey& key, uint64_t set[2],
               uint32_t* tag) const;
   SwMeta SwReadMeta(uint64_t slot, bool fresh) const;
@@ -326,7 +334,8 @@ class RegionImpl final : public Region {
   int64_t SwFind(NamespaceId ns, const BlockKey& key, bool readable_only, int32_t partition,
                  SwMeta* meta) const;
   bool SwNamespaceReady(NamespaceId ns) const;
-  // Own slot: if it still holds `word`, clear its tag and make it FREE.
+  // Own entry: if it still holds `word`, clear its tag, make it FREE and
+  // give its data slot back to our free list.
   bool SwFreeOwn(uint64_t slot, uint64_t word);
   Status SwCheckWritable(StoreOutcome* outcome) const;
   Status SwRegisterNamespace(const NamespaceDesc& desc, NamespaceId* id);
@@ -518,19 +527,13 @@ class RegionImpl final : public Region {
   std::unique_ptr<Visibility> vis_;  // the CPU's, or a test's (emulator)
   bool soft_ = false;
   uint32_t partitions_ = 0;
-  uint64_t part_sets_ = 0;      // sets per partition
+  uint64_t part_sets_ = 0;      // index sets per partition
   std::mutex sw_claim_mu_;      // serialises this process's slot claims
   uint64_t sw_sweep_next_ = 0;  // guarded by sw_claim_mu_: the periodic sweep's cursor
   Counters sw_counter_base_{};  // our record's counters before we attached
-  // SW2's recency: SwTick() of the last store or hit of each slot of our
-  // own partition, in process memory (docs/coherence.md, "Eviction": no
-  // other host may write our lines, so only our own uses count).
-  std::unique_ptr<std::atomic<uint32_t>[]> sw_last_use_;
-  // The depth in its chain of each READY block of our partition (SW2's
-  // EvictionRank), in process memory too: no reader needs it, so no line
-  // carries it. Written under sw_claim_mu_ with the claim.
-  std::unique_ptr<std::atomic<uint16_t>[]> sw_depth_;
-  std::unique_ptr<std::atomic<uint8_t>[]> sw_uses_;  // SwTouch counts, up to kMaxUses
+  uint64_t part_datas_ = 0;  // data slots per partition (layout 6)
+  // Our partition's free data slots and eviction order (software_state.h).
+  std::unique_ptr<SwHolderState> sw_hold_;
   mutable std::mutex sw_ns_mu_;
   mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
 

@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// coherence=software (layout version 4): the region shared by hosts whose
+// coherence=software (layout version 6): the region shared by hosts whose
 // caches the hardware does not keep coherent. The protocol, its steps
 // (SW1..SW5, SR1..SR4) and what it costs are in docs/coherence.md; this file
 // is that protocol, step by step. Every load, store, flush and invalidate of
@@ -11,6 +11,12 @@
 //
 // Threads of one process share one partition: they are coherent with each
 // other, and serialise slot claims on sw_claim_mu_.
+//
+// Layout 6 decouples the directory inside each partition (layout.h): an
+// index entry names its data slot (SlotMeta::data), and the holder keeps
+// its free data slots and the partition's exact LRU order in its own
+// memory (software_state.h), so a store evicts the partition's least
+// recently used block, not the oldest of a key's 32 ways.
 #include <time.h>
 #include <unistd.h>
 
@@ -105,7 +111,8 @@ Status RegionImpl::SwInitOrThrow() {
         "handed out by an external lease); register_participant=false attaches read-only");
   }
   partitions_ = sb_->partitions;  // validated: 1..16, <= num_sets
-  part_sets_ = geo_.num_sets / partitions_;
+  part_sets_ = geo_.num_sets / partitions_;   // exact: the geometry made it so
+  part_datas_ = geo_.num_slots / partitions_;  // = part_sets_ x ways / 2
   if (opts_.register_participant &&
       static_cast<uint32_t>(opts_.software_partition) >= partitions_) {
     return Status::InvalidArgument("region " + map_->path() + " has " +
@@ -115,9 +122,7 @@ Status RegionImpl::SwInitOrThrow() {
   }
   soft_ = true;
   sw_ns_ok_.assign(kNamespaceEntries, false);
-  sw_last_use_ = std::make_unique<std::atomic<uint32_t>[]>(part_sets_ * geo_.ways);
-  sw_depth_ = std::make_unique<std::atomic<uint16_t>[]>(part_sets_ * geo_.ways);
-  sw_uses_ = std::make_unique<std::atomic<uint8_t>[]>(part_sets_ * geo_.ways);
+  sw_hold_ = std::make_unique<SwHolderState>();
   obs_.resize(geo_.max_participants);
   if (opts_.register_participant) {
     CXLKV_RETURN_IF_ERROR(SwRegister());
@@ -183,7 +188,8 @@ Status RegionImpl::SwFormatOrWait() {
 Status RegionImpl::SwFormat(uint64_t nonce) {
   const RegionConfig& c = opts_.config;
   Geometry g;
-  Status s = ComputeGeometry(map_->size(), c.slot_size, c.max_participants, false, &g);
+  Status s = ComputeSoftwareGeometry(map_->size(), c.slot_size, c.max_participants,
+                                     c.software_partitions, &g);
   if (!s.ok()) return s.WithContext("format region " + map_->path());
   if (c.software_partitions > g.num_sets) {
     return Status::InvalidArgument("format region " + map_->path() + ": " +
@@ -272,6 +278,9 @@ void RegionImpl::SwRecoverPartition(bool attach) {
   // that commits from here on is ignored by every reader); a newer holder
   // (the lease moved again) sweeps itself.
   if (attach && !SwStillOwner()) return;
+  // Attach: every entry of an earlier incarnation is freed below, so all
+  // of our data slots are free (software_state.h).
+  if (attach) sw_hold_->Reset(uint64_t(self_index()) * part_datas_, part_datas_, first, n);
   const uint32_t mine = SwIncTag(self_word_);
   uint64_t freed = 0;
   for (uint64_t i = 0; i < count; ++i) {
@@ -282,10 +291,16 @@ void RegionImpl::SwRecoverPartition(bool attach) {
     const uint64_t w = vis_->Load64(&meta_[s].state);
     const uint8_t st = WordState(w);
     const bool ours = WordOwner(w) == mine;
-    if ((st == kReady && ours) || (st == kFree && WordOwner(w) == 0) ||
-        (!attach && st == kWriting && ours)) {
-      continue;
-    }
+    const uint64_t d = vis_->Load32(&meta_[s].data);
+    // Ours, as memory says, on the data slot we gave it (a damaged index
+    // sends the entry away below). At attach nothing is ours yet.
+    const bool keep = !attach && (st == kReady || st == kWriting) && ours &&
+                      sw_hold_->DataOf(s) == d;
+    // Memory says FREE, or another incarnation's line (a paused old
+    // holder's late write-back), where we may have believed a block of
+    // ours: give that block's data slot back.
+    if (!attach && !keep) sw_hold_->ReleaseEntry(s);
+    if (keep || (st == kFree && WordOwner(w) == 0)) continue;
     // Free it with a new generation, so no reader's earlier READY word can
     // match again. The tag is a hint, not flushed: a reader that follows a
     // stale one finds the slot FREE (docs/coherence.md, "Mutants").
@@ -408,6 +423,7 @@ RegionImpl::SwMeta RegionImpl::SwReadMeta(uint64_t slot, bool fresh) const {
   out.len = vis_->Load32(&m.len);
   out.crc = vis_->Load32(&m.crc);
   out.writer = vis_->Load32(&m.writer);
+  out.data = vis_->Load32(&m.data);
   return out;
 }
 
@@ -447,57 +463,23 @@ int64_t RegionImpl::SwFind(NamespaceId ns, const BlockKey& key, bool readable_on
   return -1;
 }
 
-void RegionImpl::SwTouch(uint64_t slot) const {
-  if (!SwOwnSlot(slot)) return;
-  // Process memory, but threads of ours hitting one hot block would still
-  // bounce its cache line: store only when the tick moved on (as Touch()).
-  const uint64_t i = slot - uint64_t(self_index()) * part_sets_ * geo_.ways;
-  std::atomic<uint32_t>& t = sw_last_use_[i];
-  const uint32_t now = SwTick();
-  if (now - t.load(std::memory_order_relaxed) >= kTouchGranularityMs) {
-    t.store(now, std::memory_order_relaxed);
-  }
-  // Uses since the store, as Touch(): at most kMaxUses stores per block.
-  if (const uint8_t u = sw_uses_[i].load(std::memory_order_relaxed); u < kMaxUses) {
-    sw_uses_[i].store(static_cast<uint8_t>(u + 1), std::memory_order_relaxed);
-  }
+void RegionImpl::SwTouch(uint64_t entry, uint64_t data) const {
+  if (!SwOwnSlot(entry)) return;
+  // Exact LRU over the partition (software_state.h): a use moves the block
+  // to the young end; one that is no longer the entry's is ignored.
+  sw_hold_->Touch(data, entry, sw_hold_->Extend(SwTick()));
 }
 
-int64_t RegionImpl::SwLeastRecentlyUsed(const uint64_t set[2], int nsets, uint64_t* word) {
-  // Least recently used, not CLOCK: almost every chunk of a KV cache is read
-  // once or never, so reference bits are nearly all clear and CLOCK evicts
-  // at random, and a prefix is served only up to its first missing chunk
-  // (the measured effect: docs/benchmarks.md, "Eviction"; write.cc's pass
-  // 2 says the same of hardware mode). Sampled LRU over the key's up to
-  // 2 x kMaxWays candidates. No CAS is needed: only this process stores to
-  // these lines, and its claims serialise on sw_claim_mu_. A READY block
-  // left by an earlier incarnation (a zombie's late line, until the sweep
-  // frees it) carries whatever tick the slot last had here.
-  const uint64_t base_slot = uint64_t(self_index()) * part_sets_ * geo_.ways;
-  const uint32_t total = static_cast<uint32_t>(nsets) * geo_.ways;
-  // Ties (one tick) go to a rotating start, so equal ages do not always
-  // sacrifice the same way.
-  const uint32_t start = clock_hand_.fetch_add(1, std::memory_order_relaxed) % total;
-  const uint32_t now = SwTick();
-  int64_t best = -1;
-  uint64_t best_rank = 0;
-  for (uint32_t i = 0; i < total; ++i) {
-    const uint32_t k = (start + i) % total;
-    const uint64_t s = set[k / geo_.ways] * geo_.ways + k % geo_.ways;
-    // Our own partition's line: authoritative in our cache (no invalidate).
-    const uint64_t w = vis_->Load64(&meta_[s].state);
-    if (WordState(w) != kReady) continue;
-    const uint32_t age = now - sw_last_use_[s - base_slot].load(std::memory_order_relaxed);
-    const uint64_t rank =
-        EvictionRank(age, sw_depth_[s - base_slot].load(std::memory_order_relaxed),
-                     sw_uses_[s - base_slot].load(std::memory_order_relaxed));
-    if (best < 0 || rank > best_rank) {
-      best = static_cast<int64_t>(s);
-      best_rank = rank;
-      *word = w;
-    }
-  }
-  return best;
+void RegionImpl::SwEvictEntry(uint64_t entry, uint64_t w) {
+  // SW2b: the entry's line says FREE(g+1) in memory before any payload
+  // byte of its data slot changes: a reader that copied the old bytes sees
+  // the entry changed when it re-reads it (a miss), never wrong bytes.
+  SlotMeta& m = meta_[entry];
+  vis_->Store32(&tags_[entry / geo_.ways].tag[entry % geo_.ways], 0);
+  vis_->Store64(&m.state, PackWord(WordGen(w) + 1, 0, kFree));
+  vis_->Flush(&m, sizeof m);  // the tag, a hint, is not flushed (see the sweep)
+  CXLKV_FAILPOINT_HIT("sw.evict.before_fence");
+  vis_->StoreFence();
 }
 
 bool RegionImpl::SwNamespaceReady(NamespaceId ns) const {
@@ -599,11 +581,9 @@ Status RegionImpl::SwCheckWritable(StoreOutcome* outcome) const {
 bool RegionImpl::SwFreeOwn(uint64_t slot, uint64_t word) {
   SlotMeta& m = meta_[slot];
   if (vis_->Load64(&m.state) != word) return false;
-  SetTags& t = tags_[slot / geo_.ways];
-  vis_->Store32(&t.tag[slot % geo_.ways], 0);
-  vis_->Store64(&m.state, PackWord(WordGen(word), 0, kFree));
-  vis_->Flush(&m, sizeof m);  // the tag, a hint, is not flushed (see the sweep)
-  vis_->StoreFence();
+  SwEvictEntry(slot, word);
+  // Its data slot is ours to reuse only now (SW2b).
+  sw_hold_->ReleaseEntry(slot);
   return true;
 }
 
@@ -630,7 +610,7 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   SwMeta m;
   if (const int64_t dup = SwFind(ns, key, true, -1, &m); dup >= 0) {
     // A use of the chunk, as a hit is (write.cc says why); ours only.
-    SwTouch(static_cast<uint64_t>(dup));
+    SwTouch(static_cast<uint64_t>(dup), m.data);
     *outcome = StoreOutcome::kDuplicate;
     Count(Counter::kStoreDuplicate);
     return Status::OK();
@@ -647,8 +627,9 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
     Count(ready ? Counter::kStoreDuplicate : Counter::kStoreLostRace);
     return ready ? Status::OK() : Status::Busy("another thread is storing this block");
   }
-  // SW2: a FREE way of the two sets, else the least recently used READY
-  // way (SwLeastRecentlyUsed).
+  // SW2: an index entry, a FREE way of the two sets (twice as many
+  // entries as data slots: both sets are rarely full), else the least
+  // recently used READY one of them, evicted.
   const int nsets = set[0] == set[1] ? 1 : 2;
   int64_t chosen = -1;
   uint64_t chosen_word = 0;
@@ -665,20 +646,58 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
     }
   }
   if (chosen < 0) {
-    chosen = SwLeastRecentlyUsed(set, nsets, &chosen_word);
-    evicted = chosen >= 0;
+    // Both sets full: the way whose data slot is least recently used.
+    uint64_t best_tick = ~0ull;
+    for (int i = 0; i < nsets; ++i) {
+      for (uint32_t way = 0; way < geo_.ways; ++way) {
+        const uint64_t s = set[i] * geo_.ways + way;
+        const uint64_t w = vis_->Load64(&meta_[s].state);
+        if (WordState(w) != kReady) continue;
+        const uint64_t t = sw_hold_->TickOf(sw_hold_->DataOf(s));
+        if (chosen < 0 || t < best_tick) {
+          chosen = static_cast<int64_t>(s);
+          chosen_word = w;
+          best_tick = t;
+        }
+      }
+    }
+    if (chosen >= 0) {
+      const uint64_t e = static_cast<uint64_t>(chosen);
+      (void)SwFreeOwn(e, chosen_word);
+      chosen_word = vis_->Load64(&meta_[e].state);
+      evicted = true;
+    }
   }
   if (chosen < 0) {
     *outcome = StoreOutcome::kFull;
     Count(Counter::kStoreFull);
-    return Status::NoSpace("no free or evictable slot for the block in write partition " +
+    return Status::NoSpace("no free or evictable index entry for the block in write partition " +
                            std::to_string(self_index()));
   }
   const auto slot = static_cast<uint64_t>(chosen);
+  // A data slot: a free one, else the partition's least recently used
+  // block's, whose entry is freed first (SW2b).
+  uint64_t d = sw_hold_->TakeFree(slot);
+  if (d == SwHolderState::kNone) {
+    uint64_t victim = 0;
+    if (!sw_hold_->PopOldest(&d, &victim)) {
+      *outcome = StoreOutcome::kFull;
+      Count(Counter::kStoreFull);
+      return Status::NoSpace("no free or evictable data slot in write partition " +
+                             std::to_string(self_index()) + ": every one is being written");
+    }
+    const uint64_t vw = vis_->Load64(&meta_[victim].state);
+    // Our own line: READY of ours unless the sweep or damage got there
+    // first; either way it must not say READY on this data slot once the
+    // bytes change.
+    if (WordState(vw) != kFree) SwEvictEntry(victim, vw);
+    sw_hold_->Reassign(d, slot);
+    evicted = true;
+  }
   SlotMeta& sm = meta_[slot];
   SetTags& t = tags_[slot / geo_.ways];
-  // SW3: the whole line says WRITING(g+1) with the new identity, and reaches
-  // memory before any payload byte changes.
+  // SW3: the whole line says WRITING(g+1) with the new identity and its
+  // data slot, and reaches memory before any payload byte changes.
   // The owner field carries our incarnation tag (layout 4), checked by
   // every reader against the partition's record.
   const uint64_t writing = PackWord(WordGen(chosen_word) + 1, SwIncTag(self_word_), kWriting);
@@ -689,18 +708,12 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   vis_->Store32(&sm.len, static_cast<uint32_t>(len));
   vis_->Store32(&sm.crc, 0);
   vis_->Store32(&sm.writer, self_index());
+  vis_->Store32(&sm.data, static_cast<uint32_t>(d));
   vis_->Store32(&t.tag[slot % geo_.ways], tag);
   vis_->Flush(&sm, sizeof sm);
   vis_->Flush(&t, sizeof t);
   vis_->StoreFence();
-  // A store is a use: the block is as young as it gets until read.
-  sw_last_use_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(
-      SwTick(), std::memory_order_relaxed);
-  sw_depth_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(
-      static_cast<uint16_t>(depth < kMaxChainDepth ? depth : kMaxChainDepth),
-      std::memory_order_relaxed);
-  sw_uses_[slot - uint64_t(self_index()) * part_sets_ * geo_.ways].store(0,
-                                                                         std::memory_order_relaxed);
+  sw_hold_->SetDepth(d, depth < kMaxChainDepth ? depth : kMaxChainDepth);
   l.unlock();
   if (evicted) Count(Counter::kEvictions);
   if (raw_fill) {
@@ -708,10 +721,10 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
     // visibility layer: drop this host's cached copies of the slot's old
     // bytes first, so no stale line can shadow the fill (a DMA write would
     // snoop them out on x86; an emulated cache would not).
-    vis_->Invalidate(SlotData(slot), len);
+    vis_->Invalidate(SlotData(d), len);
     vis_->FullFence();
   }
-  RegionInternal::InitWriteLease(lease, this, SlotData(slot), len, slot, writing, ns, key);
+  RegionInternal::InitWriteLease(lease, this, SlotData(d), len, slot, writing, ns, key);
   *outcome = StoreOutcome::kStored;
   return Status::OK();
 }
@@ -728,7 +741,8 @@ Status RegionImpl::SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, Stor
   const NamespaceId ns = RegionInternal::LeaseNs(*lease);
   const BlockKey key = RegionInternal::LeaseKey(*lease);
   const size_t len = lease->len();
-  uint8_t* data = SlotData(slot);
+  uint8_t* data = static_cast<uint8_t*>(lease->data());
+  const uint64_t d = DataIndexOf(data);
   RegionInternal::CloseWriteLease(lease);
   // SW4: the payload reaches memory before the publish record.
   vis_->Flush(data, len);
@@ -760,10 +774,13 @@ Status RegionImpl::SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, Stor
   // SW5: crc, then READY, in one line (a spontaneous write-back carries
   // both or neither of the READY word's companions).
   const uint64_t ready = PackWord(WordGen(word), WordOwner(word), kReady);
-  vis_->Store32(&m.crc, BindSlotCrc(src_crc, SwCrcGeneration(word), ns, key, len));
+  vis_->Store32(&m.crc, BindSlotCrc(src_crc, SwCrcGeneration(word), ns, key, len,
+                                    static_cast<int64_t>(d)));
   vis_->Store64(&m.state, ready);
   vis_->Flush(&m, sizeof m);
   vis_->StoreFence();
+  // A store is a use: the block is as young as it gets until read.
+  (void)sw_hold_->Commit(d, slot, sw_hold_->Extend(SwTick()));
   Count(Counter::kStores);
   Count(Counter::kBytesStored, len);
   *outcome = StoreOutcome::kStored;
@@ -816,21 +833,28 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
                                    ")");
   }
   const bool own = SwOwnSlot(slot);
-  const uint8_t* data = SlotData(slot);
+  if (!SwDataInPartition(m.data, SwPartitionOf(slot))) {  // untrusted: damage
+    Count(Counter::kCrcFailures);
+    Count(Counter::kMisses);
+    return Status::Corruption("entry " + std::to_string(slot) + " names data slot " +
+                              std::to_string(m.data) + ", not one of its write partition's");
+  }
+  const uint8_t* data = SlotData(m.data);
   // SR2: drop any copy of the payload lines this host cached earlier.
   if (!own) {
     vis_->Invalidate(data, m.len);
     vis_->FullFence();
   }
   vis_->CopyFromRegion(dst, data, m.len);
-  const uint32_t got = BindSlotCrc(Crc32c(dst, m.len), SwCrcGeneration(m.state), ns, key, m.len);
+  const uint32_t got =
+      BindSlotCrc(Crc32c(dst, m.len), SwCrcGeneration(m.state), ns, key, m.len, m.data);
   // SR3: the copy's loads before the re-read of the state word.
   vis_->FullFence();
   const SwMeta after = SwReadMeta(slot, !own);
   // ... and the incarnation that wrote it still holds the partition (after
   // the copy: a zombie's READY line can land at any moment before it).
   if (after.state != m.state || after.key.hi != key.hi || after.key.lo != key.lo ||
-      after.ns != ns || !SwWriterCurrent(slot, m.state, true)) {
+      after.ns != ns || after.data != m.data || !SwWriterCurrent(slot, m.state, true)) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
@@ -847,7 +871,7 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
     std::snprintf(buf, sizeof buf, "stored 0x%08x, read 0x%08x", m.crc, got);
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C (" + buf + ")");
   }
-  SwTouch(slot);
+  SwTouch(slot, m.data);
   const uint32_t writer = SwPartitionOf(slot);
   const bool cross = self_ < 0 || writer != self_index();
   Count(Counter::kHits);
@@ -866,12 +890,13 @@ Status RegionImpl::SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* l
   if (map_->lost()) return map_->LostStatus();
   SwMeta m;
   const int64_t found = SwFind(ns, key, true, -1, &m);
-  if (found < 0 || m.len > geo_.slot_size) {
+  if (found < 0 || m.len > geo_.slot_size ||
+      !SwDataInPartition(m.data, SwPartitionOf(static_cast<uint64_t>(found)))) {
     Count(Counter::kMisses);
     return Status::NotFound("block not in region");
   }
   const auto slot = static_cast<uint64_t>(found);
-  const uint8_t* data = SlotData(slot);
+  const uint8_t* data = SlotData(m.data);
   // The caller (or a DMA engine) reads these bytes next: drop this host's
   // cached copies of them first (SR2).
   if (!SwOwnSlot(slot)) {
@@ -891,6 +916,7 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
   const BlockKey key = RegionInternal::LeaseKey(*lease);
   const size_t len = lease->len();
   const uint32_t crc = lease->crc32c();
+  const uint64_t d = DataIndexOf(lease->data());
   RegionInternal::CloseReadLease(lease);
   const bool own = SwOwnSlot(slot);
   // CRC mandatory: of the caller's copy, or its own CRC, or (neither given)
@@ -903,18 +929,18 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
     plain = Crc32c(copied, len);
   } else {
     std::vector<uint8_t> now(len);
-    vis_->CopyFromRegion(now.data(), SlotData(slot), len);
+    vis_->CopyFromRegion(now.data(), SlotData(d), len);
     plain = Crc32c(now.data(), len);
   }
   vis_->FullFence();
   const SwMeta after = SwReadMeta(slot, !own);
   if (after.state != word || after.key.hi != key.hi || after.key.lo != key.lo || after.ns != ns ||
-      !SwWriterCurrent(slot, word, true)) {
+      after.data != d || !SwWriterCurrent(slot, word, true)) {
     Count(Counter::kLoadRaces);
     Count(Counter::kMisses);
     return Status::NotFound("block replaced while it was being read");
   }
-  if (BindSlotCrc(plain, SwCrcGeneration(word), ns, key, len) != crc) {
+  if (BindSlotCrc(plain, SwCrcGeneration(word), ns, key, len, static_cast<int64_t>(d)) != crc) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
     if (own && !fenced_.load(std::memory_order_acquire)) {
@@ -923,7 +949,7 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
     }
     return Status::Corruption("slot " + std::to_string(slot) + " failed CRC32C");
   }
-  SwTouch(slot);
+  SwTouch(slot, d);
   Count(Counter::kHits);
   Count(Counter::kBytesLoaded, len);
   if (self_ < 0 || SwPartitionOf(slot) != self_index()) Count(Counter::kCrossHits);
@@ -963,19 +989,20 @@ Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
     if (WordState(m.state) != kReady || !SwWriterCurrent(s, m.state, false)) continue;
     ++report->ready;
     bool ok = false;
-    if (m.len <= geo_.slot_size) {
+    if (m.len <= geo_.slot_size && SwDataInPartition(m.data, SwPartitionOf(s))) {
       if (!own) {
-        vis_->Invalidate(SlotData(s), m.len);
+        vis_->Invalidate(SlotData(m.data), m.len);
         vis_->FullFence();
       }
-      vis_->CopyFromRegion(buf.data(), SlotData(s), m.len);
+      vis_->CopyFromRegion(buf.data(), SlotData(m.data), m.len);
       vis_->FullFence();
-      if (SwReadMeta(s, !own).state != m.state) {
+      const SwMeta after = SwReadMeta(s, !own);
+      if (after.state != m.state || after.data != m.data) {
         ++report->skipped_changed;
         continue;
       }
-      ok = BindSlotCrc(Crc32c(buf.data(), m.len), SwCrcGeneration(m.state), m.ns, m.key, m.len) ==
-           m.crc;
+      ok = BindSlotCrc(Crc32c(buf.data(), m.len), SwCrcGeneration(m.state), m.ns, m.key, m.len,
+                       m.data) == m.crc;
     }
     if (ok) {
       ++report->verified;

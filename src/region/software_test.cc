@@ -69,13 +69,13 @@ TwoHosts OpenTwoHosts(const std::string& path, uint64_t size, uint64_t slot) {
   return t;
 }
 
-TEST(Software, FormatsLayoutVersion4AndServesEveryPartitionsBlocks) {
+TEST(Software, FormatsLayoutVersion6AndServesEveryPartitionsBlocks) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 0));
   auto h1 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 0, 1));  // 0: accept
   auto h2 = MustOpen(tmp.path(), SoftwareOptions(8 << 20, 4096, 3, 2));
-  EXPECT_EQ(h0->info().layout_version, 4u);
+  EXPECT_EQ(h0->info().layout_version, 6u);
   EXPECT_EQ(h1->info().config.software_partitions, 3u);
   EXPECT_EQ(h1->info().config.coherence, CoherenceMode::kSoftware);
   Region* hosts[3] = {h0.get(), h1.get(), h2.get()};
@@ -196,7 +196,19 @@ TEST(Software, VersionAndModeMismatchesNameBoth) {
   }
   s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, 1), &r);
   EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
-  for (const char* v : {"layout version 3", "layout version 5", "layout version 4"})
+  for (const char* v : {"layout version 3", "layout version 5", "layout version 6"})
+    EXPECT_NE(s.ToString().find(v), std::string::npos) << v << ": " << s.ToString();
+  // Layout 4 (software mode choosing among a key's 32 ways) likewise: format
+  // it again.
+  {
+    std::fstream f(sw.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t v4 = 4;
+    f.seekp(24);
+    f.write(reinterpret_cast<const char*>(&v4), sizeof v4);
+  }
+  s = Region::Open(sw.path(), SoftwareOptions(0, 0, 0, 1), &r);
+  EXPECT_TRUE(s.IsUnsupported()) << s.ToString();
+  for (const char* v : {"layout version 4", "layout version 6", "format it again"})
     EXPECT_NE(s.ToString().find(v), std::string::npos) << v << ": " << s.ToString();
 }
 
@@ -285,12 +297,9 @@ TEST(Software, AChainLeavesTailFirstAndItsHeadStays) {
 
 // Issue 24's second half, as RegionTest.NoChunkLeavesWhileAnOlderOneStays
 // Anywhere (region_test.cc) checks it for the region, here for a write
-// partition of at least 1,024 slots: not met by layout 4 (a key lives only in
-// its two sets of its writer's partition; the design that would meet it,
-// modelled: docs/benchmarks.md, "coherence=software: what each eviction
-// design can reach"). Run it with --gtest_also_run_disabled_tests. Disabled
-// until the engine meets it: issue 24.
-TEST(Software, DISABLED_NoChunkLeavesWhileAnOlderOneStaysAnywhere) {
+// partition of at least 1,024 slots: layout 6 evicts the partition's least
+// recently used block (software_state.h), wherever its key lives.
+TEST(Software, NoChunkLeavesWhileAnOlderOneStaysAnywhere) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(6 << 20, 4096, 1, 0));

@@ -382,7 +382,7 @@ TEST_F(FabricScenarioTest, NonCoherentHostsSpecsGiveEachNodeItsPartitionAndTheRe
   ASSERT_TRUE(s.ok()) << s.ToString();
   s = OpenFromEnv(eb, &b);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(a->info().layout_version, 4u);
+  EXPECT_EQ(a->info().layout_version, 6u);
   EXPECT_EQ(b->info().participant, 1);
   NamespaceId na, nb;
   ASSERT_TRUE(a->RegisterNamespace({"m", "bf16", "NHD", 0, 0}, &na).ok());
