@@ -28,7 +28,7 @@ class SoftwareCoherenceTest(unittest.TestCase):
     def test_partition_zero_formats_and_info_reports_the_mode(self):
         r = self._software(0)
         i = r.info()
-        self.assertEqual(i.layout_version, 4)
+        self.assertEqual(i.layout_version, 6)
         self.assertEqual(i.config.coherence, cxlkv.CoherenceMode.SOFTWARE)
         self.assertEqual(i.config.software_partitions, 2)
         self.assertEqual(i.participant, 0)

@@ -143,13 +143,13 @@ INSTANTIATE_TEST_SUITE_P(
 // a later software-mode layout) is refused, naming the versions this build
 // reads and both ways on: a build that reads it, or `cxlkv format --force`.
 TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
-  for (const uint32_t v : {6u, 7u, 1000u}) {
+  for (const uint32_t v : {7u, 8u, 1000u}) {
     ScratchRegion sr("ver");
     Populate(sr.path());
     {
       RawRegion raw(sr.path());
-      // 5 is coherence=hardware's, 4 coherence=software's; 2 and 3 refused
-      // (below, and software_test.cc).
+      // 5 is coherence=hardware's, 6 coherence=software's; 2, 3 and 4
+      // refused (below, and software_test.cc).
       raw.sb()->layout_version = v;
     }
     std::unique_ptr<Region> r;
@@ -160,7 +160,7 @@ TEST(CorruptionTest, NewerLayoutVersionIsRefusedNamingBothVersions) {
               std::string::npos)
         << s.ToString();
     EXPECT_NE(s.message().find("layout version 5"), std::string::npos) << s.ToString();
-    EXPECT_NE(s.message().find("layout version 4"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("layout version 6"), std::string::npos) << s.ToString();
     EXPECT_NE(s.message().find("a build that reads version " + vs), std::string::npos)
         << s.ToString();
     EXPECT_NE(s.message().find("cxlkv format --force"), std::string::npos) << s.ToString();

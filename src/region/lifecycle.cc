@@ -133,7 +133,7 @@ Status ProbePath(const std::string& path, const LifecycleOptions& o, Probe* out)
   ro.format_wait_ns = 0;
   ro.config.max_participants = 0;  // accept what the region records
   ro.sysfs_root = o.sysfs_root;
-  // Inspect a region in its own coherence mode (version 4: software).
+  // Inspect a region in its own coherence mode (version 6: software).
   if (sb->layout_version == kLayoutVersionSoftware) ro.config.coherence = CoherenceMode::kSoftware;
   auto impl = std::make_unique<RegionImpl>(std::move(map), ro, nullptr);
   s = impl->Init();
@@ -296,8 +296,8 @@ Occupancy ScanOccupancy(const Region& region) {
         break;
     }
   }
-  // Free capacity: data slots no entry holds (layout 5 has two entries per
-  // data slot, so FREE entries are not free room; layout 4 one).
+  // Free capacity: data slots no entry holds (layouts 5 and 6 have two
+  // entries per data slot, so FREE entries are not free room).
   const uint64_t used = o.writing + o.ready + o.evicting + o.invalid;
   o.free = region.info().num_slots > used ? region.info().num_slots - used : 0;
   // Layout 5 (coherence=hardware): the data words, and READY entries whose

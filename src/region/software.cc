@@ -698,7 +698,7 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   SetTags& t = tags_[slot / geo_.ways];
   // SW3: the whole line says WRITING(g+1) with the new identity and its
   // data slot, and reaches memory before any payload byte changes.
-  // The owner field carries our incarnation tag (layout 4), checked by
+  // The owner field carries our incarnation tag (since layout 4), checked by
   // every reader against the partition's record.
   const uint64_t writing = PackWord(WordGen(chosen_word) + 1, SwIncTag(self_word_), kWriting);
   vis_->Store64(&sm.state, writing);

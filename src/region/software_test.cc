@@ -1,6 +1,6 @@
 // Copyright cxlkv authors.
 //
-// coherence=software (layout version 4, docs/coherence.md) through the
+// coherence=software (layout version 6, docs/coherence.md) through the
 // public API, in one process: several Region objects on one file stand for
 // several hosts (each its own write partition and visibility layer). The
 // machine is coherent, so these tests show the protocol's logic and where it

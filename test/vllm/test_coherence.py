@@ -78,12 +78,12 @@ def test_two_hosts_share_a_software_region_byte_equal(tmp_path):
         diff = sum(1 for (_, x), (_, y) in zip(stored, loaded) if x != y)
         assert diff == 0, f"{diff} chunks differ between A's computed KV and B's loaded KV"
         assert res["tokens"] == a["results"][1]["tokens"]
-        # The region as the engines left it: layout version 4, A's partition
+        # The region as the engines left it: layout version 6, A's partition
         # holds every chunk (B's holds nothing of the prompt).
         obs = cxlkv.open_region(region, coherence="software", register_participant=False,
                                 create_if_missing=False, prefault="none")
         i = obs.info()
-        assert (i.layout_version, i.config.software_partitions) == (4, 2)
+        assert (i.layout_version, i.config.software_partitions) == (6, 2)
     finally:
         if os.path.exists(region):
             os.unlink(region)

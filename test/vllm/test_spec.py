@@ -442,7 +442,7 @@ def test_software_mode_worker_first_then_another_host_loads_without_pins(region_
     kv_a = [torch.randint(-128, 127, (16, 2048), dtype=torch.int8) for _ in range(2)]
     m, w = engine("host-a", kv_a)
     i = m.region.info()
-    assert (i.layout_version, i.config.software_partitions, i.participant) == (4, 2, 0)
+    assert (i.layout_version, i.config.software_partitions, i.participant) == (6, 2, 0)
     assert w.region.info().participant == -1, "workers attach read-only"
     key = make_offload_key(os.urandom(32), 0)
     ctx = ReqContext(req_id="r1")

@@ -64,7 +64,7 @@ TEST(CliCoherenceTest, FormatInspectStatsVerifyWipeOfASoftwareRegion) {
   r = Cxlkv("format --coherence software --partitions 2 --json" + geo);
   ASSERT_EQ(r.rc, 0) << r.out;
   json j = Json(r);
-  EXPECT_EQ(j["layout_version"], 4);
+  EXPECT_EQ(j["layout_version"], 6);
   EXPECT_EQ(j["coherence"], "software");
   EXPECT_EQ(j["software_partitions"], 2);
   EXPECT_EQ(j["participant"], -1) << "format gave partition 0 back";
@@ -88,7 +88,7 @@ TEST(CliCoherenceTest, FormatInspectStatsVerifyWipeOfASoftwareRegion) {
   ASSERT_EQ(r.rc, 0) << r.out;
   j = Json(r);
   EXPECT_EQ(j["region"]["coherence"], "software");
-  EXPECT_EQ(j["region"]["layout_version"], 4);
+  EXPECT_EQ(j["region"]["layout_version"], 6);
   EXPECT_EQ(j["slots"]["ready"], 1);
   r = Cxlkv("inspect --region " + region);
   ASSERT_EQ(r.rc, 0) << r.out;
