@@ -375,7 +375,7 @@ Status RegionImpl::Lookup(NamespaceId ns, const BlockKey& key) {
     SwMeta m;
     const int64_t slot = SwFind(ns, key, true, -1, &m);
     if (slot < 0) return Status::NotFound("block not in region");
-    SwTouch(static_cast<uint64_t>(slot), m.data);
+    SwTouch(static_cast<uint64_t>(slot), m.data, m.state);
     return Status::OK();
   }
   uint64_t w;
@@ -390,7 +390,7 @@ size_t RegionImpl::LookupPrefix(NamespaceId ns, const BlockKey* keys, size_t n) 
     size_t hits = 0;
     SwMeta m;
     for (int64_t slot; hits < n && (slot = SwFind(ns, keys[hits], true, -1, &m)) >= 0; ++hits) {
-      SwTouch(static_cast<uint64_t>(slot), m.data);
+      SwTouch(static_cast<uint64_t>(slot), m.data, m.state);
     }
     Count(Counter::kLookups, hits < n ? hits + 1 : n);
     return hits;

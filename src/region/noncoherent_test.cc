@@ -828,6 +828,10 @@ TEST(NoncoherentEmulator, ReadLeaseAcrossAnEvictionOfItsSlot) {
     Fill(kK, 1, want.data());
     if (e.IsCorruption()) t->corrupt++;
     if (e.ok() && got != want) t->wrong++;
+    // SW2b: K's entry said FREE in memory before its data slot's bytes
+    // changed, so the re-read sees it changed: a miss (without that flush
+    // the re-read finds READY still and the copy fails its CRC).
+    if (e.IsNotFound()) t->misses++;
     return 0;
   });
   ASSERT_TRUE(test::WaitFor([&] { return t->phase.load() == 2; }, 30000));
@@ -841,9 +845,12 @@ TEST(NoncoherentEmulator, ReadLeaseAcrossAnEvictionOfItsSlot) {
   const auto* sb = reinterpret_cast<const internal::Superblock*>(base);
   const auto* meta = reinterpret_cast<const internal::SlotMeta*>(base + sb->meta_off);
   const BlockKey key = BlockKey::FromId(kK);
-  uint64_t slot = sb->num_slots;
-  for (uint64_t s = 0; s < sb->num_slots; ++s)
-    if (meta[s].key_lo.load() == key.lo && meta[s].key_hi.load() == key.hi) slot = s;
+  // Layout 6: K's index entry names its data slot.
+  uint64_t entry = sb->num_entries;
+  for (uint64_t s = 0; s < sb->num_entries; ++s)
+    if (meta[s].key_lo.load() == key.lo && meta[s].key_hi.load() == key.hi) entry = s;
+  ASSERT_LT(entry, sb->num_entries);
+  const uint64_t slot = meta[entry].data.load();
   ASSERT_LT(slot, sb->num_slots);
   std::vector<uint8_t> k_bytes(LenOf(kK));
   Fill(kK, 1, k_bytes.data());
@@ -862,8 +869,81 @@ TEST(NoncoherentEmulator, ReadLeaseAcrossAnEvictionOfItsSlot) {
   t->done.store(1);
   while (test::WaitStopped(writer)) ::kill(writer, SIGCONT);
   EXPECT_TRUE(taken) << "no store took K's slot";
+  EXPECT_EQ(t->misses.load(), 1u) << "the read across the eviction was not a miss";
   ::munmap(p, kRegionBytes);
   ExpectNoWrongBytes(t);
+}
+
+// The hint channel (layout 6): host 1's reads of host 0's block K keep it in
+// host 0's partition while host 0 stores twice its partition's worth of other
+// blocks after it. Host 1 first reads host 2's block X a ring's worth of times,
+// so host 0's first drain caches every ring line with hints that are not its
+// own; K's later hints land on those lines, and reach host 0 only if host 1
+// flushed them (slots, then head) and host 0 invalidated them (head, slots)
+// before reading. Without the channel K is the oldest block, and goes.
+TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr uint64_t kK = 777001, kX = 777002, kFill = 2'000'000;
+  constexpr int kRounds = 16;
+  const pid_t a = Spawn([&] {
+    NamespaceId ns;
+    auto r = m.Attach(0, 0, &ns);
+    if (!r) return 10;
+    t->phase.store(1);  // formatted: the others attach
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, kK, 1, &o) || o != StoreOutcome::kStored) return 11;
+    const uint64_t part = r->info().num_slots / 3;
+    // Fill the partition but for a few slots: nothing evicted yet.
+    uint64_t id = kFill;
+    for (; id < kFill + part - 8; ++id)
+      if (!StoreBlock(r.get(), ns, id, 1, &o)) return 12;
+    if (r->ProcessCounters()[Counter::kEvictions] != 0) return 13;
+    for (int round = 0; round < kRounds; ++round) {
+      t->phase.store(2 * round + 2);  // host 1 reads
+      if (!test::WaitFor([&] { return t->phase.load() == 2 * round + 3; }, 30000)) return 14;
+      for (uint64_t k = 0; k < part / 8; ++k, ++id)
+        if (!StoreBlock(r.get(), ns, id, 1, &o)) return 15;
+    }
+    if (r->ProcessCounters()[Counter::kEvictions] < part) return 16;
+    t->hits += Check(r.get(), ns, kK) == Got::kHit;
+    t->phase.store(100);
+    return 0;
+  });
+  const pid_t c = Spawn([&] {
+    if (!test::WaitFor([&] { return t->phase.load() >= 1; }, 30000)) return 9;
+    NamespaceId ns;
+    auto r = m.Attach(2, 2, &ns);
+    if (!r) return 10;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, kX, 1, &o)) return 11;
+    t->done.store(1);
+    return test::WaitFor([&] { return t->phase.load() == 100; }, 120000) ? 0 : 12;
+  });
+  const pid_t b = Spawn([&] {
+    if (!test::WaitFor([&] { return t->phase.load() >= 1 && t->done.load() == 1; }, 30000))
+      return 9;
+    NamespaceId ns;
+    auto r = m.Attach(1, 1, &ns);
+    if (!r) return 10;
+    for (int round = 0; round < kRounds; ++round) {
+      if (!test::WaitFor([&] { return t->phase.load() == 2 * round + 2; }, 30000)) return 11;
+      // Round 0: a ring's worth of hints for host 2's block first.
+      for (int i = 0; round == 0 && i < 256; ++i)
+        if (Check(r.get(), ns, kX) != Got::kHit) return 12;
+      // One batch of hints for K (kHintBatch in software.cc: 16).
+      for (int i = 0; i < 16; ++i) {
+        const Got g = Check(r.get(), ns, kK);
+        if (g != Got::kHit) return g == Got::kMiss ? 13 : 14;
+      }
+      t->phase.store(2 * round + 3);
+    }
+    return 0;
+  });
+  EXPECT_EQ(Reap(b), 0) << "host 1 lost K (13) or read it wrong (14)";
+  EXPECT_EQ(Reap(a), 0);
+  EXPECT_EQ(Reap(c), 0);
+  EXPECT_EQ(t->hits.load(), 1u) << "K left host 0's partition although host 1 kept reading it";
 }
 
 // Host 3 (an observer) scrubs the empty partition 0 (its cache now holds
@@ -871,7 +951,7 @@ TEST(NoncoherentEmulator, ReadLeaseAcrossAnEvictionOfItsSlot) {
 // reads every block, host 0 then begins a write that evicts one of them and
 // is killed with the lease open. The next holder of partition 0 runs on host
 // 3: its attach must see the READY and WRITING slots through its stale cache
-// (invalidate first), free them (layout 4: all of the killed incarnation's),
+// (invalidate first), free them (since layout 4: all of the killed incarnation's),
 // and leave memory with every slot FREE; the block can then be stored and
 // read from host 1.
 TEST(NoncoherentEmulator, WriterKilledMidWriteHeirOnAHostWithStaleLines) {
@@ -941,7 +1021,7 @@ TEST(NoncoherentEmulator, WriterKilledMidWriteHeirOnAHostWithStaleLines) {
     const auto* sb = static_cast<const internal::Superblock*>(p);
     const auto* meta =
         reinterpret_cast<const internal::SlotMeta*>(static_cast<const uint8_t*>(p) + sb->meta_off);
-    for (uint64_t s = 0; s < sb->num_slots; ++s)
+    for (uint64_t s = 0; s < sb->num_entries; ++s)
       if (internal::WordState(meta[s].state.load()) != uint8_t(internal::SlotState::kFree))
         return 14;
     NamespaceId ns;

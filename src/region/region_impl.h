@@ -317,11 +317,28 @@ class RegionImpl final : public Region {
   bool SwDataInPartition(uint64_t d, uint32_t q) const {
     return d < geo_.num_slots && d / part_datas_ == q;
   }
-  // Records a use of entry `entry`'s block in data slot `data` for SW2's
-  // least-recently-used order, if it is one of our own partition's
-  // (another host's: nothing yet, we may not write its lines).
-  // Thread-safe; no region access.
-  void SwTouch(uint64_t entry, uint64_t data) const;
+  // Records a use of entry `entry`'s block (READY word `w`, in data slot
+  // `data`) for SW2's least-recently-used order: ours directly, another
+  // partition's as a hint in our ring (SwNoteHint). Thread-safe.
+  void SwTouch(uint64_t entry, uint64_t data, uint64_t w);
+  // The hint channel (layout.h, "Hint rings"). SwNoteHint: a hit of ours
+  // on entry `entry` (READY word `w`) of another partition goes into our
+  // ring; every kHintBatch of them (and each heartbeat: SwFlushHints) the
+  // ring's new slots, then its head, reach memory. SwDrainHints (holder,
+  // under sw_claim_mu_): reads every other ring's new hints and counts a
+  // use of each of our entries still READY at the hinted generation.
+  void SwNoteHint(uint64_t entry, uint64_t w);
+  void SwFlushHints();
+  void SwFlushHintsLocked();  // REQUIRES: sw_hint_.mu held
+  void SwDrainHints();
+  void SwAttachHints();       // at attach: where each ring stands
+  SwHintRingHead* SwRingHead(uint32_t q) const {
+    return reinterpret_cast<SwHintRingHead*>(
+        base_ + geo_.rings_off + uint64_t(q) * (sizeof(SwHintRingHead) + geo_.ring_entries * 8));
+  }
+  std::atomic<uint64_t>* SwRingSlots(uint32_t q) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(SwRingHead(q) + 1);
+  }
   // SW2b: frees our READY entry `entry` (word `w`) to take its data slot:
   // the entry's line says FREE(g+1) and reaches memory, then a store fence,
   // before any byte of the data slot changes. REQUIRES: sw_claim_mu_ held.
@@ -534,6 +551,7 @@ class RegionImpl final : public Region {
   uint64_t part_datas_ = 0;  // data slots per partition (layout 6)
   // Our partition's free data slots and eviction order (software_state.h).
   std::unique_ptr<SwHolderState> sw_hold_;
+  mutable SwHintState sw_hint_;
   mutable std::mutex sw_ns_mu_;
   mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
 

@@ -195,6 +195,17 @@ class SwHolderState {
   std::vector<uint64_t> free_;   // free data slots (partition offsets)
 };
 
+// The hint rings' process-local side (layout.h, "Hint rings"): as a
+// reader, where our own ring's head is and how much of it reached memory;
+// as a holder, how far each other partition's ring was read.
+struct SwHintState {
+  std::mutex mu;             // our ring's appends and flushes
+  uint64_t head = 0;         // appends so far (memory's head once flushed)
+  uint64_t flushed = 0;      // appends whose slots and head reached memory
+  uint64_t seen[16] = {};    // holder: each ring's head when last drained
+  uint64_t evictions = 0;    // holder, under sw_claim_mu_: since the last drain
+};
+
 }  // namespace cxlkv::internal
 
 #endif  // CXLKV_SRC_REGION_SOFTWARE_STATE_H_
