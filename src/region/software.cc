@@ -810,10 +810,15 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   }
   SlotMeta& sm = meta_[slot];
   SetTags& t = tags_[slot / geo_.ways];
-  // SW3: the whole line says WRITING(g+1) with the new identity and its
-  // data slot, and reaches memory before any payload byte changes.
-  // The owner field carries our incarnation tag (since layout 4), checked by
-  // every reader against the partition's record.
+  // SW3: the line says WRITING(g+1) with the new identity and its data
+  // slot. Layout 6 needs no flush of it before the payload: memory says
+  // FREE for this entry (freed and flushed by SW2b, the sweep, or never
+  // used), and the data slot's previous entry said FREE in memory before
+  // the slot was ours (SW2b), so no reader can take these bytes for any
+  // block until SW5 publishes the whole line. The tag, a hint, is flushed
+  // so other hosts find the block once it is READY. The owner field
+  // carries our incarnation tag (since layout 4), checked by every reader
+  // against the partition's record.
   const uint64_t writing = PackWord(WordGen(chosen_word) + 1, SwIncTag(self_word_), kWriting);
   vis_->Store64(&sm.state, writing);
   vis_->Store64(&sm.key_hi, key.hi);
@@ -824,7 +829,6 @@ Status RegionImpl::SwBeginWrite(NamespaceId ns, const BlockKey& key, size_t len,
   vis_->Store32(&sm.writer, self_index());
   vis_->Store32(&sm.data, static_cast<uint32_t>(d));
   vis_->Store32(&t.tag[slot % geo_.ways], tag);
-  vis_->Flush(&sm, sizeof sm);
   vis_->Flush(&t, sizeof t);
   vis_->StoreFence();
   sw_hold_->SetDepth(d, depth < kMaxChainDepth ? depth : kMaxChainDepth);
