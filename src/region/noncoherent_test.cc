@@ -901,7 +901,11 @@ TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
     if (r->ProcessCounters()[Counter::kEvictions] != 0) return 13;
     for (int round = 0; round < kRounds; ++round) {
       t->phase.store(2 * round + 2);  // host 1 reads
-      if (!test::WaitFor([&] { return t->phase.load() == 2 * round + 3; }, 30000)) return 14;
+      if (!test::WaitFor(
+              [&] { return t->phase.load() == 2 * round + 3 || t->errors.load() != 0; }, 30000) ||
+          t->errors.load() != 0) {
+        return 14;  // host 1 stopped (it lost K, or read it wrong)
+      }
       for (uint64_t k = 0; k < part / 8; ++k, ++id)
         if (!StoreBlock(r.get(), ns, id, 1, &o)) return 15;
     }
@@ -918,6 +922,7 @@ TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
     StoreOutcome o;
     if (!StoreBlock(r.get(), ns, kX, 1, &o)) return 11;
     t->done.store(1);
+    // Until host 0 is done (or the parent saw hosts 0 and 1 exit).
     return test::WaitFor([&] { return t->phase.load() == 100; }, 120000) ? 0 : 12;
   });
   const pid_t b = Spawn([&] {
@@ -929,12 +934,19 @@ TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
     for (int round = 0; round < kRounds; ++round) {
       if (!test::WaitFor([&] { return t->phase.load() == 2 * round + 2; }, 30000)) return 11;
       // Round 0: a ring's worth of hints for host 2's block first.
-      for (int i = 0; round == 0 && i < 256; ++i)
-        if (Check(r.get(), ns, kX) != Got::kHit) return 12;
+      for (int i = 0; round == 0 && i < 256; ++i) {
+        if (Check(r.get(), ns, kX) != Got::kHit) {
+          t->errors++;
+          return 12;
+        }
+      }
       // One batch of hints for K (kHintBatch in software.cc: 16).
       for (int i = 0; i < 16; ++i) {
         const Got g = Check(r.get(), ns, kK);
-        if (g != Got::kHit) return g == Got::kMiss ? 13 : 14;
+        if (g != Got::kHit) {
+          t->errors++;
+          return g == Got::kMiss ? 13 : 14;
+        }
       }
       t->phase.store(2 * round + 3);
     }
@@ -942,6 +954,7 @@ TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
   });
   EXPECT_EQ(Reap(b), 0) << "host 1 lost K (13) or read it wrong (14)";
   EXPECT_EQ(Reap(a), 0);
+  t->phase.store(100);  // host 2 may go
   EXPECT_EQ(Reap(c), 0);
   EXPECT_EQ(t->hits.load(), 1u) << "K left host 0's partition although host 1 kept reading it";
 }
