@@ -2,8 +2,8 @@
 # Replay hit rate vs region size: shared region vs private regions (round-robin
 # and prefix routing), whole Mooncake trace, 2 replicas, 32 KiB blocks. "shared
 # RR, sw" is the shared region in coherence=software (replica i writes only
-# write partition i, and its eviction sees only its own hits:
-# docs/coherence.md, "Eviction").
+# write partition i; its eviction sees the other replica's hits through the
+# hint channel: docs/coherence.md, "Eviction").
 # Prints a Markdown table (the one in docs/benchmarks.md) and writes JSON
 # lines to ${OUT:-build/sweep.jsonl}. "LRU ceiling" is the hit rate of exact
 # global LRU over the shared region's slot count, in trace order
