@@ -200,7 +200,9 @@ inline STORE(k) {
   :: else ->
      FP;
      /* SW2: a FREE way first, else the least recently used READY one
-        (@fn RegionImpl::SwLeastRecentlyUsed; any order here). */
+        (layout 4's choice among the key's ways, in @fn RegionImpl::SwBeginWrite
+        as it was; any order here). Layout 6's entries and data slots, SW2b
+        and the sweep's data slot release are not modelled yet. */
      s = 0;
      do
      :: s < NSLOT ->
