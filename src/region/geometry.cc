@@ -131,11 +131,10 @@ Status ComputeAny(uint64_t region_size, uint64_t slot_size, uint32_t max_partici
   }
   // Layouts 5, 6: SlotMeta::data and the data word's entry field (layout.h).
   if ((decoupled || partitions > 0) && g.num_slots > kMaxDataSlots) {
-    return Status::InvalidArgument("region of " + base::FormatBytes(region_size) + " holds " +
-                                   std::to_string(g.num_slots) + " slots of " +
-                                   base::FormatBytes(slot_size) + "; layout " +
-                                   (partitions > 0 ? "6" : "5") + " allows at most " +
-                                   std::to_string(kMaxDataSlots) + ": use a larger --slot-size");
+    return Status::InvalidArgument(
+        "region of " + base::FormatBytes(region_size) + " holds " + std::to_string(g.num_slots) +
+        " slots of " + base::FormatBytes(slot_size) + "; layout " + (partitions > 0 ? "6" : "5") +
+        " allows at most " + std::to_string(kMaxDataSlots) + ": use a larger --slot-size");
   }
   *out = g;
   return Status::OK();
@@ -183,10 +182,10 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
   Geometry g;
   const bool decoupled = sb.layout_version == kLayoutVersion;
   const bool software = sb.layout_version == kLayoutVersionSoftware;
-  Status s = software ? ComputeSoftwareGeometry(sb.region_size, sb.slot_size, sb.max_participants,
-                                                sb.partitions, &g)
-                      : ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants,
-                                        decoupled, &g);
+  Status s =
+      software ? ComputeSoftwareGeometry(sb.region_size, sb.slot_size, sb.max_participants,
+                                         sb.partitions, &g)
+               : ComputeGeometry(sb.region_size, sb.slot_size, sb.max_participants, decoupled, &g);
   // The header checksum held (Validate checks it first), so these bytes
   // were written as they are: by a buggy or hostile writer, not a bit flip.
   // Either way nothing of the region can be placed.
@@ -202,8 +201,7 @@ Status CheckRecordedGeometry(const Superblock& sb, uint64_t mapped_bytes, bool s
   CXLKV_RETURN_IF_ERROR(check("num_slots", sb.num_slots, g.num_slots));
   CXLKV_RETURN_IF_ERROR(check("num_sets", sb.num_sets, g.num_sets));
   CXLKV_RETURN_IF_ERROR(check("num_entries", sb.num_entries, g.num_entries));
-  CXLKV_RETURN_IF_ERROR(
-      check("dwords_off", sb.dwords_off, software ? g.rings_off : g.dwords_off));
+  CXLKV_RETURN_IF_ERROR(check("dwords_off", sb.dwords_off, software ? g.rings_off : g.dwords_off));
   CXLKV_RETURN_IF_ERROR(check("ways", sb.ways, g.ways));
   CXLKV_RETURN_IF_ERROR(check("pin_words", sb.pin_words, g.pin_words));
   CXLKV_RETURN_IF_ERROR(check("slot_stride", sb.slot_stride, g.slot_stride));

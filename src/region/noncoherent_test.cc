@@ -901,8 +901,8 @@ TEST(NoncoherentEmulator, HostBsReadsKeepHostAsBlockAlive) {
     if (r->ProcessCounters()[Counter::kEvictions] != 0) return 13;
     for (int round = 0; round < kRounds; ++round) {
       t->phase.store(2 * round + 2);  // host 1 reads
-      if (!test::WaitFor(
-              [&] { return t->phase.load() == 2 * round + 3 || t->errors.load() != 0; }, 30000) ||
+      if (!test::WaitFor([&] { return t->phase.load() == 2 * round + 3 || t->errors.load() != 0; },
+                         30000) ||
           t->errors.load() != 0) {
         return 14;  // host 1 stopped (it lost K, or read it wrong)
       }

@@ -331,7 +331,7 @@ class RegionImpl final : public Region {
   void SwFlushHints();
   void SwFlushHintsLocked();  // REQUIRES: sw_hint_.mu held
   void SwDrainHints();
-  void SwAttachHints();       // at attach: where each ring stands
+  void SwAttachHints();  // at attach: where each ring stands
   SwHintRingHead* SwRingHead(uint32_t q) const {
     return reinterpret_cast<SwHintRingHead*>(
         base_ + geo_.rings_off + uint64_t(q) * (sizeof(SwHintRingHead) + geo_.ring_entries * 8));
@@ -548,7 +548,7 @@ class RegionImpl final : public Region {
   std::mutex sw_claim_mu_;      // serialises this process's slot claims
   uint64_t sw_sweep_next_ = 0;  // guarded by sw_claim_mu_: the periodic sweep's cursor
   Counters sw_counter_base_{};  // our record's counters before we attached
-  uint64_t part_datas_ = 0;  // data slots per partition (layout 6)
+  uint64_t part_datas_ = 0;     // data slots per partition (layout 6)
   // Our partition's free data slots and eviction order (software_state.h).
   std::unique_ptr<SwHolderState> sw_hold_;
   mutable SwHintState sw_hint_;

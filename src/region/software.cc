@@ -110,8 +110,8 @@ Status RegionImpl::SwInitOrThrow() {
         "coherence=software: a participant needs software_partition (0..software_partitions-1, "
         "handed out by an external lease); register_participant=false attaches read-only");
   }
-  partitions_ = sb_->partitions;  // validated: 1..16, <= num_sets
-  part_sets_ = geo_.num_sets / partitions_;   // exact: the geometry made it so
+  partitions_ = sb_->partitions;               // validated: 1..16, <= num_sets
+  part_sets_ = geo_.num_sets / partitions_;    // exact: the geometry made it so
   part_datas_ = geo_.num_slots / partitions_;  // = part_sets_ x ways / 2
   if (opts_.register_participant &&
       static_cast<uint32_t>(opts_.software_partition) >= partitions_) {
@@ -297,8 +297,8 @@ void RegionImpl::SwRecoverPartition(bool attach) {
     const uint64_t d = vis_->Load32(&meta_[s].data);
     // Ours, as memory says, on the data slot we gave it (a damaged index
     // sends the entry away below). At attach nothing is ours yet.
-    const bool keep = !attach && (st == kReady || st == kWriting) && ours &&
-                      sw_hold_->DataOf(s) == d;
+    const bool keep =
+        !attach && (st == kReady || st == kWriting) && ours && sw_hold_->DataOf(s) == d;
     // Memory says FREE, or another incarnation's line (a paused old
     // holder's late write-back), where we may have believed a block of
     // ours: give that block's data slot back.
@@ -892,8 +892,8 @@ Status RegionImpl::SwCommitWrite(WriteLease* lease, const uint32_t* crc32c, Stor
   // SW5: crc, then READY, in one line (a spontaneous write-back carries
   // both or neither of the READY word's companions).
   const uint64_t ready = PackWord(WordGen(word), WordOwner(word), kReady);
-  vis_->Store32(&m.crc, BindSlotCrc(src_crc, SwCrcGeneration(word), ns, key, len,
-                                    static_cast<int64_t>(d)));
+  vis_->Store32(&m.crc,
+                BindSlotCrc(src_crc, SwCrcGeneration(word), ns, key, len, static_cast<int64_t>(d)));
   vis_->Store64(&m.state, ready);
   vis_->Flush(&m, sizeof m);
   vis_->StoreFence();

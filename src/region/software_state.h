@@ -187,23 +187,23 @@ class SwHolderState {
   uint64_t first_ = 0;
   uint64_t first_entry_ = 0;
   std::vector<uint64_t> data_of_;  // per entry: the data slot (offset) it holds, or kNone
-  std::vector<uint64_t> entry_;  // per data slot: the entry holding it, or kNone
-  std::vector<uint64_t> tick_;   // per data slot: its block's last use
-  std::vector<uint32_t> depth_;  // per data slot: its block's chain depth
-  std::vector<bool> queued_;     // per data slot: in order_ (READY)
-  std::set<Key> order_;          // READY blocks, least recently used first
-  std::vector<uint64_t> free_;   // free data slots (partition offsets)
+  std::vector<uint64_t> entry_;    // per data slot: the entry holding it, or kNone
+  std::vector<uint64_t> tick_;     // per data slot: its block's last use
+  std::vector<uint32_t> depth_;    // per data slot: its block's chain depth
+  std::vector<bool> queued_;       // per data slot: in order_ (READY)
+  std::set<Key> order_;            // READY blocks, least recently used first
+  std::vector<uint64_t> free_;     // free data slots (partition offsets)
 };
 
 // The hint rings' process-local side (layout.h, "Hint rings"): as a
 // reader, where our own ring's head is and how much of it reached memory;
 // as a holder, how far each other partition's ring was read.
 struct SwHintState {
-  std::mutex mu;             // our ring's appends and flushes
-  uint64_t head = 0;         // appends so far (memory's head once flushed)
-  uint64_t flushed = 0;      // appends whose slots and head reached memory
-  uint64_t seen[16] = {};    // holder: each ring's head when last drained
-  uint64_t evictions = 0;    // holder, under sw_claim_mu_: since the last drain
+  std::mutex mu;           // our ring's appends and flushes
+  uint64_t head = 0;       // appends so far (memory's head once flushed)
+  uint64_t flushed = 0;    // appends whose slots and head reached memory
+  uint64_t seen[16] = {};  // holder: each ring's head when last drained
+  uint64_t evictions = 0;  // holder, under sw_claim_mu_: since the last drain
 };
 
 }  // namespace cxlkv::internal
