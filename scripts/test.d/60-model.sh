@@ -12,19 +12,19 @@
 # satisfies every property, and the old protocol (layout 1) shows its two
 # defects (layout 2's cases are in the full tier);
 # software mode (model/coherence.pml: per-host caches, flush, invalidate, no
-# atomics; the default is the code, layout v4) passes, the layout v3 variant
-# and the heartbeat-in-the-record variant show theirs, and each of its 13
-# flush/invalidate sites removed in turn is caught. All of these run by
+# atomics; the default is the code, layout 6: index entries apart from data
+# slots, SW2b, the sweep's give-back) passes with the lease never moving,
+# with crashes, and with the new holder storing while the paused old one
+# still runs; the give-back mutant, the layout v3 variant and the
+# heartbeat-in-the-record variant show theirs, each of its 13
+# flush/invalidate sites removed in turn (SW2b's among them) is caught, and
+# the old holder's late tag line shows its known violation (sw-l6-late-tag,
+# docs/model.md). All of these run by
 # default; CXLKV_FULL=1 (scripts/test.sh --full) adds the larger-bound cases
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
-# Warm: about 80 s on 2 idle cores (72 s of CPU measured: 77 M states
-# searched, the layout-5 cases 47 M of them), each verifier's compile, about
-# 9 s of CPU, from ccache (scripts/model-check.sh) while the models are
-# unchanged. On 2 busy cores about 6 min, most of it the searches.
-# Cold (a model edited, or an empty cache): about 5 min idle (+9 s of CPU
-# per case compiled), up to 25 min on busy cores.
+# Warm: WARM_LINE
 # No build; spin and gcc make each verifier in a temporary directory.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
