@@ -88,7 +88,7 @@ CASES=(
   "sw-l6-no-giveback|default|violation:hq[|$SW6_GIVEBACK -DNO_VISIBLE -DNO_GIVEBACK"
   "sw-l6-late-tag|default|violation:hit|$SW6_GIVEBACK"
   "sw-v3|default|violation:legit[|$SW6 -DV3_PROTOCOL -DCHECK_READS_ONLY"
-  "sw-hb-in-rec|default|violation:legit[|$SW6 -DHB_IN_REC -DCHECK_READS_ONLY"
+  "sw-hb-in-rec|default|violation:legit[|$SW6 -DHB_IN_REC -DCHECK_READS_ONLY -DCRASHES=0 -DRLOADS=0"
   "l5-two-writers|full|pass|$L5_TWO_WRITERS -DCHECK_READS_ONLY"
   "l5-drop-steal-crash|full|pass|$L5_DROP_STEAL -DPAUSES=0"
   "v2-region-crc|full|violation:got==snap|-DV2_PROTOCOL -DOPS=1 -DNSLOT=1 -DNK=2"
