@@ -24,7 +24,13 @@
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
-# Warm: WARM_LINE
+# Warm: about 80 s (78 s measured on 2 cores beside a full test run, under
+# nice 19: 79 M states searched in 60 s of pan time, the layout-5 cases 47 M
+# of them, software mode 24 M), each verifier's compile, about 9 s of CPU,
+# from ccache (scripts/model-check.sh) while the models are unchanged. On 2
+# busy cores up to about 6 min, most of it the searches.
+# Cold (a model edited, or an empty cache): about 5 min idle (+9 s of CPU
+# per case compiled), up to 25 min on busy cores.
 # No build; spin and gcc make each verifier in a temporary directory.
 set -uo pipefail
 source "$(dirname "$0")/../lib/stage.sh"
