@@ -61,6 +61,21 @@ std::vector<uint8_t> Block(uint8_t second_half) {
   return v;
 }
 
+uint64_t DataSlots(Region* r) {
+  return static_cast<internal::RegionImpl*>(r)->geometry().num_slots;
+}
+
+// Stores blocks first .. first + n - 1 of `bytes`, each a new block
+// (kStored); with a full region each store evicts one.
+void StoreEach(Region* r, NamespaceId ns, uint64_t first, uint64_t n,
+               const std::vector<uint8_t>& bytes) {
+  for (uint64_t i = 0; i < n; ++i) {
+    StoreOutcome out;
+    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(first + i), bytes.data(), kSlot, &out).ok()) << i;
+    ASSERT_EQ(out, StoreOutcome::kStored) << i;
+  }
+}
+
 // How the zombie writes.
 enum class Path {
   kStore,      // Region::Store, paused at `failpoint`
@@ -299,11 +314,7 @@ TEST(PauseTest, MoverPausedAfterTakeLeavesTheVictimsDataSlot) {
   const uint64_t nslots = impl->geometry().num_slots;
   const std::vector<uint8_t> bytes = Block(0x3C);
   // Every data slot taken: the zombie's store must evict.
-  for (uint64_t i = 0; i < nslots; ++i) {
-    StoreOutcome out;
-    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(200 + i), bytes.data(), kSlot, &out).ok());
-    ASSERT_EQ(out, StoreOutcome::kStored);
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreEach(r.get(), ns, 200, nslots, bytes));
   ASSERT_EQ(DataSlotViolation(r.get()), "");
   pid_t z = Spawn([&] {
     ::setenv("CXLKV_FAILPOINT", "evict.after_take:stop", 1);
@@ -347,11 +358,9 @@ TEST(PauseTest, MoverPausedMidMoveEvictsNothingOnceFenced) {
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
   const NamespaceId ns = Ns(r.get());
-  const uint64_t nslots = static_cast<internal::RegionImpl*>(r.get())->geometry().num_slots;
+  const uint64_t nslots = DataSlots(r.get());
   const std::vector<uint8_t> bytes = Block(0x6D);
-  for (uint64_t i = 0; i < nslots; ++i) {
-    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(400 + i), bytes.data(), kSlot).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreEach(r.get(), ns, 400, nslots, bytes));
   auto* sh = SharedAnon<Shared>();
   pid_t z = Spawn([&] {
     ::setenv("CXLKV_FAILPOINT", "evict.mid_move:stop", 1);
@@ -406,11 +415,9 @@ TEST(PauseTest, WriterPausedBetweenReadyAndSettleLeavesTheSlotToItsNextLease) {
   const RegionOptions opts = TestOptions(kTiny, kSlot);
   auto r = MustOpen(sr.path(), opts);
   const NamespaceId ns = Ns(r.get());
-  const uint64_t nslots = static_cast<internal::RegionImpl*>(r.get())->geometry().num_slots;
+  const uint64_t nslots = DataSlots(r.get());
   const std::vector<uint8_t> zbytes = Block(0x71), obytes = Block(0x72);
-  for (uint64_t i = 0; i < nslots; ++i) {
-    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(700 + i), obytes.data(), kSlot).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreEach(r.get(), ns, 700, nslots, obytes));
   auto* sh = SharedAnon<Shared>();
   pid_t z = Spawn([&] {
     ::setenv("CXLKV_FAILPOINT", "write.after_ready:stop", 1);
@@ -431,11 +438,7 @@ TEST(PauseTest, WriterPausedBetweenReadyAndSettleLeavesTheSlotToItsNextLease) {
   EXPECT_TRUE(WaitFor([&] { return DataSlotViolation(r.get(), true).empty(); }, 3000))
       << DataSlotViolation(r.get(), true);
   // Every block replaced (the paused writer's too), its data slot reused.
-  for (uint64_t i = 0; i < nslots; ++i) {
-    StoreOutcome out;
-    ASSERT_TRUE(r->Store(ns, BlockKey::FromId(900 + i), obytes.data(), kSlot, &out).ok());
-    ASSERT_EQ(out, StoreOutcome::kStored);
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreEach(r.get(), ns, 900, nslots, obytes));
   EXPECT_FALSE(r->Load(ns, BlockKey::FromId(800), buf.data(), buf.size()).ok());
   ::kill(z, SIGCONT);
   ASSERT_EQ(Reap(z), 0);
