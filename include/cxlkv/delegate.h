@@ -99,7 +99,8 @@ Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToke
 // and count == blocks_per_chunk (else kInvalidArgument).
 // kInvalidArgument for a token of another region, a slot out of range, a
 // layout whose payload differs from the token's length, pages that exceed
-// part_len or a block id out of range; kNotFound if the reservation no longer
+// part_len, a block id out of range, or (coherence=hardware) a token from an
+// older build that carries no data slot; kNotFound if the reservation no longer
 // holds (aborted, reclaimed or committed) before or after the copy, or
 // (coherence=hardware) if the token's data slot is not the reservation's.
 Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,

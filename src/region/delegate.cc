@@ -158,14 +158,37 @@ uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& lay
 // entry at the WRITING word's generation, until the commit settles it):
 // not the index in the region, which damage may point at another block's
 // bytes. Otherwise the data slot its entry names.
+// A token naming data slot 0 (zero high bits) whose reservation holds
+// another data slot right now: exported by a build from before tokens
+// carried the data slot, not a lost reservation. The entry's index is
+// untrusted, but a data word held by this reservation's lease can only be
+// its own data slot, so a token that says 0 was made without it.
+Status CheckTokenCarriesItsDataSlot(internal::RegionImpl* impl, const WriteToken& token) {
+  const int64_t held = impl->EntryDataSlot(token.slot);
+  if (held <= 0 || !internal::DataLeaseIs(
+                       impl->DataWord(static_cast<uint64_t>(held)).load(std::memory_order_acquire),
+                       token.slot, internal::WordGen(token.word)))
+    return Status::OK();
+  return Status::InvalidArgument(
+      "write token of slot " + std::to_string(token.slot) +
+      " carries no data slot (the high 32 bits of its len are zero) while its reservation holds "
+      "data slot " +
+      std::to_string(held) +
+      ": it was exported by an older cxlkv build, from before tokens carried the data slot. Run "
+      "the reserving process (the one that calls ExportWriteToken) on this build, the same as "
+      "the fillers, and export the token again");
+}
+
 Status TokenData(Region* region, const WriteToken& token, uint8_t** base) {
   internal::RegionImpl* impl = Impl(region);
   if (TokenCarriesData(*region)) {
     const uint64_t d = TokenDataSlot(token);
     if (!internal::DataLeaseIs(impl->DataWord(d).load(std::memory_order_acquire), token.slot,
-                               internal::WordGen(token.word)))
+                               internal::WordGen(token.word))) {
+      if (d == 0) CXLKV_RETURN_IF_ERROR(CheckTokenCarriesItsDataSlot(impl, token));
       return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
                               " no longer holds data slot " + std::to_string(d));
+    }
     *base = impl->SlotData(d);
     return Status::OK();
   }

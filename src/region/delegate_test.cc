@@ -330,12 +330,58 @@ TEST(DelegateTest, FillersWriteTheTokensDataSlotNotADamagedIndex) {
   ASSERT_TRUE(ExportWriteToken(*r, l2, &t2).ok());
   WriteToken wrong = t2;
   wrong.len = TokenPayloadLen(t2) | (uint64_t{od} << 32);
-  EXPECT_TRUE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).IsNotFound());
+  // (Data slot 0 is also what a token from an older build names: refused as
+  // that, kInvalidArgument.)
+  const Status ws = FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids));
+  EXPECT_TRUE(od == 0 ? ws.IsInvalidArgument() : ws.IsNotFound()) << ws.ToString();
   wrong.len = TokenPayloadLen(t2) | (r->info().num_slots << 32);
   EXPECT_TRUE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).IsInvalidArgument());
   r->AbortWrite(&l2);
   ASSERT_TRUE(r->Load(ns, other, got.data(), got.size()).ok());
   EXPECT_EQ(got, ob);
+}
+
+// Layout 5: a token exported by a build from before tokens carried the data
+// slot has zero high bits. For a reservation whose data slot is not 0 that
+// is not a lost reservation (kNotFound, which a connector treats as "store
+// again later") but a token this build cannot place: kInvalidArgument,
+// saying where it came from and how to go on. Nothing is written; the
+// reservation's own token still fills and commits, and once the reservation
+// is gone the old-style token is kNotFound again.
+TEST(DelegateTest, ATokenFromAnOlderBuildIsAClearErrorNotALostReservation) {
+  ScratchRegion sr("parted-old-token");
+  auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
+  ASSERT_EQ(r->info().config.coherence, CoherenceMode::kHardware);
+  const NamespaceId ns = Ns(r.get());
+  // A reservation on a data slot other than 0 (one that got 0 stays open,
+  // so the next cannot).
+  WriteLease first, lease;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(30), kLayout.PayloadLen(), &first).ok());
+  WriteLease* mine = &first;
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, first, &token).ok());
+  if (TokenDataSlot(token) == 0) {
+    ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(31), kLayout.PayloadLen(), &lease).ok());
+    ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+    mine = &lease;
+  }
+  ASSERT_NE(TokenDataSlot(token), 0u);
+  WriteToken old = token;
+  old.len = TokenPayloadLen(token);  // what an older build exported
+  Kv kv0(400), kv1(401);
+  const int32_t ids[kPerChunk] = {3, 0, 7, 9};
+  const Status s = FillPart(r.get(), old, kLayout, 0, kv0.pages(ids));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("older cxlkv build"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("ExportWriteToken"), std::string::npos) << s.message();
+  uint8_t* dst = nullptr;
+  EXPECT_TRUE(BeginFillPart(r.get(), old, kLayout, 0, &dst).IsInvalidArgument());
+  EXPECT_TRUE(EndFillPart(r.get(), old, kLayout, 0, 0, 0).IsInvalidArgument());
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 1, kv1.pages(ids)).ok());
+  ASSERT_TRUE(CommitPartedWrite(r.get(), mine, kLayout).ok());
+  EXPECT_TRUE(FillPart(r.get(), old, kLayout, 0, kv0.pages(ids)).IsNotFound());
+  if (first.open()) r->AbortWrite(&first);
 }
 
 }  // namespace
