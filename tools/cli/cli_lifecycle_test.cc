@@ -70,10 +70,11 @@ const std::string kSmall = kTrace + " --kv-bytes-per-token 2 --quiet --json ";
 
 // Stand-in for a participant on another host: a child process attached with
 // the given heartbeat that drops the flock Region::Open took, so only its
-// heartbeats show it. Killed on destruction.
+// heartbeats show it. With `writing_id`, it also holds that trace id's block
+// (the replay's namespace, 1 KiB) in WRITING. Killed on destruction.
 class RemoteParticipant {
  public:
-  RemoteParticipant(const std::string& path, uint64_t heartbeat_ns) {
+  RemoteParticipant(const std::string& path, uint64_t heartbeat_ns, uint64_t writing_id = 0) {
     int ready[2];
     EXPECT_EQ(::pipe(ready), 0);
     std::fflush(nullptr);
@@ -94,6 +95,14 @@ class RemoteParticipant {
         if (n > 0 && path == std::string(target, n)) ::flock(std::atoi(e->d_name), LOCK_UN);
       }
       ::closedir(d);
+      cxlkv::NamespaceId ns;
+      cxlkv::WriteLease lease;
+      if (writing_id != 0 &&
+          (!r->RegisterNamespace({"Qwen/Qwen2.5-7B-Instruct", "bfloat16", "mooncake-trace", 0, 0},
+                                 &ns)
+                .ok() ||
+           !r->BeginWrite(ns, cxlkv::BlockKey::FromId(writing_id), 1024, &lease).ok()))
+        ::_exit(12);
       char c = 1;
       if (::write(ready[1], &c, 1) != 1) ::_exit(11);
       for (;;) ::pause();
@@ -340,15 +349,16 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
   // the participant's declared interval), and then reclaims its WRITING
   // slot and stores the block itself. With the default 100 ms interval that
   // is 400 ms, which a starved test process on a loaded CI machine missed
-  // (the replay then stored both blocks and exited 0). A declared 10 s
-  // interval gives 40 s, past the replay's 30 s deadline: it can never
-  // reclaim this holder, so only the stuck-key bound can end the retries.
+  // (the replay then stored both blocks and exited 0). A declared 1 s
+  // interval gives 4 s; the replay's give-up bound honours it too (three
+  // such judgements, AKeyHeldByADeadWriterWithASlowHeartbeatIsWaitedFor), so
+  // it gives up after 3 x 4 s + 1.1 s while the holder stays live.
   cxlkv::RegionOptions o;
   o.size = 8 << 20;
   o.config.slot_size = 512 * 2;
   o.config.hash_algorithm = "mooncake-trace-id";
   o.prefault = cxlkv::Prefault::kNone;
-  o.heartbeat_interval_ns = 10'000'000'000;
+  o.heartbeat_interval_ns = 1'000'000'000;
   o.liveness_timeout_ns = 4 * o.heartbeat_interval_ns;
   std::unique_ptr<cxlkv::Region> holder;
   ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
@@ -359,10 +369,10 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
           .ok());
   cxlkv::WriteLease lease;
   ASSERT_TRUE(holder->BeginWrite(ns, cxlkv::BlockKey::FromId(big), 1024, &lease).ok());
-  // The give-up bound is 3 x 300 ms + 1.1 s plus startup: a deadline of 30 s
+  // The give-up bound is 3 x 4 s + 1.1 s plus startup: a deadline of 60 s
   // fails the exit-status check (124) if the retries were unbounded again.
   Result r =
-      CxlkvWithin(30, "replay --region " + region + " --region-size 8MiB --replica-count 1" +
+      CxlkvWithin(60, "replay --region " + region + " --region-size 8MiB --replica-count 1" +
                           " --replica-index 0" + " --control " + d / "ctl" + " --trace " + trace +
                           " --kv-bytes-per-token 2 --quiet --json --heartbeat-ms 25 "
                           "--liveness-timeout-ms 300");
@@ -377,6 +387,38 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
     live_self += p.self && !p.reclaiming;
   EXPECT_EQ(live_self, 1) << "the replay reclaimed the holder";
   holder->AbortWrite(&lease);
+}
+
+// A writer that declares a slow heartbeat and dies holding a key is judged
+// dead only after 4 of its intervals (max with the judge's own liveness
+// timeout). The replay's give-up on a key that keeps answering "lost race"
+// waits that long too: a bound from its own timing alone (25 ms, 300 ms:
+// 2 s) called the key stuck and failed the replay while the reclaim that
+// frees it was still 2 s away.
+TEST(CliLifecycleTest, AKeyHeldByADeadWriterWithASlowHeartbeatIsWaitedFor) {
+  Dir d("slowhb");
+  const std::string region = d / "r", trace = d / "trace.jsonl";
+  { std::ofstream(trace) << "{\"hash_ids\": [5]}\n"; }
+  {
+    cxlkv::RegionOptions o;
+    o.size = 8 << 20;
+    o.config.slot_size = 512 * 2;
+    o.config.hash_algorithm = "mooncake-trace-id";
+    o.prefault = cxlkv::Prefault::kNone;
+    std::unique_ptr<cxlkv::Region> created;
+    ASSERT_TRUE(cxlkv::Region::Open(region, o, &created).ok());
+  }
+  // Declares 1 s, holds block 5 in WRITING, dies: silent for 4 s before it
+  // may be reclaimed, counted from when the replay first watches it.
+  RemoteParticipant writer(region, 1'000'000'000, 5);
+  writer.Kill();
+  Result r = CxlkvWithin(
+      60, "replay --region " + region + " --region-size 8MiB --replica-count 1 --replica-index 0" +
+              " --control " + d / "ctl" + " --trace " + trace +
+              " --kv-bytes-per-token 2 --quiet --json --heartbeat-ms 25 --liveness-timeout-ms 300");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("stuck key"), std::string::npos) << r.err;
+  EXPECT_EQ(Json(r)["stores"], 1) << r.out;
 }
 
 }  // namespace

@@ -183,21 +183,34 @@ Status OpenReplicaRegion(const Flags& f, uint64_t block_bytes, uint32_t replica,
   return Region::Open(RegionPathFor(f, replica), o, out);
 }
 
-// How long a key may keep answering "lost race" before the replay gives up
-// on it. Another participant is writing it: alive, it commits within one
-// copy (milliseconds); dead, any live participant (this replica's heartbeat
-// thread included) reclaims its slot once it has been silent for the
-// liveness timeout, noticed within a heartbeat interval. Three liveness
-// timeouts and a second cover both with room for a loaded machine; longer
-// means the key is stuck, which the old unbounded loop turned into an hour
-// per key.
-std::chrono::nanoseconds StuckKeyBound(const Flags& f) {
+// This replica's heartbeat interval and liveness timeout (OpenReplicaRegion's).
+RegionOptions ReplicaTiming(const Flags& f) {
   RegionOptions o;
   o.heartbeat_interval_ns = 50'000'000;
   o.liveness_timeout_ns = 2'000'000'000;
   f.timing.Apply(&o);
-  return std::chrono::nanoseconds(3 * o.liveness_timeout_ns + 4 * o.heartbeat_interval_ns +
-                                  1'000'000'000);
+  return o;
+}
+
+// How long a key may keep answering "lost race" before the replay gives up
+// on it. Another participant is writing it: alive, it commits within one
+// copy (milliseconds); dead, any live participant (this replica's heartbeat
+// thread included) reclaims its slot once it has been silent for the judge's
+// liveness timeout or 4 of the writer's declared heartbeat intervals,
+// whichever is longer (registry.cc), noticed within a heartbeat interval.
+// The writer is not known, so the slowest declared interval of the others
+// attached counts. Three such judgements and a second cover both with room
+// for a loaded machine; longer means the key is stuck, which the old
+// unbounded loop turned into an hour per key.
+std::chrono::nanoseconds StuckKeyBound(const Flags& f, const Region& r) {
+  const RegionOptions o = ReplicaTiming(f);
+  uint64_t judge = o.liveness_timeout_ns;
+  for (const ParticipantInfo& p : r.Participants()) {
+    // Capped as the judge caps it: the declared interval is region bytes.
+    if (!p.self)
+      judge = std::max(judge, 4 * std::min(p.heartbeat_interval_ns, kMaxHeartbeatIntervalNs));
+  }
+  return std::chrono::nanoseconds(3 * judge + 4 * o.heartbeat_interval_ns + 1'000'000'000);
 }
 
 int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index,
@@ -300,7 +313,9 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     // the slot, so a zombie writing into a reused slot is caught on load.
     for (size_t i = hits; i < chain.size(); ++i) {
       FillBlock(chain[i], want.data(), want.size());
-      const auto give_up = Clock::now() + StuckKeyBound(f);
+      const auto first_try = Clock::now();
+      // Set at the first lost race (Participants() reads every record).
+      std::chrono::nanoseconds bound{0};
       for (int attempt = 0;; ++attempt) {
         StoreOutcome out = StoreOutcome::kStored;
         // Depth i: the chunk's place in its prefix chain (eviction's hint).
@@ -310,20 +325,27 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
           break;
         }
         if (!s.ok() && out == StoreOutcome::kLostRace) {
+          if (bound.count() == 0) bound = StuckKeyBound(f, *r);
+          const auto give_up = first_try + bound;
           if (Clock::now() > give_up) {
             std::fprintf(stderr,
                          "cxlkv replay: replica %u: block %s (trace id %llu) is still being "
                          "written by another participant after %.1f s and %d attempts; giving "
                          "up on it (a stuck key)\n",
                          index, keys[i].ToHex().c_str(), (unsigned long long)chain[i],
-                         std::chrono::duration<double>(StuckKeyBound(f)).count(), attempt + 1);
+                         std::chrono::duration<double>(bound).count(), attempt + 1);
             res.store_failures++;
             res.errors++;
             break;
           }
           // Another replica is storing this block right now. Wait for it,
-          // so a request that depends on ours finds the block READY.
-          while (Clock::now() < give_up && !r->Lookup(ns, keys[i]).ok()) {
+          // so a request that depends on ours finds the block READY; try the
+          // store again every heartbeat interval, which is how often a dead
+          // writer's slot may be reclaimed (and then nobody else stores it).
+          const auto retry = std::min(
+              give_up,
+              Clock::now() + std::chrono::nanoseconds(ReplicaTiming(f).heartbeat_interval_ns));
+          while (Clock::now() < retry && !r->Lookup(ns, keys[i]).ok()) {
             std::this_thread::sleep_for(std::chrono::microseconds(100));
           }
           continue;
