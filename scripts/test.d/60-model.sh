@@ -24,8 +24,8 @@
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
-# Warm: about 80 s (78 s measured on 2 cores beside a full test run, under
-# nice 19: 79 M states searched in 60 s of pan time, the layout-5 cases 47 M
+# Warm: about 90 s (87 s and 91 s measured alone on 2 cores with other work
+# beside it, about 68 s of CPU; 79 M states searched, the layout-5 cases 47 M
 # of them, software mode 24 M), each verifier's compile, about 9 s of CPU,
 # from ccache (scripts/model-check.sh) while the models are unchanged. On 2
 # busy cores up to about 6 min, most of it the searches.
