@@ -42,13 +42,8 @@ int main(int argc, char** argv) {
   cxlkv::base::StopSignals signals;
 
   std::unique_ptr<cxlkv::fabric::FabricServer> server;
-  s = cxlkv::fabric::FabricServer::Open(config, &server);
-  if (!s.ok()) {
-    std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
-    return 1;
-  }
   int bound = 0;
-  s = server->Bind(host, port, &bound);
+  s = cxlkv::fabric::FabricServer::Open(config, host, port, &bound, &server);
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-fabricd: %s\n", s.message().c_str());
     return 1;

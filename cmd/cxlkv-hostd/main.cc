@@ -97,25 +97,29 @@ int main(int argc, char** argv) {
   // Before any thread starts: one thread alone waits for the stop signals.
   cxlkv::base::StopSignals signals;
 
+  // The port first: opening the state removes orphan CDI specs and the
+  // resync adds and removes devices, which a second daemon started by
+  // mistake beside a running one (same dirs, its port taken) must not do.
+  auto server = cxlkv::hostd::AgentServer::Create();
+  int bound = 0;
+  cxlkv::Status s = server->Bind(host, port, &bound);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
+    return 1;
+  }
   std::unique_ptr<cxlkv::hostd::HostAgent> agent;
-  cxlkv::Status s = cxlkv::hostd::HostAgent::Open(opt, std::move(m), &agent);
+  s = cxlkv::hostd::HostAgent::Open(opt, std::move(m), &agent);
   if (!s.ok()) {
     std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
     return 1;
   }
   // First resync before serving: once "listening" is printed, this host's
   // devices match the fabric manager's view (or the manager was unreachable).
+  // Calls that come meanwhile wait in the listen backlog.
   {
     cxlkv::hostd::ResyncResult r;
     cxlkv::Status rs = agent->Resync(&r);
     if (!rs.ok() && !rs.IsUnsupported()) spdlog::warn("{}", rs.message());
-  }
-  auto server = cxlkv::hostd::AgentServer::Create(agent.get());
-  int bound = 0;
-  s = server->Bind(host, port, &bound);
-  if (!s.ok()) {
-    std::fprintf(stderr, "cxlkv-hostd: %s\n", s.message().c_str());
-    return 1;
   }
   std::printf("listening %s:%d\n", host.c_str(), bound);
   std::fflush(stdout);
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
     }
   });
   signals.Watch([&](int) { server->Stop(); });
-  s = server->Serve();
+  s = server->Serve(agent.get());
   {
     std::lock_guard<std::mutex> l(mu);
     stopping = true;

@@ -79,12 +79,10 @@ class TempDir {
 class Emulator {
  public:
   explicit Emulator(const FabricConfig& config) {
-    Status s = FabricServer::Open(config, &server_);
+    int port = 0;
+    Status s = FabricServer::Open(config, "127.0.0.1", 0, &port, &server_);
     EXPECT_TRUE(s.ok()) << s.ToString();
     if (!server_) return;
-    int port = 0;
-    s = server_->Bind("127.0.0.1", 0, &port);
-    EXPECT_TRUE(s.ok()) << s.ToString();
     base_ = "http://127.0.0.1:" + std::to_string(port);
     thread_ = std::thread([this] { (void)server_->Serve(); });
   }

@@ -16,10 +16,17 @@
 
 namespace cxlkv::fabric {
 
-Status FabricServer::Open(const FabricConfig& config, std::unique_ptr<FabricServer>* out) {
+Status FabricServer::Open(const FabricConfig& config, const std::string& host, int port,
+                          int* bound_port, std::unique_ptr<FabricServer>* out) {
+  auto server = std::make_unique<internal::HttpFabricServer>(config);
+  // The port before the state: recovery rolls back compositions and removes
+  // backing files no region owns, which a second daemon started by mistake
+  // on a running one's state must not do to it.
+  CXLKV_RETURN_IF_ERROR(server->Bind(host, port, bound_port));
   std::unique_ptr<internal::FabricManager> m;
   CXLKV_RETURN_IF_ERROR(internal::FabricManager::Open(config, &m));
-  out->reset(new internal::HttpFabricServer(config, std::move(m)));
+  server->Attach(std::move(m));
+  *out = std::move(server);
   return Status::OK();
 }
 
@@ -116,8 +123,7 @@ std::string Base64(const std::string& in) {
 }
 }  // namespace
 
-HttpFabricServer::HttpFabricServer(const FabricConfig& config, std::unique_ptr<FabricManager> m)
-    : config_(config), manager_(std::move(m)) {
+HttpFabricServer::HttpFabricServer(const FabricConfig& config) : config_(config) {
   if (!config_.tls_cert.empty()) {
     http_ = std::make_unique<httplib::SSLServer>(config_.tls_cert.c_str(), config_.tls_key.c_str());
   } else {

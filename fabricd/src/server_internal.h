@@ -23,8 +23,10 @@ namespace cxlkv::fabric::internal {
 
 class HttpFabricServer : public FabricServer {
  public:
-  HttpFabricServer(const FabricConfig& config, std::unique_ptr<FabricManager> m);
-  Status Bind(const std::string& host, int port, int* bound_port) override;
+  // The routes, without a manager yet: Bind, then Attach, then Serve.
+  explicit HttpFabricServer(const FabricConfig& config);
+  Status Bind(const std::string& host, int port, int* bound_port);
+  void Attach(std::unique_ptr<FabricManager> m) { manager_ = std::move(m); }
   Status Serve() override;
   void Stop() override;
 

@@ -73,7 +73,7 @@ void ReplyUnhandled(const httplib::Request& req, httplib::Response& res) {
 
 class HttpAgentServer : public AgentServer {
  public:
-  explicit HttpAgentServer(HostAgent* agent) : agent_(agent) {
+  HttpAgentServer() {
     http_.set_keep_alive_max_count(1);
     http_.set_socket_options(base::ListenSocketOptions);  // a taken port is refused
     http_.Put(kRegion, [this](const httplib::Request& req, httplib::Response& res) {
@@ -146,7 +146,9 @@ class HttpAgentServer : public AgentServer {
     *bound_port = p;
     return Status::OK();
   }
-  Status Serve() override {
+  Status Serve(HostAgent* agent) override {
+    // Before the accept loop starts, so every handler sees it.
+    agent_ = agent;
     // A Stop (SIGTERM) before the accept loop is up is not lost (ServeGate).
     const bool failed = gate_.Enter() && !http_.listen_after_bind();
     gate_.Exit();
@@ -158,15 +160,13 @@ class HttpAgentServer : public AgentServer {
   }
 
  private:
-  HostAgent* const agent_;
+  HostAgent* agent_ = nullptr;  // set by Serve, before any request is served
   httplib::Server http_;
   base::ServeGate gate_;
 };
 
 }  // namespace
 
-std::unique_ptr<AgentServer> AgentServer::Create(HostAgent* agent) {
-  return std::make_unique<HttpAgentServer>(agent);
-}
+std::unique_ptr<AgentServer> AgentServer::Create() { return std::make_unique<HttpAgentServer>(); }
 
 }  // namespace cxlkv::hostd

@@ -5,7 +5,8 @@
 #  2. The named bats tests of test/e2e/fabric.bats: schemathesis, cxlkv-fabricd
 #     against cfm-openapi.yaml + our overlay; CDI specs written by cxlkv-hostd,
 #     validated and injected into an OCI spec by the reference CDI Go module;
-#     fabricd + two hostd + the cxlkv CLI on each host (its header says each).
+#     fabricd + two hostd + the cxlkv CLI on each host; a second daemon on a
+#     taken port changing nothing (its header says each).
 # Prints "fabric: N passed, N failed, N skipped" (ctest's tests and bats's);
 # exits non-zero on any failure. One bats test by name:
 # scripts/test.sh --stage fabric --filter 'two hosts'.

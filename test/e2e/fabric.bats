@@ -10,7 +10,9 @@
 #  - two hosts: cxlkv-fabricd and two cxlkv-hostd (started in setup_file),
 #    one region composed for both, each host's CDI spec injected, the cxlkv
 #    CLI on each host attaching through it and seeing the other's stores, and
-#    the free removing everything.
+#    the free removing everything;
+#  - taken port: a second cxlkv-fabricd or cxlkv-hostd on a running one's
+#    port and state exits at its bind, before it changes any state.
 # Run by the fabric stage (scripts/test.d/30-fabric.sh, after the fabric.e2e
 # ctest tests); alone: `bats test/e2e/fabric.bats` (build/ built by the
 # stage, or CXLKV_BIN). A failing test prints the processes' logs.
@@ -243,4 +245,64 @@ region_id() { jq -r '.id // empty' "$E/region.json" 2>/dev/null; }
   alloc=$(curl -s "$F/cfm/v1/appliances/cma-0/blades/blade-0" | jq '.totalMemoryAllocatedMiB // 0')
   echo "HTTP $code, $left leftovers, $alloc MiB still allocated"
   [ "$code" = 200 ] && [ "$left" = 0 ] && [ "$alloc" = 0 ]
+}
+
+# listening_port <stdout file> <pid>: waits for the daemon's "listening
+# ADDR:PORT" line and prints PORT; fails if the daemon exits first.
+listening_port() {
+  for _ in $(seq 100); do
+    if grep -q '^listening ' "$1"; then sed -n 's/^listening .*://p' "$1"; return 0; fi
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "daemon $2 did not start"; return 1
+}
+
+# A second daemon started on a port another one holds can serve nothing, so
+# it must change nothing: it binds first, and exits on the taken port before
+# cxlkv-fabricd's recovery (which removes backing files no region owns) or
+# cxlkv-hostd's open and first resync (which remove CDI specs its state does
+# not list). Each first daemon runs on its own state; the files planted
+# after it started are what the second one's start would have removed.
+# bats test_tags=taken-port
+@test "taken port: a second cxlkv-fabricd or cxlkv-hostd exits before touching its state" {
+  local d=$W/taken hpid port
+  mkdir -p "$d/backing" "$d/cdi"
+  cat >"$d/fabricd.yaml" <<YAML
+stateDir: $d/fabric-state
+backingDir: $d/backing
+appliances:
+  - id: cma-0
+    blades:
+      - id: blade-0
+        resourceBlockMiB: 16
+        channels: 1
+        blocksPerChannel: 2
+        ports:
+          - {id: P1, host: node-x, hostPort: port0}
+hosts:
+  - {id: node-x, agent: "http://127.0.0.1:1"}
+YAML
+  start_fabricd "$d/fabricd.yaml" "$d/fabricd.log" || return 1
+  port=${FABRIC_URL##*:}
+  : >"$d/backing/orphan.region"
+  run "$BIN/cxlkv-fabricd" --config "$d/fabricd.yaml" --listen "127.0.0.1:$port" --log-level warn
+  kill "$FABRIC_PID"; wait "$FABRIC_PID"
+  echo "second cxlkv-fabricd: exit $status: $output"
+  [ "$status" = 1 ] || fail "exit $status, want 1"
+  [[ $output == *"address already in use"* ]] || fail "no 'address already in use'"
+  [ -e "$d/backing/orphan.region" ] || fail "it removed a backing file before its bind failed"
+
+  local hostd=("$BIN/cxlkv-hostd" --host-id node-x --cdi-dir "$d/cdi" --state-dir "$d/hostd-state"
+               --dev-dir "$d/dev" --resync-interval 0)
+  "${hostd[@]}" --listen 127.0.0.1:0 >"$d/hostd.out" 2>"$d/hostd.log" 3>&- &
+  hpid=$!
+  port=$(listening_port "$d/hostd.out" "$hpid") || { cat "$d/hostd.log"; kill "$hpid"; return 1; }
+  printf '{"cdiVersion": "0.6.0", "kind": "cxlkv.dev/region", "devices": []}\n' >"$d/cdi/orphan.json"
+  run "${hostd[@]}" --listen "127.0.0.1:$port"
+  kill "$hpid"; wait "$hpid"
+  echo "second cxlkv-hostd: exit $status: $output"
+  [ "$status" = 1 ] || fail "exit $status, want 1"
+  [[ $output == *"address already in use"* ]] || fail "no 'address already in use'"
+  [ -e "$d/cdi/orphan.json" ] || fail "it removed a CDI spec before its bind failed"
 }

@@ -21,14 +21,17 @@ namespace cxlkv::fabric {
 
 class FabricServer {
  public:
-  // Loads state and recovers (see FabricManager). Errors as LoadState.
-  static Status Open(const FabricConfig& config, std::unique_ptr<FabricServer>* out);
+  // Binds host:port (port 0 = any free port; *bound_port gets the real one),
+  // then loads the state and recovers (see FabricManager). The bind comes
+  // first: a daemon that cannot serve (its port taken, e.g. by a second
+  // daemon on the same state) leaves the state and backing files as they
+  // are. IOError "listen <host>:<port>: <cause>" for the bind; errors as
+  // LoadState otherwise.
+  static Status Open(const FabricConfig& config, const std::string& host, int port, int* bound_port,
+                     std::unique_ptr<FabricServer>* out);
   virtual ~FabricServer() = default;
 
-  // Binds host:port (port 0 = any free port; *bound_port gets the real one).
-  // IOError: "listen <host>:<port>: <cause>".
-  virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
-  // Serves until Stop(). REQUIRES: Bind() succeeded.
+  // Serves until Stop().
   virtual Status Serve() = 0;
   // Ends Serve(), whenever it comes: before Serve() starts, while its accept
   // loop starts or while it serves; returns once Serve() has ended (at once

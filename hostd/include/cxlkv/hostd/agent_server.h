@@ -24,12 +24,16 @@ namespace cxlkv::hostd {
 
 class AgentServer {
  public:
-  // REQUIRES: agent outlives the server.
-  static std::unique_ptr<AgentServer> Create(HostAgent* agent);
+  static std::unique_ptr<AgentServer> Create();
   virtual ~AgentServer() = default;
-  // Binds host:port (0 = any free port). IOError on failure.
+  // Binds host:port (0 = any free port). IOError on failure. Needs no agent:
+  // cxlkv-hostd binds before it opens its state (HostAgent::Open removes
+  // orphan CDI specs, a resync changes devices), so a second daemon whose
+  // port is taken changes nothing.
   virtual Status Bind(const std::string& host, int port, int* bound_port) = 0;
-  virtual Status Serve() = 0;
+  // Serves `agent`'s endpoints until Stop(). REQUIRES: Bind() succeeded;
+  // agent outlives the server.
+  virtual Status Serve(HostAgent* agent) = 0;
   virtual void Stop() = 0;
 };
 
