@@ -66,13 +66,20 @@ bool Layout(uint64_t n, uint64_t slot_size, uint32_t max_participants, uint64_t 
   return g->data_off <= region_size && g->num_slots * g->slot_stride <= region_size - g->data_off;
 }
 
-// The smallest region that holds one slot: its metadata and one slot of
-// data, at the data alignment a region of that size gets. Derived from
+// The fewest slots a layout can have: one, except that layout 6 with more
+// than one write partition gives each partition whole sets (Layout() rounds
+// the sets down to a multiple of the partitions), and a region of fewer
+// than kMaxWays slots has one set only.
+uint64_t MinSlots(uint32_t partitions) {
+  return partitions > 1 ? uint64_t{partitions} * kMaxWays : 1;
+}
+
+// The smallest region that holds MinSlots(): its metadata and those slots
+// of data, at the data alignment a region of that size gets. Derived from
 // Layout() itself, so it follows the layout whatever it is.
 uint64_t MinRegionBytes(uint64_t slot_size, uint32_t max_participants, bool decoupled,
                         uint32_t partitions) {
-  // Layout 6 needs one slot per partition at least.
-  const uint64_t n = partitions > 0 ? partitions : 1;
+  const uint64_t n = MinSlots(partitions);
   Geometry one;
   Layout(n, slot_size, max_participants, kLargeRegionBytes - 1, decoupled, partitions, &one);
   const uint64_t small = one.data_off + n * one.slot_stride;
@@ -122,11 +129,19 @@ Status ComputeAny(uint64_t region_size, uint64_t slot_size, uint32_t max_partici
   if (n > 0) Layout(n, slot_size, max_participants, region_size, decoupled, partitions, &g);
   if (n == 0 || g.num_slots == 0) {
     const uint64_t need = MinRegionBytes(slot_size, max_participants, decoupled, partitions);
+    const uint64_t min_slots = MinSlots(partitions);
+    // With several write partitions the least is a set of slots each.
+    const std::string what = min_slots == 1
+                                 ? "one slot"
+                                 : std::to_string(min_slots) + " slots (one set of " +
+                                       std::to_string(kMaxWays) + " per write partition, " +
+                                       std::to_string(partitions) + " partitions)";
     return Status::InvalidArgument(
-        "region of " + base::FormatBytes(region_size) + " cannot hold one slot of " +
+        "region of " + base::FormatBytes(region_size) + " cannot hold " + what + " of " +
         base::FormatBytes(slot_size) + ": its metadata (for " + std::to_string(max_participants) +
-        " participants) and one slot need at least " + std::to_string(need) + " bytes (" +
-        base::FormatBytes(need) + "); give --region-size " + std::to_string(need) + " or more" +
+        " participants) and " + (min_slots == 1 ? "one slot" : "those") + " need at least " +
+        std::to_string(need) + " bytes (" + base::FormatBytes(need) + "); give --region-size " +
+        std::to_string(need) + " or more" + (min_slots > 1 ? ", or fewer --partitions" : "") +
         (slot_size > kMinSlotSize ? ", or a smaller --slot-size" : ""));
   }
   // Layouts 5, 6: SlotMeta::data and the data word's entry field (layout.h).

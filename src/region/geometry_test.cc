@@ -62,5 +62,31 @@ TEST(GeometryTest, TooSmallRegionSaysExactlyHowMuchIsNeeded) {
     }
 }
 
+// coherence=software (layout 6): every write partition owns whole sets, so
+// with more than one partition the smallest region holds one set of
+// kMaxWays slots per partition, not one slot. The figure the message gives
+// is exact there too: it formats, one byte less does not.
+TEST(GeometryTest, TooSmallSoftwareRegionSaysExactlyHowMuchIsNeeded) {
+  for (uint32_t partitions : {1u, 2u, 3u, 4u, 16u})
+    for (uint64_t slot : {64ull, 4096ull, 896ull << 10, 64ull << 20}) {
+      Geometry g;
+      Status s = ComputeSoftwareGeometry(64 << 10, slot, 64, partitions, &g);
+      ASSERT_TRUE(s.IsInvalidArgument());
+      const std::string tag = "need at least ";
+      const size_t at = s.message().find(tag);
+      ASSERT_NE(at, std::string::npos) << s.ToString();
+      const uint64_t need = std::stoull(s.message().substr(at + tag.size()));
+      EXPECT_TRUE(ComputeSoftwareGeometry(need, slot, 64, partitions, &g).ok())
+          << partitions << " " << slot << " " << need;
+      EXPECT_GE(g.num_sets, partitions) << partitions << " " << slot;
+      EXPECT_EQ(g.num_slots, partitions == 1 ? 1u : partitions * kMaxWays) << partitions;
+      EXPECT_TRUE(ComputeSoftwareGeometry(need - 1, slot, 64, partitions, &g).IsInvalidArgument())
+          << partitions << " " << slot;
+      if (partitions > 1) {
+        EXPECT_NE(s.message().find("--partitions"), std::string::npos) << s.message();
+      }
+    }
+}
+
 }  // namespace
 }  // namespace cxlkv::internal

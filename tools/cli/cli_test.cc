@@ -208,11 +208,13 @@ TEST(CliTest, BadInputGetsAClearErrorAndNonZeroExit) {
 // A region too small for one slot names the exact minimum in bytes, and
 // that size formats while one byte less does not (the figure is derived
 // from the layout: a hard-coded one, or one at the wrong data alignment,
-// fails here).
+// fails here). With 4 write partitions the minimum is a set of slots per
+// partition (it named the size of 4 slots, which did not format).
 TEST(CliTest, TooSmallRegionNamesTheExactMinimumAndThatSizeFormats) {
   const std::string region = Region("min");
   for (const std::string slot : {"64", "4096", "896KiB"}) {
-    for (const std::string mode : {"", " --coherence software --partitions 1"}) {
+    for (const std::string mode :
+         {"", " --coherence software --partitions 1", " --coherence software --partitions 4"}) {
       const std::string args = "format --region " + region + " --slot-size " + slot + mode;
       ::unlink(region.c_str());
       Result r = Cxlkv(args + " --region-size 64KiB");
