@@ -195,7 +195,9 @@ Status RegionImpl::SwFormat(uint64_t nonce) {
     return Status::InvalidArgument("format region " + map_->path() + ": " +
                                    std::to_string(c.software_partitions) +
                                    " write partitions need at least as many sets; the region has " +
-                                   std::to_string(g.num_sets));
+                                   std::to_string(g.num_sets) +
+                                   ": give a larger --region-size (RegionOptions::size) or fewer "
+                                   "--partitions (RegionConfig::software_partitions)");
   }
   Superblock img;
   std::string text;
