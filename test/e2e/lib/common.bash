@@ -1,14 +1,25 @@
 # Helpers any e2e shell file may use, with no world behind them. Sourcing
-# this file only defines functions: it starts nothing, so a file that must not
+# this file only defines functions (and CXLKV_E2E_LIB, the directory it is
+# in): it starts nothing, so a file that must not
 # load lib/dra.bash (whose setup_file starts the DRA world), such as
 # realnodes/realnodes.bash, fabric.bats or images.bats, shares them too.
 # Sourced by lib/dra-env.sh (so by lib/dra.bash and the DRA benches),
 # lib/dra.bash, realnodes/realnodes.bash and test/e2e/cluster.sh; loaded by
 # fabric.bats and images.bats (`load lib/common`).
 
-# free_port: a TCP port on 127.0.0.1 that was free a moment ago (the kernel's
-# pick for a bind to port 0; python3 because bash cannot bind a socket).
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port: a TCP port on 127.0.0.1 for a daemon the caller starts next,
+# which nothing else is given before that daemon binds it, however many test
+# lanes run beside: picked outside the kernel's ephemeral range (no bind to
+# port 0 and no outgoing connection gets it) and leased for an hour to this
+# caller alone (a directory per port under $CXLKV_PORT_LEASES, default
+# /tmp/cxlkv-port-leases-UID: one for every lane and run of the user,
+# whatever TMPDIR each has); lib/free_port.py says how. The kernel's pick
+# for a bind to port 0, released at once, could be given to another
+# process before the daemon bound it.
+CXLKV_E2E_LIB=${CXLKV_E2E_LIB:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
+free_port() {
+  python3 "$CXLKV_E2E_LIB/free_port.py" "${CXLKV_PORT_LEASES:-/tmp/cxlkv-port-leases-$(id -u)}"
+}
 
 # ---- bats tests ----------------------------------------------------------------
 
