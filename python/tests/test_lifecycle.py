@@ -51,6 +51,29 @@ class LifecycleBindingTest(unittest.TestCase):
         with open(self.path) as f:
             self.assertEqual(f.read(), "precious")
 
+    def test_a_truncated_region_is_refused_not_grown(self):
+        region = self._open()
+        del region
+        os.truncate(self.path, 4 << 20)
+        with open(self.path, "rb") as f:
+            cut = f.read()
+        with self.assertRaises(cxlkv.InvalidArgumentError) as cm:
+            self._open()
+        self.assertIn("truncated", str(cm.exception))
+        self.assertIn("cxlkv format --force --region-size 8388608", str(cm.exception))
+        with open(self.path, "rb") as f:
+            self.assertTrue(f.read() == cut, "the file was changed")
+
+    def test_foreign_bytes_over_a_format_lock_word_are_never_formatted(self):
+        data = b"x" * 100 + bytes((8 << 20) - 100)
+        with open(self.path, "wb") as f:
+            f.write(data)
+        with self.assertRaises(cxlkv.InvalidArgumentError) as cm:
+            self._open(format_stall_ns=50_000_000)
+        self.assertIn("neither a cxlkv region nor blank", str(cm.exception))
+        with open(self.path, "rb") as f:
+            self.assertTrue(f.read() == data, "the file was changed")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -26,8 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 // Any layout's magic starts "CLKVREG" (the last byte is the version digit).
 constexpr char kMagicPrefix[] = "CLKVREG";
-// The formatter writes the config JSON (sorted keys) before the header.
-constexpr char kJsonPrefix[] = "{\"coherence\":\"";
 
 bool AllZero(const uint8_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -35,8 +33,13 @@ bool AllZero(const uint8_t* p, size_t n) {
   return true;
 }
 
-// Classifies a region's first 4 KiB (a private copy) that does not carry
-// this build's magic.
+bool SameRecord(const ParticipantInfo& a, const ParticipantInfo& b) {
+  return a.incarnation == b.incarnation && a.heartbeat == b.heartbeat &&
+         a.reclaiming == b.reclaiming;
+}
+
+}  // namespace
+
 RegionKind ClassifyHead(const uint8_t* head, std::string* detail) {
   Superblock sb;
   std::memcpy(static_cast<void*>(&sb), head, sizeof sb);
@@ -53,13 +56,8 @@ RegionKind ClassifyHead(const uint8_t* head, std::string* detail) {
     *detail = "magic number damaged, header intact";
     return RegionKind::kDamaged;
   }
-  const bool rest_blank = AllZero(head + sizeof(Superblock), kSuperblockBytes - sizeof(Superblock));
-  const bool our_json =
-      std::memcmp(head + sizeof(Superblock), kJsonPrefix, sizeof kJsonPrefix - 1) == 0;
-  const bool header_blank = AllZero(head + offsetof(Superblock, layout_version),
-                                    sizeof(Superblock) - offsetof(Superblock, layout_version));
-  const uint64_t lock = sb.format_lock.load(std::memory_order_relaxed);
-  if (lock != 0 && header_blank && (rest_blank || our_json)) {
+  // The engine's open takes such a format over: the same rule (open.cc).
+  if (FormatBegunHere(head)) {
     *detail = "a format that was begun and never finished";
     return RegionKind::kDamaged;
   }
@@ -67,13 +65,6 @@ RegionKind ClassifyHead(const uint8_t* head, std::string* detail) {
   *detail = "neither a cxlkv region nor blank (its first 4 KiB are not zero)";
   return RegionKind::kForeign;
 }
-
-bool SameRecord(const ParticipantInfo& a, const ParticipantInfo& b) {
-  return a.incarnation == b.incarnation && a.heartbeat == b.heartbeat &&
-         a.reclaiming == b.reclaiming;
-}
-
-}  // namespace
 
 Status ProbePath(const std::string& path, const LifecycleOptions& o, Probe* out) {
   out->report = ProbeReport{};

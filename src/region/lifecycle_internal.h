@@ -32,6 +32,12 @@ struct Probe {
 };
 Status ProbePath(const std::string& path, const LifecycleOptions& o, Probe* out);
 
+// Classifies a region's first 4 KiB (a private copy of kSuperblockBytes)
+// that does not carry this build's magic: kDamaged (another layout's magic,
+// an intact header, a format of ours begun: FormatBegunHere), kBlank or
+// kForeign; *detail says why (not for kBlank).
+RegionKind ClassifyHead(const uint8_t* head, std::string* detail);
+
 // One region's participant records under watch.
 struct WatchTarget {
   RegionImpl* region = nullptr;

@@ -238,6 +238,110 @@ TEST(LifecycleTest, LosingTheFormatRaceNeverRemovesTheWinnersRegion) {
   EXPECT_EQ(r->info().slot_size, 4096u);
 }
 
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Region::Open with create_if_missing (the default: the Python binding and
+// the vLLM backend open this way) never grows an existing file that holds
+// bytes. A region truncated under the size asked is refused (it was grown
+// back with zeros and attached as intact, its directory naming blocks past
+// the cut), and so is a region formatted smaller than the size asked (it
+// was grown before the size mismatch was found); each message says how to
+// go on, and the file is left as it was. A short file that holds nothing
+// (zeros, or no bytes: a creator between its create and its growing it, a
+// failed create) is still grown and formatted.
+TEST(LifecycleTest, OpenNeverGrowsAnExistingFileThatHoldsBytes) {
+  ScratchRegion reg("grow");
+  {
+    auto r = MustOpen(reg.path(), TestOptions(4 << 20, 4096));
+    NamespaceId ns;
+    ASSERT_TRUE(r->RegisterNamespace(kNs, &ns).ok());
+    const std::string d(4096, 'k');
+    for (uint64_t id = 1; id <= 600; ++id) {  // past the cut too
+      ASSERT_TRUE(r->Store(ns, BlockKey::FromId(id), d.data(), d.size()).ok());
+    }
+  }
+  ASSERT_EQ(::truncate(reg.path().c_str(), 2 << 20), 0);
+  const std::string cut = ReadAll(reg.path());
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(reg.path(), TestOptions(4 << 20, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("cxlkv format --force --region-size 4194304 --slot-size 4096"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(FileSize(reg.path()), 2u << 20);
+  EXPECT_TRUE(ReadAll(reg.path()) == cut) << "the file was changed";
+  // Without a size the whole file is mapped: truncated, says the header.
+  s = Region::Open(reg.path(), TestOptions(0, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
+
+  ScratchRegion small("grow-small");
+  { MustOpen(small.path(), TestOptions(4 << 20, 4096)); }
+  s = Region::Open(small.path(), TestOptions(8 << 20, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("region_size mismatch: the region has 4194304, this process "
+                             "expects 8388608"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("size 4194304 (or 0"), std::string::npos) << s.ToString();
+  EXPECT_EQ(FileSize(small.path()), 4u << 20);
+  EXPECT_TRUE(Region::Open(small.path(), TestOptions(4 << 20, 4096), &r).ok());
+  r.reset();
+
+  // Holding nothing, a short file is grown and formatted.
+  for (const uint64_t bytes : {0u, 1u << 20}) {
+    ScratchRegion blank("grow-blank");
+    WriteAll(blank.path(), std::string(bytes, '\0'));
+    s = Region::Open(blank.path(), TestOptions(4 << 20, 4096), &r);
+    EXPECT_TRUE(s.ok()) << bytes << ": " << s.ToString();
+    EXPECT_EQ(FileSize(blank.path()), 4u << 20);
+    r.reset();
+  }
+}
+
+// Foreign bytes where a format's lock word goes, over an otherwise blank
+// first 4 KiB, are not a format of ours that died: Open refuses them at
+// once in either coherence mode (hardware mode formatted over them once the
+// format stall timeout passed; software mode's partition 0 did at once),
+// and never grows such a file when it is short.
+TEST(LifecycleTest, ForeignBytesOverAFormatLockWordAreNeverFormattedOver) {
+  ScratchRegion reg("lockword");
+  std::string bytes(100, 'x');
+  bytes.resize(4 << 20, '\0');
+  WriteAll(reg.path(), bytes);
+  std::unique_ptr<Region> r;
+  Status s = Region::Open(reg.path(), TestOptions(0, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("neither a cxlkv region nor blank"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("remove or zero the file yourself"), std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(ReadAll(reg.path()) == bytes) << "the file was changed";
+  RegionOptions sw = TestOptions(0, 4096);
+  sw.config.coherence = CoherenceMode::kSoftware;
+  sw.config.software_partitions = 1;
+  sw.software_partition = 0;
+  WriteAll(reg.path(), bytes);  // as it was, whatever happened above
+  s = Region::Open(reg.path(), sw, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("neither a cxlkv region nor blank"), std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(ReadAll(reg.path()) == bytes) << "the file was changed (coherence=software)";
+  ProbeReport p;
+  ASSERT_TRUE(ProbeRegion(reg.path(), Quick(), &p).ok());
+  EXPECT_EQ(p.kind, RegionKind::kForeign) << p.detail;
+  // Short, it is neither grown nor formatted.
+  bytes.resize(8192);
+  WriteAll(reg.path(), bytes);
+  s = Region::Open(reg.path(), TestOptions(4 << 20, 4096), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("not a cxlkv region"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(ReadAll(reg.path()) == bytes) << "the short file was changed";
+}
+
 TEST(LifecycleTest, AttachedMeansFlockOrHeartbeatsAndStaleRecordsAreNot) {
   ScratchRegion reg("attached");
   { MustOpen(reg.path(), TestOptions(8 << 20, 4096)); }

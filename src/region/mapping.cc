@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -161,6 +162,29 @@ Status Reserve(int fd, const std::string& path, uint64_t offset, uint64_t size) 
   return Status::IOError(what);
 }
 
+// True if [from, to) of the file holds only zeros (or nothing). Reads only
+// the data the file has (SEEK_DATA skips holes); a read that fails counts
+// as bytes.
+bool BlankBetween(int fd, uint64_t from, uint64_t to) {
+  char buf[1 << 16];
+  uint64_t at = from;
+  while (at < to) {
+    const off_t data = ::lseek(fd, static_cast<off_t>(at), SEEK_DATA);
+    if (data < 0) return errno == ENXIO;  // no data from `at` on
+    at = static_cast<uint64_t>(data);
+    if (at >= to) return true;
+    const ssize_t n = ::pread(fd, buf, std::min<uint64_t>(sizeof buf, to - at), data);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    for (ssize_t i = 0; i < n; ++i)
+      if (buf[i] != 0) return false;
+    at += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
 Status ReadDevdaxFacts(const std::string& sysfs_root, unsigned major, unsigned minor,
@@ -265,12 +289,24 @@ Status Mapping::Open(const std::string& path, const MappingOptions& options,
       }
       size = file_size - offset;
     }
-    if (file_size < offset + size && !create) {
-      return Status::InvalidArgument(
-          "region " + path + " is " + std::to_string(file_size) +
-          " bytes, shorter than offset+size " + std::to_string(offset + size) +
-          ": give a size that fits (or none: the whole file); if the file was truncated, "
-          "reformat it with `cxlkv format --force`");
+    // A short file is grown only when it holds nothing after the offset: a
+    // creator's file not grown yet (it is 0 bytes from its O_EXCL create
+    // until its fallocate, which other creators race), a failed create.
+    // Bytes there may be a truncated region, whose directory names blocks
+    // past the cut, or bytes that are no region: never grown. Nor removed
+    // (fail() is not used): another process made them.
+    if (file_size < offset + size &&
+        (!create || (file_size > offset && !BlankBetween(m->fd_, offset, file_size)))) {
+      std::string why = options.describe_short
+                            ? options.describe_short(m->fd_, offset, file_size, size)
+                            : std::string();
+      if (why.empty()) {
+        why = "region " + path + " is " + std::to_string(file_size) +
+              " bytes, shorter than offset+size " + std::to_string(offset + size) +
+              ": give a size that fits (or none: the whole file); if the file was truncated, "
+              "reformat it with `cxlkv format --force`";
+      }
+      return Status::InvalidArgument(why);
     }
     if (options.reserve) {
       // Also for files someone else created or extended sparse (e.g. a

@@ -14,6 +14,7 @@
 #define CXLKV_SRC_REGION_MAPPING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,8 +38,17 @@ struct MappingOptions {
   uint64_t offset = 0;  // bytes into the file/device
   uint64_t size = 0;    // bytes to map; 0 = the rest of the file/device
   // Create a missing file (O_EXCL, so exactly one opener "created" it) and
-  // extend a short one to offset+size.
+  // extend a short one to offset+size when it holds nothing after the
+  // offset (no bytes, or zeros: a creator's file not grown yet, a failed
+  // create). A short file that holds bytes is refused, never grown: a
+  // region truncated under its size would read back zeros past the cut
+  // where its directory names blocks.
   bool create = false;
+  // Words the refusal of a short file with what it holds (called with the
+  // descriptor, the offset, the file's size and the size asked; "" keeps
+  // the plain message): the caller knows the layout, Mapping does not.
+  std::function<std::string(int fd, uint64_t offset, uint64_t file_size, uint64_t size)>
+      describe_short;
   // Reserve the file's blocks over [offset, offset+size) when any of them
   // is unallocated (fallocate), so a full filesystem is an error here and
   // never SIGBUS on a later store. Off only for inspection that must not
@@ -53,8 +63,9 @@ struct MappingOptions {
 class Mapping {
  public:
   // Opens `path` and maps [offset, offset+size). For a file: created when
-  // missing and `create`; extended to offset+size when shorter and `create`
-  // (a region is only ever grown while unformatted); reserved (see
+  // missing and `create`; extended to offset+size when shorter, `create`
+  // and blank after the offset (a file holding bytes is never grown);
+  // reserved (see
   // MappingOptions::reserve). For a devdax device: offset and size must be
   // multiples of its alignment. Takes a shared flock on files so lifecycle
   // tools can tell a region in use from an abandoned one on this host.

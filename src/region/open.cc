@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,6 +25,7 @@
 #include "crc32c.h"
 #include "cxlkv/lifecycle.h"
 #include "failpoint.h"
+#include "lifecycle_internal.h"
 #include "region_impl.h"
 
 namespace cxlkv {
@@ -44,6 +46,13 @@ Status RegionInternal::OpenWithVisibility(const std::string& path, const RegionO
 }
 
 namespace internal {
+namespace {
+
+uint32_t HeaderCrc(const Superblock& sb);
+std::string DescribeShortFile(const std::string& path, int fd, uint64_t offset, uint64_t file_size,
+                              uint64_t size, uint64_t slot_size);
+
+}  // namespace
 
 Status OpenRegion(const std::string& path, const RegionOptions& options,
                   std::unique_ptr<Visibility> visibility, std::unique_ptr<Region>* out) {
@@ -67,6 +76,10 @@ Status OpenRegion(const std::string& path, const RegionOptions& options,
   mo.size = options.size;
   mo.create = options.create_if_missing;
   mo.sysfs_root = options.sysfs_root;
+  mo.describe_short = [&path, &options](int fd, uint64_t offset, uint64_t file_size,
+                                        uint64_t size) {
+    return DescribeShortFile(path, fd, offset, file_size, size, options.config.slot_size);
+  };
   CXLKV_RETURN_IF_ERROR(internal::Mapping::Open(path, mo, &map));
   if (map->size() < internal::kSuperblockBytes) {
     return Status::InvalidArgument(
@@ -114,7 +127,82 @@ std::string FieldMismatch(const std::string& path, const char* field, const std:
          ", this process expects " + mine;
 }
 
+// Why a file shorter than the size asked is refused (Mapping::Open never
+// grows one that holds bytes), from its first 4 KiB after the offset (read
+// here, untrusted: they only choose the words). "" for a blank file: the
+// mapping's own message then.
+std::string DescribeShortFile(const std::string& path, int fd, uint64_t offset, uint64_t file_size,
+                              uint64_t size, uint64_t slot_size) {
+  uint8_t head[kSuperblockBytes] = {};
+  const uint64_t have = file_size > offset ? file_size - offset : 0;
+  const uint64_t want = std::min<uint64_t>(have, sizeof head);
+  for (uint64_t got = 0; got < want;) {
+    const ssize_t n = ::pread(fd, head + got, want - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "";
+    got += static_cast<uint64_t>(n);
+  }
+  Superblock sb;
+  std::memcpy(static_cast<void*>(&sb), head, sizeof sb);
+  const bool ours = sb.magic.load(std::memory_order_relaxed) == kMagic;
+  const bool intact = ours && sb.layout_version != 0 && HeaderCrc(sb) == sb.header_crc &&
+                      sb.region_size >= kSuperblockBytes;
+  if (slot_size == 0 && intact) slot_size = sb.slot_size;
+  const std::string asked = std::to_string(size);
+  const std::string reformat = "`cxlkv format --force --region-size " + asked + " --slot-size " +
+                               (slot_size != 0 ? std::to_string(slot_size) : "S") + "`";
+  const std::string lead = "region " + path + " holds " + std::to_string(have) +
+                           " bytes from its offset, fewer than the " + asked + " asked";
+  if (intact && sb.region_size > have) {
+    return lead + ", and its header records a region of " + std::to_string(sb.region_size) +
+           " bytes: it was truncated, and its blocks past the cut are lost. A truncated region "
+           "is never grown back (zeros past the cut would be read as the blocks its directory "
+           "names): reformat it with " +
+           reformat + " (it is a cache)";
+  }
+  if (intact) {
+    const std::string recorded = std::to_string(sb.region_size);
+    return FieldMismatch(path, "region_size", recorded, asked) +
+           " (the file holds a region formatted at " + recorded +
+           " bytes, and a formatted region is never grown): open it with size " + recorded +
+           " (or 0: the whole file) to attach it, or reformat it at the new size with " + reformat +
+           " (its blocks are lost; it is a cache)";
+  }
+  std::string detail;
+  const RegionKind kind = ours ? RegionKind::kDamaged : ClassifyHead(head, &detail);
+  if (ours) detail = "this layout's magic over a header that does not validate";
+  if (kind == RegionKind::kBlank) return "";
+  if (kind == RegionKind::kDamaged) {
+    return lead + ": a cxlkv region that does not validate (" + detail +
+           "), and it is never grown: reformat it with " + reformat +
+           " (its blocks are lost; it is a cache)";
+  }
+  return lead +
+         ": not a cxlkv region (its first 4 KiB are neither one nor blank), so it is "
+         "neither grown nor formatted over (`cxlkv format --force` does not either): remove or "
+         "zero the file yourself if it is not needed, or open another path";
+}
+
 }  // namespace
+
+bool FormatBegunHere(const uint8_t* head) {
+  static constexpr char kJsonPrefix[] = "{\"coherence\":\"";
+  Superblock sb;
+  std::memcpy(static_cast<void*>(&sb), head, sizeof sb);
+  if (sb.magic.load(std::memory_order_relaxed) != 0 ||
+      sb.format_lock.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
+  // The formatter writes the config JSON (which, with sorted keys, always
+  // starts like this) before the header: with it there, the header may be
+  // half copied.
+  if (std::memcmp(head + sizeof(Superblock), kJsonPrefix, sizeof kJsonPrefix - 1) == 0) {
+    return true;
+  }
+  for (uint64_t i = offsetof(Superblock, layout_version); i < kSuperblockBytes; ++i)
+    if (head[i] != 0) return false;
+  return true;
+}
 
 RegionImpl::RegionImpl(std::unique_ptr<Mapping> map, const RegionOptions& options,
                        std::unique_ptr<Visibility> visibility)
@@ -192,6 +280,11 @@ Status RegionImpl::FormatOrWait() {
     std::atomic_thread_fence(std::memory_order_acquire);
     return sb_->format_lock.load(std::memory_order_acquire) != 0;
   };
+  auto moved_on = [this](uint64_t lock) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return sb_->magic.load(std::memory_order_acquire) == kMagic ||
+           sb_->format_lock.load(std::memory_order_acquire) != lock;
+  };
   for (;;) {
     if (sb_->magic.load(std::memory_order_acquire) == kMagic) return Status::OK();
     const uint64_t lock = sb_->format_lock.load(std::memory_order_acquire);
@@ -203,16 +296,13 @@ Status RegionImpl::FormatOrWait() {
       seen_since = now;
     }
     const bool stalled = now - seen_since > std::chrono::nanoseconds(opts_.format_stall_ns);
+    uint8_t head[kSuperblockBytes];
+    std::memcpy(head, base_, sizeof head);
     Superblock copy;
-    std::memcpy(static_cast<void*>(&copy), sb_, sizeof copy);
+    std::memcpy(static_cast<void*>(&copy), head, sizeof copy);
     const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
     const bool blank_header = all_zero(offsetof(Superblock, layout_version), sizeof(Superblock));
     const bool blank_rest = all_zero(sizeof(Superblock), kSuperblockBytes);
-    // The formatter writes the config JSON (which, with sorted keys, always
-    // starts like this) before the header: bytes there mean a format of ours.
-    static constexpr char kJsonPrefix[] = "{\"coherence\":\"";
-    const bool our_json =
-        std::memcmp(base_ + sizeof(Superblock), kJsonPrefix, sizeof kJsonPrefix - 1) == 0;
     // Decision table (docs/region_format.md, "Format protocol").
     bool claim = false;
     if (header_intact) {
@@ -240,8 +330,12 @@ Status RegionImpl::FormatOrWait() {
         return not_ours;
       }
       claim = true;
-    } else if (!blank_rest && !our_json) {
-      return not_ours;  // a format lock word over foreign bytes
+    } else if (!FormatBegunHere(head)) {
+      // A lock word over bytes no format of ours writes (foreign bytes,
+      // whose first words only look like a lock: docs/region_format.md),
+      // unless the format finished or was taken over while they were read.
+      if (moved_on(lock)) continue;
+      return not_ours;
     } else if (stalled) {
       claim = true;  // our format stopped making progress: presumed dead, take over
     }
@@ -299,6 +393,23 @@ Status RegionImpl::CheckMetadataAreaBlank() const {
         "--force` does not either: remove or zero the file yourself if it is not needed)");
   }
   return Status::OK();
+}
+
+Status RegionImpl::CheckFormatTarget(uint64_t lock) const {
+  uint8_t head[kSuperblockBytes];
+  std::memcpy(head, base_, sizeof head);
+  if (lock != 0 && FormatBegunHere(head)) return Status::OK();
+  bool blank = lock == 0;
+  for (uint64_t i = 0; blank && i < kSuperblockBytes; ++i) blank = head[i] == 0;
+  if (!blank) {
+    return Status::InvalidArgument(
+        "region " + map_->path() +
+        " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB are not zero" +
+        (lock != 0 ? ", and they are not a format of ours begun" : "") +
+        "); refusing to format over them (`cxlkv format --force` does not either: remove or "
+        "zero the file yourself if it is not needed)");
+  }
+  return map_->created() ? Status::OK() : CheckMetadataAreaBlank();
 }
 
 Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,

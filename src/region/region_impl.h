@@ -51,6 +51,16 @@ NamespaceImage MakeNamespaceImage(const NamespaceDesc& d);
 // kInvalidArgument for over-long fields or NUL bytes.
 Status CheckNamespaceDesc(const NamespaceDesc& d);
 
+// Whether a region's first 4 KiB (a private copy of kSuperblockBytes; its
+// magic not this build's) show a format of ours begun and not finished: a
+// non-zero format lock word, a zero magic word, and after the first three
+// words (magic, lock, progress) nothing, or the config JSON the formatter
+// writes before the header (the header may then be half copied). Anything
+// else under a lock word is foreign bytes, never formatted over (open.cc;
+// the probe classifies with it too). Eight foreign bytes exactly where the
+// lock word goes, over a blank rest, cannot be told from such a format.
+bool FormatBegunHere(const uint8_t* head);
+
 // The header image and config JSON a format writes (open.cc), for layout
 // version 2 (partitions 0) or 3 (software mode, partitions 1..16).
 Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,
@@ -183,6 +193,11 @@ class RegionImpl final : public Region {
   Status Validate();
   // kInvalidArgument unless the bytes a format would overwrite are zero.
   Status CheckMetadataAreaBlank() const;
+  // For a format that claims no lock (coherence=software's partition 0),
+  // `lock` being the format lock word it read: OK over a format of ours
+  // begun (FormatBegunHere) or over blank bytes (CheckMetadataAreaBlank;
+  // a file this process created is blank), else kInvalidArgument.
+  Status CheckFormatTarget(uint64_t lock) const;
   Status StartPrefault();
 
   // registry.cc

@@ -155,21 +155,11 @@ Status RegionImpl::SwFormatOrWait() {
             " is not formatted; formatting with coherence=software needs software_partitions "
             "(1..16)");
       }
-      // lock != 0 and no magic: a format of partition 0's lease that did not
-      // finish (only partition 0 formats), so it is redone. lock == 0: the
-      // bytes must be blank, as in hardware mode (foreign bytes are never
-      // formatted over).
-      if (lock == 0 && !map_->created()) {
-        for (uint64_t i = 0; i < kSuperblockBytes; ++i) {
-          if (reinterpret_cast<volatile const uint8_t*>(base_)[i] != 0) {
-            return Status::InvalidArgument(
-                "region " + path +
-                " holds bytes that are neither a cxlkv region nor blank (its first 4 KiB are not "
-                "zero); refusing to format over them");
-          }
-        }
-        CXLKV_RETURN_IF_ERROR(CheckMetadataAreaBlank());
-      }
+      // A format of partition 0's lease that did not finish (only partition
+      // 0 formats) is redone; otherwise the bytes must be blank, as in
+      // hardware mode (foreign bytes are never formatted over, not even
+      // under what looks like a lock word).
+      CXLKV_RETURN_IF_ERROR(CheckFormatTarget(lock));
       return SwFormat(NewNonce());
     }
     if (!opts_.create_if_missing) {
