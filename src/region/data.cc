@@ -21,13 +21,6 @@
 namespace cxlkv::internal {
 namespace {
 
-constexpr uint8_t kDFree = static_cast<uint8_t>(DataState::kFree);
-constexpr uint8_t kDHeld = static_cast<uint8_t>(DataState::kHeld);
-constexpr uint8_t kDMoving = static_cast<uint8_t>(DataState::kMoving);
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
-constexpr uint8_t kFreeEntry = static_cast<uint8_t>(SlotState::kFree);
-
 // Data words one ClaimDataSlot looks at once a whole scan found none FREE (8
 // cache lines): bounded store-path work on a full region, where the victim
 // queue decides; the cursor still walks the region, so a slot freed since
@@ -159,7 +152,7 @@ DataFate RegionImpl::DataWordFate(uint64_t data, uint64_t w) const {
   const SlotMeta& m = meta_[e];
   const uint64_t ew = m.state.load(std::memory_order_seq_cst);
   const uint8_t es = WordState(ew);
-  if (es == kFreeEntry || es > kEvicting || (WordGen(ew) & kDataGenMask) != DataGen(w)) {
+  if (es == kFree || es > kEvicting || (WordGen(ew) & kDataGenMask) != DataGen(w)) {
     return DataFate::kFree;  // the lease is over
   }
   if (es == kReady || es == kEvicting) {

@@ -67,9 +67,7 @@ int64_t RegionImpl::Find(NamespaceId ns, const BlockKey& key, const KeyPlace& pl
       const uint8_t s = WordState(w);
       // EVICTING keeps key, bytes and generation: the block is still there
       // (an eviction attempt restores READY when it finds a pin).
-      if (s == static_cast<uint8_t>(SlotState::kReady) ||
-          s == static_cast<uint8_t>(SlotState::kEvicting) ||
-          (!readable_only && s == static_cast<uint8_t>(SlotState::kWriting))) {
+      if (s == kReady || s == kEvicting || (!readable_only && s == kWriting)) {
         if (!KeyMatches(slot, ns, key)) continue;
         // The key fields are only meaningful if the state did not change
         // while we read them (a writer reusing the slot bumps the word).
@@ -192,11 +190,11 @@ bool RegionImpl::PinSlot(uint64_t slot, uint64_t word) {
   for (int spin = 0;; ++spin) {
     const uint64_t cur = meta_[slot].state.load(std::memory_order_seq_cst);
     if (WordGen(cur) != WordGen(word)) break;
-    if (WordState(cur) == static_cast<uint8_t>(SlotState::kReady)) {
+    if (WordState(cur) == kReady) {
       ok = true;
       break;
     }
-    if (WordState(cur) != static_cast<uint8_t>(SlotState::kEvicting)) break;
+    if (WordState(cur) != kEvicting) break;
     if (!ParticipantActive(WordOwner(cur))) break;
     if (spin < 256) {
       CpuRelax();
@@ -265,10 +263,9 @@ bool RegionImpl::TakeReadySlot(uint64_t slot, uint64_t word) {
   // put back its EVICTING word after it moved on, leaving the block
   // EVICTING under a live participant that no longer owns it (Spin's
   // l5-drop-evicting, docs/model.md).
-  if (WordState(word) != static_cast<uint8_t>(SlotState::kReady)) return false;
+  if (WordState(word) != kReady) return false;
   std::atomic<uint64_t>& st = meta_[slot].state;
-  const uint64_t evicting =
-      PackWord(WordGen(word), OwnerId(), static_cast<uint8_t>(SlotState::kEvicting));
+  const uint64_t evicting = PackWord(WordGen(word), OwnerId(), kEvicting);
   uint64_t expected = word;
   if (!st.compare_exchange_strong(expected, evicting, std::memory_order_seq_cst)) return false;
   CXLKV_FAILPOINT_HIT("evict.after_take");
@@ -310,8 +307,7 @@ bool RegionImpl::RestoreEvictedBlock(uint64_t slot, uint64_t evicting) {
   if (writer >= geo_.max_participants) writer = static_cast<uint32_t>(kOwnerMask);
   uint64_t expected = evicting;
   return meta_[slot].state.compare_exchange_strong(
-      expected, PackWord(WordGen(evicting), writer, static_cast<uint8_t>(SlotState::kReady)),
-      std::memory_order_acq_rel);
+      expected, PackWord(WordGen(evicting), writer, kReady), std::memory_order_acq_rel);
 }
 
 bool RegionImpl::ForceDropSlot(uint64_t slot, uint64_t word) {
@@ -332,8 +328,7 @@ bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {
   // Tags are cleared only by an owner, so first own the slot: a writer that
   // re-stores the key meanwhile claims the slot after we freed it, and its
   // tag can never be cleared by us.
-  const uint64_t mine =
-      PackWord(WordGen(word) + 1, OwnerId(), static_cast<uint8_t>(SlotState::kWriting));
+  const uint64_t mine = PackWord(WordGen(word) + 1, OwnerId(), kWriting);
   uint64_t expected = word;
   if (!meta_[slot].state.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
     return false;
@@ -344,9 +339,7 @@ bool RegionImpl::TakeAndFreeSlot(uint64_t slot, uint64_t word) {
   // now, whoever frees its word). Any other entry's index may be a previous
   // block's; a dead writer's MOVING word is its lease's, and the orphan rule
   // frees it (SettleOrphanedData).
-  const int64_t d = geo_.decoupled && WordState(word) == static_cast<uint8_t>(SlotState::kReady)
-                        ? EntryDataSlot(slot)
-                        : -1;
+  const int64_t d = geo_.decoupled && WordState(word) == kReady ? EntryDataSlot(slot) : -1;
   const bool freed = ReleaseOwnedSlot(slot, mine);
   if (d >= 0) FreeLeaseData(static_cast<uint64_t>(d), slot, WordGen(word));
   return freed;
@@ -363,8 +356,7 @@ bool RegionImpl::ReleaseOwnedSlot(uint64_t slot, uint64_t owned_word) {
   ClearTag(slot, tag);
   uint64_t expected = owned_word;
   return meta_[slot].state.compare_exchange_strong(
-      expected, PackWord(WordGen(owned_word), 0, static_cast<uint8_t>(SlotState::kFree)),
-      std::memory_order_acq_rel);
+      expected, PackWord(WordGen(owned_word), 0, kFree), std::memory_order_acq_rel);
 }
 
 // ---- lookups ----

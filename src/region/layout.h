@@ -359,6 +359,26 @@ constexpr uint8_t WordState(uint64_t w) { return uint8_t(w & kStateMask); }
 constexpr uint32_t WordOwner(uint64_t w) { return uint32_t((w >> kOwnerShift) & kOwnerMask); }
 constexpr uint64_t WordGen(uint64_t w) { return w >> kGenShift; }
 
+// The state fields of the words above, as WordState returns them and
+// PackWord takes them: one set for every file of the engine.
+// Index entry state words (SlotState):
+inline constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
+inline constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
+inline constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
+inline constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
+// Data slot words (DataState):
+inline constexpr uint8_t kDFree = static_cast<uint8_t>(DataState::kFree);
+inline constexpr uint8_t kDHeld = static_cast<uint8_t>(DataState::kHeld);
+inline constexpr uint8_t kDMoving = static_cast<uint8_t>(DataState::kMoving);
+// Participant record state words (ParticipantState):
+inline constexpr uint8_t kPFree = static_cast<uint8_t>(ParticipantState::kFree);
+inline constexpr uint8_t kPActive = static_cast<uint8_t>(ParticipantState::kActive);
+inline constexpr uint8_t kPReclaiming = static_cast<uint8_t>(ParticipantState::kReclaiming);
+// Namespace record state words (NamespaceState):
+inline constexpr uint8_t kNsFree = static_cast<uint8_t>(NamespaceState::kFree);
+inline constexpr uint8_t kNsWriting = static_cast<uint8_t>(NamespaceState::kWriting);
+inline constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
+
 }  // namespace cxlkv::internal
 
 #endif  // CXLKV_SRC_REGION_LAYOUT_H_

@@ -313,7 +313,7 @@ Occupancy ScanOccupancy(const Region& region) {
   }
   for (uint64_t e = 0; e < region.info().num_entries; ++e) {
     const uint64_t w = impl.Meta(e).state.load(std::memory_order_acquire);
-    if (internal::WordState(w) != static_cast<uint8_t>(internal::SlotState::kReady)) continue;
+    if (internal::WordState(w) != internal::kReady) continue;
     if (impl.ReadyOffData(e, w)) ++o.ready_off_data;
   }
   return o;

@@ -8,10 +8,6 @@
 namespace cxlkv::internal {
 namespace {
 
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
-constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
-
 #if defined(__SANITIZE_THREAD__) || defined(CXLKV_TSAN)
 __attribute__((no_sanitize("thread")))
 #endif

@@ -15,10 +15,6 @@
 namespace cxlkv::internal {
 namespace {
 
-constexpr uint8_t kNsFree = static_cast<uint8_t>(NamespaceState::kFree);
-constexpr uint8_t kNsWriting = static_cast<uint8_t>(NamespaceState::kWriting);
-constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
-
 using Image = NamespaceImage;  // the descriptor fields as stored
 
 Image MakeImage(const NamespaceDesc& d) { return MakeNamespaceImage(d); }

@@ -585,8 +585,7 @@ class RegionImpl final : public Region {
 // block: same generation, and not yet taken for writing.
 inline bool SameReadableBlock(uint64_t before, uint64_t after) {
   const uint8_t s = WordState(after);
-  return WordGen(after) == WordGen(before) && (s == static_cast<uint8_t>(SlotState::kReady) ||
-                                               s == static_cast<uint8_t>(SlotState::kEvicting));
+  return WordGen(after) == WordGen(before) && (s == kReady || s == kEvicting);
 }
 
 // The checked CRC of a slot: CRC32C of the payload (`payload_crc`, computed

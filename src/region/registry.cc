@@ -24,9 +24,6 @@ namespace cxlkv::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kActive = static_cast<uint8_t>(ParticipantState::kActive);
-constexpr auto kReclaiming = static_cast<uint8_t>(ParticipantState::kReclaiming);
-constexpr auto kFreeP = static_cast<uint8_t>(ParticipantState::kFree);
 
 }  // namespace
 
@@ -48,8 +45,8 @@ Status RegionImpl::TryRegister() {
   for (uint32_t i = 0; i < geo_.max_participants; ++i) {
     ParticipantRecord& r = parts_[i];
     uint64_t w = r.state.load(std::memory_order_acquire);
-    if (WordState(w) != kFreeP) continue;
-    const uint64_t mine = PackWord(WordGen(w) + 1, 0, kActive);
+    if (WordState(w) != kPFree) continue;
+    const uint64_t mine = PackWord(WordGen(w) + 1, 0, kPActive);
     if (!r.state.compare_exchange_strong(w, mine, std::memory_order_acq_rel)) continue;
     self_ = static_cast<int32_t>(i);
     self_word_ = mine;
@@ -83,10 +80,10 @@ void RegionImpl::Deregister() {
   ParticipantRecord& r = parts_[self_];
   uint64_t w = self_word_;
   // Leave like a dead participant would be reclaimed, but by ourselves.
-  const uint64_t reclaiming = PackWord(WordGen(w), self_index(), kReclaiming);
+  const uint64_t reclaiming = PackWord(WordGen(w), self_index(), kPReclaiming);
   if (r.state.compare_exchange_strong(w, reclaiming, std::memory_order_acq_rel)) {
     SweepParticipant(self_index(), reclaiming);
-    r.state.store(PackWord(WordGen(w), 0, kFreeP), std::memory_order_release);
+    r.state.store(PackWord(WordGen(w), 0, kPFree), std::memory_order_release);
   }
   my_counters_.store(&observer_counters_, std::memory_order_relaxed);
   self_ = -1;
@@ -94,13 +91,13 @@ void RegionImpl::Deregister() {
 
 bool RegionImpl::ParticipantActive(uint32_t index) const {
   if (index >= geo_.max_participants) return false;
-  return WordState(parts_[index].state.load(std::memory_order_acquire)) == kActive;
+  return WordState(parts_[index].state.load(std::memory_order_acquire)) == kPActive;
 }
 
 bool RegionImpl::OwnerAlive(uint32_t index) const {
   if (index >= geo_.max_participants) return false;
   const uint8_t st = WordState(parts_[index].state.load(std::memory_order_acquire));
-  return st == kActive || st == kReclaiming;
+  return st == kPActive || st == kPReclaiming;
 }
 
 void RegionImpl::HeartbeatLoop() {
@@ -153,7 +150,7 @@ size_t RegionImpl::ReapDead() {
       const uint64_t w = r.state.load(std::memory_order_acquire);
       const uint8_t st = WordState(w);
       Observation& o = obs_[i];
-      if (st != kActive && st != kReclaiming) {
+      if (st != kPActive && st != kPReclaiming) {
         o.valid = false;
         continue;
       }
@@ -182,11 +179,11 @@ bool RegionImpl::TryReclaim(uint32_t index, uint64_t observed) {
   ParticipantRecord& r = parts_[index];
   // Before we registered ourselves the reclaimer field names nobody.
   const uint32_t me = self_ >= 0 ? self_index() : static_cast<uint32_t>(kOwnerMask);
-  const uint64_t mine = PackWord(WordGen(observed), me, kReclaiming);
+  const uint64_t mine = PackWord(WordGen(observed), me, kPReclaiming);
   if (!r.state.compare_exchange_strong(observed, mine, std::memory_order_seq_cst)) return false;
   SweepParticipant(index, mine);
   uint64_t expected = mine;
-  r.state.compare_exchange_strong(expected, PackWord(WordGen(mine), 0, kFreeP),
+  r.state.compare_exchange_strong(expected, PackWord(WordGen(mine), 0, kPFree),
                                   std::memory_order_acq_rel);
   std::lock_guard<std::mutex> l(obs_mu_);
   obs_[index].valid = false;
@@ -204,12 +201,12 @@ void RegionImpl::SweepParticipant(uint32_t index, uint64_t reclaiming) {
     std::atomic<uint64_t>& st = meta_[s].state;
     uint64_t w = st.load(std::memory_order_seq_cst);
     const uint8_t state = WordState(w);
-    if (state == static_cast<uint8_t>(SlotState::kWriting) && WordOwner(w) == index) {
+    if (state == kWriting && WordOwner(w) == index) {
       // Half-written slots were never READY, so no reader accepted them;
       // take them (generation bump: any earlier reader's recheck fails),
       // clear the tag while owning, free.
       if (TakeAndFreeSlot(s, w)) CountReclaim(Counter::kReclaimedSlots);
-    } else if (state == static_cast<uint8_t>(SlotState::kEvicting) && WordOwner(w) == index) {
+    } else if (state == kEvicting && WordOwner(w) == index) {
       // Died mid-eviction, before writing anything: the block is intact
       // (and may be pinned).
       RestoreEvictedBlock(s, w);
@@ -258,9 +255,6 @@ void RegionImpl::SweepOrphans() {
   const uint64_t chunk =
       std::min<uint64_t>(n, std::max<uint64_t>(64, (n + per_pass - 1) / per_pass));
   constexpr size_t kMaxTracked = 4096;  // bounded memory on a badly damaged region
-  constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
-  constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
-  constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
   auto stale = [&](std::unordered_map<uint64_t, OrphanObs>& m, uint64_t id, uint64_t v) {
     auto it = m.find(id);
     if (it == m.end() || it->second.word != v) {
@@ -353,7 +347,7 @@ std::vector<ParticipantInfo> RegionImpl::Participants() const {
     const ParticipantRecord& r = parts_[i];
     const uint64_t w = r.state.load(std::memory_order_acquire);
     const uint8_t st = WordState(w);
-    if (st != kActive && st != kReclaiming) continue;
+    if (st != kPActive && st != kPReclaiming) continue;
     ParticipantInfo p;
     p.index = i;
     p.incarnation = WordGen(w);
@@ -366,7 +360,7 @@ std::vector<ParticipantInfo> RegionImpl::Participants() const {
     p.host = std::string(host, strnlen(host, 32));
     p.heartbeat = r.heartbeat.load(std::memory_order_relaxed);
     p.heartbeat_interval_ns = r.heartbeat_interval_ns.load(std::memory_order_relaxed);
-    p.reclaiming = st == kReclaiming;
+    p.reclaiming = st == kPReclaiming;
     p.self = static_cast<int32_t>(i) == self_;
     for (uint32_t k = 0; k < kCounterCount; ++k) {
       p.counters.v[k] = r.counters.v[k].load(std::memory_order_relaxed);

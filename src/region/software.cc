@@ -33,13 +33,6 @@ namespace cxlkv::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
-constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-constexpr uint8_t kEvicting = static_cast<uint8_t>(SlotState::kEvicting);
-constexpr uint8_t kPActive = static_cast<uint8_t>(ParticipantState::kActive);
-constexpr uint8_t kPFree = static_cast<uint8_t>(ParticipantState::kFree);
-constexpr uint8_t kNsReady = static_cast<uint8_t>(NamespaceState::kReady);
 
 uint64_t Reduce(uint64_t h, uint64_t n) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * n) >> 64);

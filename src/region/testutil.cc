@@ -211,17 +211,14 @@ ChainAging AgeAChain(Region* r, NamespaceId ns, uint64_t slot_bytes) {
 std::string DataSlotViolation(Region* r, bool quiescent) {
   auto* impl = static_cast<internal::RegionImpl*>(r);
   const internal::Geometry& g = impl->geometry();
-  constexpr uint8_t kReady = static_cast<uint8_t>(internal::SlotState::kReady);
-  constexpr uint8_t kFree = static_cast<uint8_t>(internal::DataState::kFree);
-  constexpr uint8_t kHeld = static_cast<uint8_t>(internal::DataState::kHeld);
   std::vector<int> named(g.num_slots, 0);
   for (uint64_t e = 0; e < g.num_entries; ++e) {
-    if (internal::WordState(impl->Meta(e).state.load()) != kReady) continue;
+    if (internal::WordState(impl->Meta(e).state.load()) != internal::kReady) continue;
     const int64_t d = impl->EntryDataSlot(e);
     if (d < 0) return "READY entry " + std::to_string(e) + " names no data slot";
     ++named[d];
     const uint64_t dw = impl->DataWord(d).load();
-    if (internal::WordState(dw) != kHeld) {
+    if (internal::WordState(dw) != internal::kDHeld) {
       return "READY entry " + std::to_string(e) + " on data slot " + std::to_string(d) +
              ", which is not HELD (word " + std::to_string(dw) + ")";
     }
@@ -232,12 +229,12 @@ std::string DataSlotViolation(Region* r, bool quiescent) {
   }
   for (uint64_t d = 0; d < g.num_slots; ++d) {
     const uint64_t w = impl->DataWord(d).load();
-    const bool held = internal::WordState(w) == kHeld;
+    const bool held = internal::WordState(w) == internal::kDHeld;
     if (held && named[d] != 1) {
       return "HELD data slot " + std::to_string(d) + " named by " + std::to_string(named[d]) +
              " READY entries";
     }
-    if (quiescent && !held && internal::WordState(w) != kFree) {
+    if (quiescent && !held && internal::WordState(w) != internal::kDFree) {
       return "data slot " + std::to_string(d) + " is neither FREE nor HELD (word " +
              std::to_string(w) + ")";
     }

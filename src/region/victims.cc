@@ -22,8 +22,6 @@
 namespace cxlkv::internal {
 namespace {
 
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-
 // Entries per queue: 1/64 of the data slots (at least 64). A pass reads
 // every entry once, so an eviction costs 2 x 64 entry reads on average;
 // bench/eviction's model gave the same hit rate for 1/16 .. 1/64.

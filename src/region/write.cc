@@ -13,13 +13,6 @@
 #include "region_impl.h"
 
 namespace cxlkv::internal {
-namespace {
-
-constexpr uint8_t kFree = static_cast<uint8_t>(SlotState::kFree);
-constexpr uint8_t kWriting = static_cast<uint8_t>(SlotState::kWriting);
-constexpr uint8_t kReady = static_cast<uint8_t>(SlotState::kReady);
-
-}  // namespace
 
 bool RegionImpl::ClaimSlot(NamespaceId ns, const BlockKey& key, const KeyPlace& place,
                            uint64_t* slot_out, uint64_t* word_out, bool* evicted,
@@ -145,7 +138,7 @@ bool RegionImpl::ClaimSlotOnce(NamespaceId ns, const BlockKey& key, const KeyPla
       continue;
     }
     const uint64_t gen = WordGen(cand[i].word);
-    uint64_t evicting = PackWord(gen, me, static_cast<uint8_t>(SlotState::kEvicting));
+    uint64_t evicting = PackWord(gen, me, kEvicting);
     // Its data index, read while the entry is ours.
     const int64_t d = EntryDataSlot(slot);
     const uint64_t writing = PackWord(gen + 1, me, kWriting);
