@@ -158,3 +158,36 @@ def test_runs_at_once_keep_their_t6_files_apart_and_remove_them(tmp_path):
                 p.kill()
                 p.wait()
         stop_leftovers([[rec_a, rec_b]])
+
+
+def test_a_load_cells_budget_estimate_scales_a_measured_cell():
+    """The budget's estimate of a load cell scales the wall time of a cell
+    measured at another concurrency (its tier's first), so the c = 8 cell is
+    not refused because a request of the c = 4 cell waited for the others:
+    the numbers are the H200's 32K cells (c = 4 in 31 s, c = 8 in 67 s, req2
+    up to 18 s under load)."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, HERE)
+    import ttft
+
+    h = ttft.Harness.__new__(ttft.Harness)
+    h.call, h.platform = 0, "gpu"
+    h.a = SimpleNamespace(load_sessions=3)
+    task = ("load", 32694, 8, "load/T4/32694/c8")
+    h.log = SimpleNamespace(records=[])
+    fresh = h.task_estimate(task)
+    assert fresh == pytest.approx((0.2 + 32694 / 15000) * 2 * 8 * 3 * 2 + 30)
+    h.log.records = [
+        {"kind": "req", "prefix": 32694, "e2e_ms": 18000.0},
+        {"kind": "load_cell", "key": "load/T2/32694/c8", "tier": "T2", "prefix": 32694,
+         "concurrency": 8, "wall_s": 20.0},
+        {"kind": "load_cell", "key": "load/T4/32694/c4", "tier": "T4", "prefix": 32694,
+         "concurrency": 4, "wall_s": 31.0}]
+    assert h.task_estimate(task) == pytest.approx(31.0 * 2 * 1.25 + 30)
+    # No cell of its tier: another tier's, scaled the same way.
+    h.log.records.pop()
+    assert h.task_estimate(task) == pytest.approx(20.0 * 1.25 + 30)
+    # Another prefix's cells say nothing about this one.
+    h.log.records[1]["prefix"] = 16384
+    assert h.task_estimate(task) == pytest.approx(18.0 * 2 * 8 * 3 * 2 + 30)

@@ -892,6 +892,19 @@ class Harness:
                                           else 1 + p / 300)
         if phase == "load":
             c = task[2]
+            # A cell's work grows with its concurrency and its 2C threads
+            # run at once: a measured cell of the same prefix (its tier's if
+            # any) scaled by C / C' (x 1.25: a fuller region evicts more per
+            # store) says more than the slowest request times the request
+            # count, which counts the threads' waits for each other C times
+            # over and refused cells that fit.
+            cells = [r for r in self.log.records
+                     if r.get("kind") == "load_cell" and r.get("prefix") == p
+                     and r.get("wall_s") and r.get("concurrency")]
+            own = [r for r in cells if r.get("tier") == task[3].split("/")[1]]
+            if own or cells:
+                return max(r["wall_s"] * c / r["concurrency"]
+                           for r in (own or cells)) * 1.25 + 30
             return per_req * 2 * c * self.a.load_sessions * 2 + 30
         if phase == "integrity":  # three requests and two scans of the store
             return per_req * 4 + 5
