@@ -379,7 +379,16 @@ TEST(CliLifecycleTest, AStuckKeyIsAClearErrorNamingItWithinTheBound) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find(cxlkv::BlockKey::FromId(big).ToHex()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("trace id 18446744073709551615"), std::string::npos) << r.err;
-  EXPECT_EQ(Json(r)["stores"], 1);  // the other block was stored
+  json j = Json(r);
+  EXPECT_EQ(j["stores"], 1);  // the other block was stored
+  // Every attempt at the stuck key lost the race to the holder, and each
+  // one counted in the region's lost-race counter, which the replay reports.
+  const size_t at = r.err.find(" attempts; giving up");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const size_t from = r.err.rfind(' ', at - 1) + 1;
+  const uint64_t attempts = std::stoull(r.err.substr(from, at - from));
+  EXPECT_GE(attempts, 2u) << r.err;
+  EXPECT_EQ(j["lost_races"], attempts) << r.out;
   // The holder was never judged dead: a reclaim frees its entry (and its
   // WRITING slot, which let the replay store the block).
   int live_self = 0;
@@ -419,6 +428,62 @@ TEST(CliLifecycleTest, AKeyHeldByADeadWriterWithASlowHeartbeatIsWaitedFor) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.err.find("stuck key"), std::string::npos) << r.err;
   EXPECT_EQ(Json(r)["stores"], 1) << r.out;
+}
+
+// A key another writer holds in WRITING answers the replay's store "lost
+// race" until the writer lets go; the replay retries it, and every retry
+// adds one to the region's lost-race counter. The table and the JSON report
+// that count (the replay's own participants'): a slow writer shows there
+// instead of only as a slow run. The holder here is live (this process) and
+// gives up its write once the region has counted a lost race, so the
+// replay then stores the key and exits 0; its count is then the region's
+// whole lost-race total (the holder lost none, and a participant that
+// detaches retires its counters into the region's).
+TEST(CliLifecycleTest, TheReplayReportsTheLostRacesWhileAnotherWriterHoldsAKey) {
+  Dir d("lostrace");
+  const std::string region = d / "r", trace = d / "trace.jsonl";
+  { std::ofstream(trace) << "{\"hash_ids\": [5]}\n"; }
+  cxlkv::RegionOptions o;
+  o.size = 8 << 20;
+  o.config.slot_size = 512 * 2;
+  o.config.hash_algorithm = "mooncake-trace-id";
+  o.prefault = cxlkv::Prefault::kNone;
+  // A declared 10 s heartbeat: the replay gives up on the key only after
+  // 3 x 40 s, far past the moment the holder lets go, however loaded the
+  // machine; the holder is never judged dead meanwhile.
+  o.heartbeat_interval_ns = 10'000'000'000;
+  o.liveness_timeout_ns = 4 * o.heartbeat_interval_ns;
+  std::unique_ptr<cxlkv::Region> holder;
+  ASSERT_TRUE(cxlkv::Region::Open(region, o, &holder).ok());
+  cxlkv::NamespaceId ns;
+  ASSERT_TRUE(
+      holder
+          ->RegisterNamespace({"Qwen/Qwen2.5-7B-Instruct", "bfloat16", "mooncake-trace", 0, 0}, &ns)
+          .ok());
+  cxlkv::WriteLease lease;
+  ASSERT_TRUE(holder->BeginWrite(ns, cxlkv::BlockKey::FromId(5), 1024, &lease).ok());
+  Result r;
+  std::thread replay([&] {
+    r = CxlkvWithin(300, "replay --region " + region +
+                             " --region-size 8MiB --replica-count 1 --replica-index 0 --control " +
+                             d / "ctl" + " --trace " + trace +
+                             " --kv-bytes-per-token 2 --quiet --heartbeat-ms 25 "
+                             "--liveness-timeout-ms 300");
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (holder->RegionCounters()[cxlkv::Counter::kStoreLostRace] == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  holder->AbortWrite(&lease);
+  replay.join();
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const uint64_t region_lost = holder->RegionCounters()[cxlkv::Counter::kStoreLostRace];
+  EXPECT_GE(region_lost, 1u);
+  EXPECT_EQ(holder->ProcessCounters()[cxlkv::Counter::kStoreLostRace], 0u);
+  EXPECT_NE(r.out.find("lost races " + std::to_string(region_lost) + ","), std::string::npos)
+      << "region counted " << region_lost << ":\n"
+      << r.out;
 }
 
 }  // namespace

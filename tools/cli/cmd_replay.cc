@@ -64,14 +64,15 @@ struct WorkerResult {
   std::atomic<uint64_t> requests, blocks_requested, blocks_hit, bytes_loaded, bytes_stored, load_ns,
       verify_failures, corrupted_injected, corrupted_read, corrupted_read_events,
       unexpected_verify_failures, wrong_data, store_failures, stores, duplicates, evictions,
-      cross_hits, errors, done;
+      cross_hits, errors, lost_races, done;
 };
 
 // "CXLKVCTL": a replay control file. Its header names the plan it belongs
 // to, so a worker never adopts (or resizes) a file of another plan, a
 // region, or anything else.
 constexpr uint64_t kControlMagic = 0x4C5443564B4C5843ull;
-constexpr uint32_t kControlVersion = 1;
+// 2: WorkerResult gained lost_races.
+constexpr uint32_t kControlVersion = 2;
 
 // Shared between the replica processes: completion flags, progress, the
 // set of blocks corrupted behind the engine's back, and results.
@@ -399,6 +400,9 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
   res.verify_failures = c[Counter::kCrcFailures];
   res.evictions = c[Counter::kEvictions];
   res.cross_hits = c[Counter::kCrossHits];
+  // Stores that found another participant writing the key: a race two
+  // replicas ran, and each retry while a slow or dead writer held a key.
+  res.lost_races = c[Counter::kStoreLostRace];
   res.done = 1;
   return kExitOk;
 }
@@ -509,7 +513,8 @@ Status OpenControl(const Flags& f, uint64_t plan_hash, size_t bytes, uint32_t re
     ctl->magic.store(kControlMagic, std::memory_order_release);
   } else if (ctl->magic.load(std::memory_order_acquire) != kControlMagic ||
              ctl->version != kControlVersion) {
-    s = refuse("not a replay control file (no CXLKVCTL stamp of version 1)");
+    s = refuse("not a replay control file of this build (no CXLKVCTL stamp of version " +
+               std::to_string(kControlVersion) + ")");
   } else if (ctl->plan_hash != plan_hash || ctl->bytes != bytes || ctl->replicas != replicas) {
     s = refuse(
         "it belongs to another plan (a different trace, --limit, --replica-count, --routing, "
@@ -645,7 +650,7 @@ int Replay(Flags& f) {
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // Aggregate over the replicas this process ran (all of them, or one).
-  uint64_t tot[18] = {};
+  uint64_t tot[19] = {};
   for (uint32_t i : mine) {
     WorkerResult& w = ctl->results[i];
     std::atomic<uint64_t>* fields[] = {&w.requests,        &w.blocks_requested,
@@ -656,7 +661,8 @@ int Replay(Flags& f) {
                                        &w.wrong_data,      &w.store_failures,
                                        &w.stores,          &w.duplicates,
                                        &w.evictions,       &w.cross_hits,
-                                       &w.errors,          &w.corrupted_read_events};
+                                       &w.errors,          &w.corrupted_read_events,
+                                       &w.lost_races};
     for (size_t k = 0; k < sizeof fields / sizeof fields[0]; ++k) tot[k] += fields[k]->load();
   }
   const double hit_rate = tot[1] ? double(tot[2]) / tot[1] : 0;
@@ -683,6 +689,7 @@ int Replay(Flags& f) {
       {"store_failures", tot[11]},
       {"stores", tot[12]},
       {"duplicate_stores", tot[13]},
+      {"lost_races", tot[18]},
       {"evictions", tot[14]},
       {"errors", tot[16]},
       {"wall_s", wall},
@@ -715,10 +722,11 @@ int Replay(Flags& f) {
                 Human(tot[3]).c_str(), load_gbps, memcpy_gbps,
                 memcpy_gbps > 0 ? load_gbps / memcpy_gbps : 0, Human(tot[4]).c_str());
     std::printf(
-        "  evictions %llu, store failures %llu, verify failures %llu (corrupted %llu, read "
-        "%llu), wrong data %llu, wall %.1fs\n",
-        (unsigned long long)tot[14], (unsigned long long)tot[11], (unsigned long long)tot[6],
-        (unsigned long long)tot[7], (unsigned long long)tot[8], (unsigned long long)tot[10], wall);
+        "  evictions %llu, store failures %llu, lost races %llu, verify failures %llu (corrupted "
+        "%llu, read %llu), wrong data %llu, wall %.1fs\n",
+        (unsigned long long)tot[14], (unsigned long long)tot[11], (unsigned long long)tot[18],
+        (unsigned long long)tot[6], (unsigned long long)tot[7], (unsigned long long)tot[8],
+        (unsigned long long)tot[10], wall);
   }
   const bool clean = tot[10] == 0 && tot[9] == 0 && tot[16] == 0;
   if (!clean)
