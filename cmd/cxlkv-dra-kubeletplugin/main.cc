@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -86,6 +87,31 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // --http-listen is bound before the plugin acts: a plugin that cannot
+  // have its port (another plugin holds it, e.g. two on the host network
+  // with the default) exits before it rewrites the checkpoint, drops the
+  // entries of deleted claims (releasing their regions) or starts its
+  // driver, which would take over the sockets of a plugin with the same
+  // names and remove them at exit, deregistering that plugin. /healthz
+  // answers 503 until the driver's sockets are up.
+  std::atomic<const cxlkv::dra::Driver*> serving{nullptr};
+  std::unique_ptr<cxlkv::dra::StatusServer> status_server;
+  if (!http_listen.empty()) {
+    int port = 0;
+    cxlkv::Status s = cxlkv::dra::StatusServer::Start(
+        http_listen, &metrics,
+        [&serving]() -> std::string {
+          const cxlkv::dra::Driver* d = serving.load();
+          return d != nullptr ? d->Check() : "starting: the driver's sockets are not up yet";
+        },
+        &status_server, &port);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cxlkv-dra-kubeletplugin: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    spdlog::info("serving /metrics and /healthz on port {}", port);
+  }
+
   cxlkv::kube::Config kcfg;
   cxlkv::kube::Status ks = kubeconfig.empty() ? cxlkv::kube::LoadDefault(&kcfg)
                                               : cxlkv::kube::LoadKubeconfig(kubeconfig, &kcfg);
@@ -131,19 +157,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cxlkv-dra-kubeletplugin: %s\n", s.ToString().c_str());
     return 1;
   }
-
-  std::unique_ptr<cxlkv::dra::StatusServer> status_server;
-  if (!http_listen.empty()) {
-    int port = 0;
-    cxlkv::dra::Driver* d = driver.get();
-    s = cxlkv::dra::StatusServer::Start(
-        http_listen, &metrics, [d] { return d->Check(); }, &status_server, &port);
-    if (!s.ok()) {
-      std::fprintf(stderr, "cxlkv-dra-kubeletplugin: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    spdlog::info("serving /metrics and /healthz on port {}", port);
-  }
+  serving.store(driver.get());
 
   // Periodic cleanup of claims deleted behind our back, until a stop signal.
   auto next_cleanup = std::chrono::steady_clock::now() + std::chrono::seconds(cleanup_interval_s);

@@ -19,7 +19,8 @@
 #    from the checks, not from a broken setup);
 #  - cleanup: a claim deleted while its node's kubelet and plugin were down
 #    (its pod force-deleted): the entry stays in the checkpoint until the
-#    plugin restarts, whose start-up cleanup drops it;
+#    plugin restarts, whose start-up cleanup drops it (a plugin that fails
+#    at its taken /metrics port first leaves it);
 #  - hostd health: the node's hostd down, then back, while a claim is
 #    prepared there: blade-0 UNHEALTHY, then HEALTHY, on both health
 #    services (v1 and v1alpha1, read through kubelet's generated clients),
@@ -211,6 +212,23 @@ wrong_uid_refused() {
   delete_claims down || fail "claim down stuck"
   jq -e --arg u "$DUID" '.data.claims | has($u)' "$ck" >/dev/null ||
     fail "the entry of claim down vanished while the plugin was down"
+}
+
+# bats test_tags=cleanup
+@test "cleanup: a plugin on a taken /metrics port exits before its start-up cleanup: the entry stays" {
+  dra_need DUID
+  # fake-node-0's plugin holds its port; this one is given it.
+  MPORT[fake-node-2]=${MPORT[fake-node-0]}
+  local log=$E/logs/plugin-fake-node-2-taken.log pid
+  plugin_start fake-node-2 -taken
+  pid=$(cat "$E/pids/plugin-fake-node-2-taken")
+  rm -f "$E/pids/plugin-fake-node-2-taken"
+  wait_until 20 dead "$pid" || { kill "$pid"; fail "a plugin on a taken port kept running"; }
+  grep -q "address already in use: port ${MPORT[fake-node-0]}" "$log" ||
+    fail "no taken-port error: $(cat "$log")"
+  ! grep -q "cleanup claim=down" "$log" || fail "it cleaned up first: $(cat "$log")"
+  jq -e --arg u "$DUID" '.data.claims | has($u)' "$E/fake-node-2/dra-plugin/checkpoint.json" >/dev/null ||
+    fail "the entry of claim down was dropped by a plugin that then failed"
 }
 
 # bats test_tags=cleanup

@@ -10,7 +10,8 @@
 #    dra.prepare.after_started) and restarted;
 #  - rolling update: two plugin processes on fake-node-1 with per-pod sockets
 #    and one shared checkpoint; the second one (B, on a new /metrics port)
-#    keeps running after this file;
+#    keeps running after this file; before B, a plugin with A's socket names
+#    on A's /metrics port exits at the taken port without touching A;
 #  - refusal: prepare refusing a region still prepared on the node for
 #    another claim (the test plays a faulty controller; the world's two
 #    controllers are stopped for it and restarted as controller-0r/1r).
@@ -138,6 +139,30 @@ attached() { [ "$(grep -c attached "$1" 2>/dev/null)" -ge "$2" ]; }
   wait_until 90 running roll-1 || fail "roll-1: $(phase roll-1)"
   MPORT_A=${MPORT[fake-node-1]}
   dra_keep MPORT_A
+}
+
+# bats test_tags=rolling
+@test "rolling update: a second plugin with A's socket names on A's taken /metrics port exits first: A keeps its sockets and /healthz, the checkpoint is not rewritten" {
+  dra_need MPORT_A
+  # What two plugins without per-pod names (--pod-uid), e.g. on the host
+  # network with the default --http-listen, meet. The plugin binds its port
+  # before it acts: taking the sockets over (a stale one is removed at
+  # start, so a live one was too) and then removing them at exit left A
+  # with none, and the kubelet deregistered the driver.
+  local ck=$E/fake-node-1/dra-plugin/checkpoint.json log=$E/logs/plugin-fake-node-1-taken.log
+  local inode pid
+  inode=$(stat -c %i "$ck")
+  plugin_start fake-node-1 -taken --pod-uid 11111111-aaaa-4aaa-8aaa-000000000001
+  pid=$(cat "$E/pids/plugin-fake-node-1-taken")
+  rm -f "$E/pids/plugin-fake-node-1-taken"
+  wait_until 20 dead "$pid" || { kill "$pid"; fail "a plugin on a taken port kept running"; }
+  grep -q "address already in use: port $MPORT_A" "$log" || fail "no taken-port error: $(cat "$log")"
+  ! grep -q "registration socket" "$log" || fail "it started its driver first: $(cat "$log")"
+  curl -sf "http://127.0.0.1:$MPORT_A/healthz" >/dev/null ||
+    fail "plugin A: $(curl -s "http://127.0.0.1:$MPORT_A/healthz")"
+  assert_eq "$(ls "$E"/fake-node-1/kubelet/plugins_registry/ | grep -c -- '-reg.sock$')" 1 \
+    "registration sockets"
+  assert_eq "$(stat -c %i "$ck")" "$inode" "the checkpoint's inode (a save renames a new file in)"
 }
 
 # bats test_tags=rolling
