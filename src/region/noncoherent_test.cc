@@ -1049,5 +1049,150 @@ TEST(NoncoherentEmulator, WriterKilledMidWriteHeirOnAHostWithStaleLines) {
   ExpectNoWrongBytes(t);
 }
 
+// The first index set of a key in write partition `p`, as SwSets (software.cc)
+// places it: the same hash, reduced into the partition's sets.
+uint64_t FirstSetOf(const internal::Superblock* sb, uint32_t p, NamespaceId ns, uint64_t id) {
+  const BlockKey key = BlockKey::FromId(id);
+  const uint64_t a = internal::Mix64(key.lo ^ (uint64_t(ns) * 0x9E3779B97F4A7C15ull));
+  const uint64_t part_sets = sb->num_sets / sb->partitions;
+  return p * part_sets +
+         static_cast<uint64_t>((static_cast<unsigned __int128>(a) * part_sets) >> 64);
+}
+uint64_t SecondSetOf(const internal::Superblock* sb, uint32_t p, NamespaceId ns, uint64_t id) {
+  const BlockKey key = BlockKey::FromId(id);
+  const uint64_t a = internal::Mix64(key.lo ^ (uint64_t(ns) * 0x9E3779B97F4A7C15ull));
+  const uint64_t b = internal::Mix64(key.hi + a);
+  const uint64_t part_sets = sb->num_sets / sb->partitions;
+  return p * part_sets +
+         static_cast<uint64_t>((static_cast<unsigned __int128>(b) * part_sets) >> 64);
+}
+
+// The old holder's late tag line and fill (docs/model.md, sw-l6-late-tag):
+// host 0 holds partition 0, stores A and stalls (its heartbeat a minute away,
+// so nothing of it learns that the lease moved). The heir (host 3) stores B,
+// whose first set is A's, into A's entry (its attach sweep freed it), and C
+// into the data slot host 0 takes next. Host 0 resumes and stores D into the
+// same set: SW3 flushes its whole cached tag line (A's tag where B's is) and
+// its fill lands in C's data slot, before its ownership check fences it. The
+// heir's own lines still say B and C are there (its Stores of them answer
+// DUPLICATE), and memory's entries are the heir's, so only the heir's
+// periodic sweep can put memory right: the set's tag line rewritten from its
+// entries, C's payload checked against its CRC and its entry freed (the
+// heir's next Store of C stores it again). Host 1 must then find both,
+// whole; before that, a miss or a CRC failure, never wrong bytes.
+TEST(NoncoherentEmulator, OldHoldersLateTagLineAndFillDoNotHideTheHeirsBlocks) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  struct Plan {
+    std::atomic<int> step{0};
+    std::atomic<uint32_t> ns{0};
+    std::atomic<uint64_t> a{0}, b{0}, c{0}, d{0};
+    std::atomic<uint64_t> fenced{0}, heir_stored{0};
+  };
+  auto* plan = SharedAnon<Plan>();
+  const pid_t old_holder = Spawn([&] {
+    std::unique_ptr<Region> r;
+    // The longest heartbeat (kMaxHeartbeatIntervalNs): none comes within the test.
+    if (!m.Open(0, 0, 3, &r, 60'000'000'000ull).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    plan->ns.store(ns);
+    plan->step.store(1);
+    if (!test::WaitFor([&] { return plan->step.load() == 2; }, 20000)) return 12;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, plan->a.load(), 1, &o) || o != StoreOutcome::kStored) return 13;
+    plan->step.store(3);  // stalled: the lease moves on
+    if (!test::WaitFor([&] { return plan->step.load() == 4; }, 20000)) return 14;
+    (void)StoreBlock(r.get(), ns, plan->d.load(), 1, &o);
+    plan->fenced.store(o == StoreOutcome::kFenced ? 1 : 0);
+    plan->step.store(5);
+    return 0;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return plan->step.load() == 1; }, 20000));
+  {
+    // The keys, from the region's geometry: A, B and D share their first set
+    // in partition 0; neither of C's sets is that one.
+    const int fd = ::open(m.path().c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    void* p = ::mmap(nullptr, kRegionBytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    const auto* sb = static_cast<const internal::Superblock*>(p);
+    const NamespaceId ns = plan->ns.load();
+    const uint64_t set = FirstSetOf(sb, 0, ns, 9000);
+    std::vector<uint64_t> same;
+    uint64_t other = 0;
+    for (uint64_t id = 9001; id < 200000 && (same.size() < 2 || other == 0); ++id) {
+      if (FirstSetOf(sb, 0, ns, id) == set) {
+        if (same.size() < 2) same.push_back(id);
+      } else if (other == 0 && SecondSetOf(sb, 0, ns, id) != set) {
+        other = id;
+      }
+    }
+    ::munmap(p, kRegionBytes);
+    ASSERT_EQ(same.size(), 2u);
+    ASSERT_NE(other, 0u);
+    plan->a = 9000;
+    plan->b = same[0];
+    plan->d = same[1];
+    plan->c = other;
+    plan->step.store(2);
+  }
+  const pid_t heir = Spawn([&] {
+    if (!test::WaitFor([&] { return plan->step.load() == 3; }, 20000)) return 9;
+    NamespaceId ns;
+    auto r = m.Attach(3, 0, &ns);
+    if (!r) return 10;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, plan->b.load(), 2, &o) || o != StoreOutcome::kStored) return 11;
+    if (!StoreBlock(r.get(), ns, plan->c.load(), 2, &o) || o != StoreOutcome::kStored) return 12;
+    plan->step.store(4);  // the old holder resumes
+    if (!test::WaitFor([&] { return plan->step.load() == 5; }, 20000)) return 13;
+    // Its clients store B and C again now and then (a block another host
+    // missed is computed again), until host 1 has found both.
+    const auto until = Clock::now() + std::chrono::milliseconds(Ms(20000));
+    while (t->done.load() == 0 && Clock::now() < until) {
+      // kLostRace is a true answer: the sweep freed the entry in flight.
+      if (!StoreBlock(r.get(), ns, plan->b.load(), 2, &o) && o != StoreOutcome::kLostRace)
+        return 14;
+      if (!StoreBlock(r.get(), ns, plan->c.load(), 2, &o) && o != StoreOutcome::kLostRace)
+        return 15;
+      if (o == StoreOutcome::kStored) plan->heir_stored++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return 0;
+  });
+  const pid_t reader = Spawn([&] {
+    if (!test::WaitFor([&] { return plan->step.load() == 5; }, 40000)) return 9;
+    NamespaceId ns;
+    auto r = m.Attach(1, 1, &ns);
+    if (!r) return 10;
+    const auto until = Clock::now() + std::chrono::milliseconds(Ms(20000));
+    while (Clock::now() < until) {
+      uint64_t vb = 0, vc = 0;
+      const Got gb = Check(r.get(), ns, plan->b.load(), &vb);
+      const Got gc = Check(r.get(), ns, plan->c.load(), &vc);
+      Count(t, gb);
+      Count(t, gc);
+      if (gb == Got::kHit && gc == Got::kHit && vb == 2 && vc == 2) {
+        t->done.store(1);
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // What host 1 last saw (0 hit, 1 miss, 3 CRC failure), for the message.
+    const Got gb = Check(r.get(), ns, plan->b.load());
+    const Got gc = Check(r.get(), ns, plan->c.load());
+    return 20 + 4 * static_cast<int>(gb) + static_cast<int>(gc);
+  });
+  EXPECT_EQ(Reap(old_holder), 0);
+  EXPECT_EQ(plan->fenced.load(), 1u)
+      << "the old holder's store after the lease moved must be fenced";
+  EXPECT_EQ(Reap(reader), 0) << "host 1 never found the heir's blocks B and C (20 + 4 x B's "
+                                "answer + C's: 0 hit, 1 miss, 3 CRC failure)";
+  EXPECT_EQ(Reap(heir), 0);
+  ExpectNoWrongBytes(t, /*crc_failures_ok=*/true);
+}
+
 }  // namespace
 }  // namespace cxlkv
