@@ -304,11 +304,17 @@ class RegionImpl final : public Region {
   void SwPublishCounters();
   // The sweep of our partition (docs/coherence.md, "Recovery and reclaim"):
   // every slot WRITING, EVICTING or READY of another incarnation (an earlier
-  // holder's, or a zombie's late line) becomes FREE with a new generation.
+  // holder's, or a zombie's late line) becomes FREE with a new generation,
+  // and each set's tag line is rewritten from its entries and flushed.
   // `attach`: the whole partition, also WRITING of our tag; else the next
-  // slice, keeping our own Stores in flight. REQUIRES: sw_claim_mu_ held
-  // unless attaching.
+  // slice of whole sets, keeping our own Stores in flight. REQUIRES:
+  // sw_claim_mu_ held unless attaching.
   void SwRecoverPartition(bool attach);
+  // The heartbeat's payload check of our READY blocks (a budget of bytes
+  // per beat, from its own cursor): memory's bytes against the entry's CRC;
+  // a block that fails is freed. Heartbeat thread only; takes sw_claim_mu_
+  // per entry.
+  void SwScrubPayloads();
   // True if slot word `w` of `slot` was written by the incarnation that
   // holds (or last held) the slot's partition: its owner field equals the
   // registry record's incarnation tag. `reread`: invalidate and load the
@@ -569,6 +575,9 @@ class RegionImpl final : public Region {
   mutable SwHintState sw_hint_;
   mutable std::mutex sw_ns_mu_;
   mutable std::vector<bool> sw_ns_ok_;  // namespace ids seen READY and intact
+  // SwScrubPayloads's cursor and its copy of a payload (heartbeat thread only).
+  uint64_t sw_scrub_next_ = 0;
+  std::vector<uint8_t> sw_scrub_buf_;
 
   // ---- orphan sweep (heartbeat thread only) ----
   struct OrphanObs {

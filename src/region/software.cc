@@ -251,11 +251,16 @@ void RegionImpl::SwRecoverPartition(bool attach) {
   // the holder sweeps again, a slice per heartbeat. Readers already ignore
   // all of those (SwWriterCurrent); the sweep makes them FREE again, so the
   // slots are reused and every slot ends FREE or READY of the holder.
-  const uint64_t first = uint64_t(self_index()) * part_sets_ * geo_.ways;
-  const uint64_t n = part_sets_ * geo_.ways;
+  const uint64_t ways = geo_.ways;
+  const uint64_t first = uint64_t(self_index()) * part_sets_ * ways;
+  const uint64_t n = part_sets_ * ways;
   uint64_t begin = 0, count = n;
-  if (!attach) {  // a slice: at least 1024 slots, a sixteenth of the partition
+  if (!attach) {
+    // A slice of whole sets (each set's tag line is rewritten whole, below):
+    // at least 1024 entries, a sixteenth of the partition. n, the cursor and
+    // so every slice's start are multiples of the ways.
     count = std::min<uint64_t>(n, std::max<uint64_t>(1024, n / 16));
+    count = std::min<uint64_t>(n, (count + ways - 1) / ways * ways);
     begin = sw_sweep_next_ % n;
     sw_sweep_next_ = (begin + count) % n;
   }
@@ -271,6 +276,7 @@ void RegionImpl::SwRecoverPartition(bool attach) {
   }
   const uint32_t mine = SwIncTag(self_word_);
   uint64_t freed = 0;
+  uint32_t want[kMaxWays] = {};  // the set's tags, as its entries in memory say
   for (uint64_t i = 0; i < count; ++i) {
     const uint64_t s = first + (begin + i) % n;
     // Memory's word, not our cached copy (a zombie's line may have landed).
@@ -284,21 +290,91 @@ void RegionImpl::SwRecoverPartition(bool attach) {
     // sends the entry away below). At attach nothing is ours yet.
     const bool keep =
         !attach && (st == kReady || st == kWriting) && ours && sw_hold_->DataOf(s) == d;
-    // Memory says FREE, or another incarnation's line (a paused old
-    // holder's late write-back), where we may have believed a block of
-    // ours: give that block's data slot back.
-    if (!attach && !keep) sw_hold_->ReleaseEntry(s);
-    if (keep || (st == kFree && WordOwner(w) == 0)) continue;
-    // Free it with a new generation, so no reader's earlier READY word can
-    // match again. The tag is a hint, not flushed: a reader that follows a
-    // stale one finds the slot FREE (docs/coherence.md, "Mutants").
-    vis_->Store32(&tags_[s / geo_.ways].tag[s % geo_.ways], 0);
-    vis_->Store64(&meta_[s].state, PackWord(WordGen(w) + 1, 0, kFree));
-    vis_->Flush(&meta_[s], sizeof(SlotMeta));
-    ++freed;
+    want[s % ways] = 0;
+    if (keep) {
+      // The line is ours (a line lands whole), so its key is: the tag it
+      // names is the one readers must find, whatever tag line a zombie's
+      // host wrote back over ours meanwhile.
+      BlockKey key;
+      key.hi = vis_->Load64(&meta_[s].key_hi);
+      key.lo = vis_->Load64(&meta_[s].key_lo);
+      uint64_t sets[2];
+      SwSets(self_index(), vis_->Load32(&meta_[s].ns), key, sets, &want[s % ways]);
+    } else {
+      // Memory says FREE, or another incarnation's line (a paused old
+      // holder's late write-back), where we may have believed a block of
+      // ours: give that block's data slot back.
+      if (!attach) sw_hold_->ReleaseEntry(s);
+      if (!(st == kFree && WordOwner(w) == 0)) {
+        // Free it with a new generation, so no reader's earlier READY word
+        // can match again.
+        vis_->Store64(&meta_[s].state, PackWord(WordGen(w) + 1, 0, kFree));
+        vis_->Flush(&meta_[s], sizeof(SlotMeta));
+        ++freed;
+      }
+    }
+    if (s % ways == ways - 1) {
+      // The set's whole tag line, rewritten from its entries and flushed:
+      // our cached copy may be right while memory holds a zombie's line
+      // (SetTags is shared by a set's entries, and a paused old holder's
+      // SW3 flushes its whole stale copy), which would hide our blocks of
+      // the set from every other host; a store makes the line dirty even
+      // where our copy already says so, so the flush writes it back.
+      SetTags& t = tags_[s / ways];
+      for (uint64_t way = 0; way < ways; ++way) vis_->Store32(&t.tag[way], want[way]);
+      vis_->Flush(&t, sizeof t);
+    }
   }
   vis_->StoreFence();
   if (freed) Count(Counter::kReclaimedSlots, freed);
+}
+
+namespace {
+// The payload check reads at most this many bytes of our blocks per
+// heartbeat (80 MB/s of one core's reads and CRC32C at the default 100 ms),
+// and visits at most a sweep slice's entries.
+constexpr uint64_t kScrubBytesPerBeat = 8ull << 20;
+}  // namespace
+
+void RegionImpl::SwScrubPayloads() {
+  // A paused old holder's fill can land in a data slot that one of our READY
+  // entries names (it writes the payload before its ownership check fences
+  // it), and its host's cache can write such lines back at any later
+  // moment. Our own cached copy of the slot may still hold our bytes, so our
+  // own reads and SW1 see nothing wrong while every other host fails the
+  // CRC: the bytes are checked as memory holds them, and an entry whose
+  // payload no longer matches is freed (its key can then be stored again).
+  const uint64_t first = uint64_t(self_index()) * part_sets_ * geo_.ways;
+  const uint64_t n = part_sets_ * geo_.ways;
+  const uint64_t visit = std::min<uint64_t>(n, std::max<uint64_t>(1024, n / 16));
+  const uint32_t mine = SwIncTag(self_word_);
+  if (sw_scrub_buf_.size() < geo_.slot_size) sw_scrub_buf_.resize(geo_.slot_size);
+  uint64_t bytes = 0;
+  for (uint64_t i = 0; i < visit && bytes < kScrubBytesPerBeat; ++i) {
+    const uint64_t s = first + sw_scrub_next_;
+    sw_scrub_next_ = (sw_scrub_next_ + 1) % n;
+    // One entry at a time under the claim lock: our Stores go on between
+    // them, and none frees this entry or reuses its data slot meanwhile.
+    std::lock_guard<std::mutex> l(sw_claim_mu_);
+    if (fenced_.load(std::memory_order_acquire)) return;
+    const uint64_t w = vis_->Load64(&meta_[s].state);  // our own line
+    if (WordState(w) != kReady || WordOwner(w) != mine) continue;
+    const SwMeta m = SwReadMeta(s, false);
+    if (m.len > geo_.slot_size || sw_hold_->DataOf(s) != m.data) continue;  // the sweep's
+    const uint8_t* data = SlotData(m.data);
+    // Memory's bytes, not our cached copy (no line of a READY block's data
+    // slot is dirty here: SW4 flushed them).
+    vis_->Invalidate(data, m.len);
+    vis_->FullFence();
+    vis_->CopyFromRegion(sw_scrub_buf_.data(), data, m.len);
+    bytes += m.len;
+    if (BindSlotCrc(Crc32c(sw_scrub_buf_.data(), m.len), SwCrcGeneration(w), m.ns, m.key, m.len,
+                    m.data) == m.crc) {
+      continue;
+    }
+    Count(Counter::kCrcFailures);
+    (void)SwFreeOwn(s, w);
+  }
 }
 
 bool RegionImpl::SwWriterCurrent(uint64_t slot, uint64_t w, bool reread) const {
@@ -359,8 +435,11 @@ void RegionImpl::SwHeartbeatLoop() {
       vis_->StoreFence();
       SwPublishCounters();
       SwFlushHints();  // a last partial batch of hints
-      std::lock_guard<std::mutex> c(sw_claim_mu_);
-      SwRecoverPartition(/*attach=*/false);
+      {
+        std::lock_guard<std::mutex> c(sw_claim_mu_);
+        SwRecoverPartition(/*attach=*/false);
+      }
+      SwScrubPayloads();
     }
     l.lock();
   }
