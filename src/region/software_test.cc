@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cxlkv/lifecycle.h"
 #include "region_internal.h"
 #include "software_testutil.h"
 #include "testutil.h"
@@ -387,13 +388,27 @@ TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   EXPECT_FALSE(h0->Lookup(ns, k1).ok());
   ASSERT_TRUE(h1->Drop(ns, BlockKey::FromId(3)).ok());
   EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(3)).IsNotFound());
-  // Damage one payload byte of host 1's block: every reader gets
-  // kCorruption (CRC mandatory, verify_crc=false ignored), Verify finds it,
-  // and only host 1 drops it.
+}
+
+// Damage one payload byte of host 1's block: every reader gets kCorruption
+// (CRC mandatory, verify_crc=false ignored), Verify finds it, and only host
+// 1 drops it. Host 1's heartbeat (whose payload check would free the block
+// itself: the next test) is a minute away.
+TEST(Software, DamagedPayloadFailsEveryReadAndOnlyItsHolderDropsIt) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 0));
+  RegionOptions o1 = SoftwareOptions(4 << 20, 8192, 2, 1);
+  o1.heartbeat_interval_ns = kMaxHeartbeatIntervalNs;
+  o1.liveness_timeout_ns = 4 * kMaxHeartbeatIntervalNs;
+  auto h1 = MustOpen(tmp.path(), o1);
+  NamespaceId ns;
+  ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
+  const auto b = Block(3, 700);
   ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(4), b.data(), b.size()).ok());
-  const int64_t slot = RegionInternal::FindReadySlot(h0, ns, BlockKey::FromId(4));
+  const int64_t slot = RegionInternal::FindReadySlot(h0.get(), ns, BlockKey::FromId(4));
   ASSERT_GE(slot, 0);
-  RegionInternal::SlotData(h0, slot)[10] ^= 0x40;
+  RegionInternal::SlotData(h0.get(), slot)[10] ^= 0x40;
   std::vector<uint8_t> got(8192);
   LoadOptions nov;
   nov.verify_crc = false;
@@ -405,6 +420,44 @@ TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   ASSERT_TRUE(h1->Verify(true, &sr).ok());
   EXPECT_EQ(sr.dropped, 1u);
   EXPECT_TRUE(h0->Lookup(ns, BlockKey::FromId(4)).IsNotFound());
+}
+
+// The holder's heartbeat checks its READY blocks' payload as memory holds it
+// (a paused old holder's late fill, or damage, can change it under a block
+// whose lines are ours: noncoherent_test's
+// OldHoldersLateTagLineAndFillDoNotHideTheHeirsBlocks): a block whose bytes
+// no longer match its CRC is freed, counted as a CRC failure, and its key can
+// be stored again; the other blocks stay.
+TEST(Software, HoldersHeartbeatFreesItsBlockWhosePayloadWasDamaged) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 8192);
+  Region* h0 = two.h0.get();
+  Region* h1 = two.h1.get();
+  const NamespaceId ns = two.ns;
+  for (uint64_t id = 1; id <= 8; ++id) {
+    const auto b = Block(id, 700 + 100 * id);
+    ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(id), b.data(), b.size()).ok());
+  }
+  const int64_t slot = RegionInternal::FindReadySlot(h0, ns, BlockKey::FromId(5));
+  ASSERT_GE(slot, 0);
+  RegionInternal::SlotData(h0, slot)[10] ^= 0x40;
+  EXPECT_TRUE(
+      test::WaitFor([&] { return h0->Lookup(ns, BlockKey::FromId(5)).IsNotFound(); }, 20000))
+      << "host 1's heartbeat never freed its damaged block";
+  EXPECT_GE(h1->ProcessCounters()[Counter::kCrcFailures], 1u);
+  std::vector<uint8_t> got(8192);
+  for (uint64_t id = 1; id <= 8; ++id) {
+    if (id == 5) continue;
+    LoadInfo info;
+    ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(id), got.data(), got.size(), {}, &info).ok()) << id;
+    EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.begin() + info.len), Block(id, 700 + 100 * id));
+  }
+  const auto b5 = Block(5, 1200);
+  StoreOutcome o;
+  ASSERT_TRUE(h1->Store(ns, BlockKey::FromId(5), b5.data(), b5.size(), &o).ok());
+  EXPECT_EQ(o, StoreOutcome::kStored);
+  ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(5), got.data(), got.size()).ok());
 }
 
 TEST(Software, ObserverReadsButCannotWrite) {
