@@ -24,11 +24,13 @@
  *    the end probe.
  *  - R (host 2): the process that the lease gives partition 0 next
  *    (incarnation 2) once P0 crashed or was paused; before that it may load
- *    (RLOADS) as a reader. Afterwards it sweeps periodically (RSWEEPS) and
- *    may store (RSTORES, default 0) while the old holder still runs (the
- *    paused old holder's late lines land over entries it believes READY:
- *    the sweep gives their data slots back); at the end it settles, stores
- *    every key and probes the partition.
+ *    (RLOADS) as a reader. Afterwards it sweeps and checks its blocks'
+ *    payload periodically (RSWEEPS) and may store (RSTORES, default 0)
+ *    while the old holder still runs (the paused old holder's late lines
+ *    land over entries it believes READY: the sweep gives their data slots
+ *    back; its late tag line and fill land over R's tag and payload: the
+ *    sweep rewrites the tag line, the payload check frees the block); at
+ *    the end it settles, stores every key and probes the partition.
  *  - one Cache process per host (cache.pml).
  *
  * The default is the code as written (layout version 6, src/region/software.cc).
@@ -42,11 +44,13 @@
  *  UNBOUND_DATA  the CRC does not bind the data slot (a mutant).
  *  NO_GIVEBACK   the periodic sweep frees a line without giving its data
  *                slot back (a mutant of SwRecoverPartition's ReleaseEntry).
+ *  NO_REPAIR     the holder neither rewrites its tag line from its entries
+ *                in the sweep nor checks its READY blocks' payload in memory
+ *                (layout 6 as first written: a paused old holder's late tag
+ *                line and fill then hide the new holder's block).
  *  DROP=n        site n's flush or invalidate removed (the mutants).
  *  CHECK_READS_ONLY  only the read properties.
- *  NO_VISIBLE    the end probe's misses are not violations (with RSTORES:
- *                the old holder's late tag line or payload can hide a block
- *                the new holder stored meanwhile; docs/model.md).
+ *  NO_VISIBLE    the end probe's misses are not violations.
  *  CLEAN_DROPS   caches also drop clean lines at any moment (cache.pml;
  *                DROP_HOSTS=mask: only the caches of those hosts, bit h
  *                for host h; default 7, all three).
@@ -126,9 +130,13 @@
 #define S_ADOPT_REC 11  /* attach: the new incarnation's record (SwStillOwner's invalidate) */
 #define S_SWEEP_INV 12  /* attach/owner sweep: this host's stale copies of the meta lines */
 #define S_SWEEP_META 13 /* attach/owner sweep: a freed entry's meta line */
-/* Neither the sweep nor SW2b flushes a freed entry's tag line (nor does the
- * code): a tag is a hint, a reader that follows a stale tag finds the entry
- * FREE. Layout 6's SW3 flushes no meta line (SW2b and the sweep left the
+#define S_SWEEP_TAG 14  /* attach/owner sweep: the tag line rewritten from the entries */
+#define S_CHECK_DATA 15 /* the holder's payload check: its cached copy of a READY block's payload */
+/* SW2b does not flush the tag line it zeroes (nor does the code): a tag is a
+ * hint, a reader that follows a stale tag finds the entry FREE. The sweep
+ * flushes the whole tag line, rewritten from the entries, because a paused
+ * old holder's SW3 flushes its whole stale copy of it over the new holder's
+ * tags. Layout 6's SW3 flushes no meta line (SW2b and the sweep left the
  * entry, and the data slot's previous entry, FREE in memory). */
 
 #include "cache.pml"
@@ -548,9 +556,10 @@ inline LOAD(k) {
  * the data slot we gave it is kept (periodic sweep only); for any other,
  * the data slot we believed it held is given back (a paused old holder's
  * late line landed over our READY entry), and unless it is FREE with no
- * incarnation it becomes FREE(g+1), tag 0, flushed. (The code's periodic
- * sweep runs beside the holder's Stores; R never sweeps during its own
- * Store here.) */
+ * incarnation it becomes FREE(g+1), flushed. Then the set's whole tag line
+ * is rewritten from the entries (a kept one's key, 0 for the others) and
+ * flushed. (The code's periodic sweep runs beside the holder's Stores; R
+ * never sweeps during its own Store here.) */
 inline SWEEP(attach) {
   if
   :: attach ->
@@ -597,7 +606,9 @@ inline SWEEP(attach) {
         :: WST(w) == FREE && WINC(w) == 0
         :: else ->
            printf("MSC: R sweeps entry %d (state %d gen %d inc %d) to FREE\n", s, WST(w), WGEN(w), WINC(w));
+#ifdef NO_REPAIR
            ST(me, A_TAG(s), 0);
+#endif
            ST(me, A_ST(s), W(0, WGEN(w) + 1, FREE));
            FLUSH(me, L_META(s), S_SWEEP_META)
         fi
@@ -606,7 +617,64 @@ inline SWEEP(attach) {
      s++
   :: else -> break
   od;
+#if !defined(V3_PROTOCOL) && !defined(NO_REPAIR)
+  /* The set's tag line, rewritten whole from the entries as the loop left
+     them in our cache (kept: READY or WRITING of ours; every other one is
+     FREE now) and flushed: a paused old holder's SW3 flushes its whole stale
+     copy of the line, which would hide our blocks from other hosts. */
+  s = 0;
+  do
+  :: s < NE ->
+     LD(me, A_ST(s), w);
+     if
+     :: !attach && (WST(w) == READY || WST(w) == WRITING) && WINC(w) == myinc -> LD(me, A_KEY(s), t)
+     :: else -> t = 0
+     fi;
+     ST(me, A_TAG(s), t);
+     s++
+  :: else -> break
+  od;
+  FLUSH(me, L_TAG, S_SWEEP_TAG);
+  t = 0;
+#endif
   s = 0; w = 0; v = 0
+}
+
+/* @fn RegionImpl::SwScrubPayloads: the holder's heartbeat checks each READY
+ * block of its own (on the data slot it gave it) as memory holds it: this
+ * host's copy of the payload is dropped, the bytes read and their bound CRC
+ * compared; a block that fails is freed (@fn RegionImpl::SwFreeOwn). A
+ * paused old holder's fill lands in a data slot the new holder's READY entry
+ * names while the new holder's own cached copy still holds its bytes. */
+inline CHECK_PAYLOADS() {
+#ifndef NO_REPAIR
+  s = 0;
+  do
+  :: s < NE ->
+     LD(me, A_ST(s), w);
+     LD(me, A_DIX(s), v);
+     if
+     :: WST(w) == READY && WINC(w) == myinc && hent[HD(v)] == s ->
+        LD(me, A_KEY(s), k);
+        LD(me, A_CRC(s), crc);
+        INVAL(me, L_DATA(v), S_CHECK_DATA);
+        LD(me, A_DATA(v), got);
+        if
+        :: CRCV(got, myinc, WGEN(w), k, v) != crc ->
+           printf("MSC: R's payload check: entry %d (data slot %d) fails its CRC: freed\n", s, v);
+           FREE_OWN(s, w)
+        :: else
+        fi;
+        k = 0
+     :: else
+     fi;
+     s++
+  :: else -> break
+  od;
+  s = 0; w = 0; v = 0; t = 0; crc = 0; got = 0
+#else
+  skip
+#endif
 }
 
 /* The lease gives partition 0 to R: @fn RegionImpl::SwRegister stores
@@ -755,7 +823,11 @@ proctype Next() {
   :: !radopted && !p0_done && pause_budget > 0 -> ADOPT()
   :: !radopted && p0_crashed -> ADOPT()
 #ifndef V3_PROTOCOL
-  :: radopted && sweeps < RSWEEPS -> sweeps++; SWEEP(false)  /* the holder's periodic re-sweep */
+  :: radopted && sweeps < RSWEEPS ->
+     /* the holder's heartbeat: the periodic re-sweep, the payload check */
+     sweeps++;
+     SWEEP(false);
+     CHECK_PAYLOADS()
 #endif
   :: radopted && rstores < RSTORES ->
      /* A Store of the new holder while the old one may still run: a
@@ -778,7 +850,8 @@ proctype Next() {
         written back whatever it held. */
      DRAINED(P0);
 #ifndef V3_PROTOCOL
-     SWEEP(false)
+     SWEEP(false);
+     CHECK_PAYLOADS()
 #else
      skip
 #endif

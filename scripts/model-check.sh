@@ -11,8 +11,8 @@
 # a hit) and defect 3 (a slot that never settles); software mode (layout 6:
 # entries apart from data slots, SW2b, the sweep's give-back) must satisfy
 # every property, and its mutants (SW2b's flush, every other flush and
-# invalidate site, the give-back) must not; sw-l6-late-tag is a known
-# violation of the end probe (docs/model.md).
+# invalidate site, the give-back, the sweep's tag line rewrite and payload
+# check) must not (docs/model.md).
 #
 #   scripts/model-check.sh              # the default bounds (the test stage)
 #   scripts/model-check.sh --full       # larger bounds as well (minutes, GBs)
@@ -61,7 +61,8 @@ L5_DROP_STEAL="$L5 -DNP=3 -DP0OP=3 -DP0KEY=2 -DP1OP=1 -DP1KEY=1 -DP2OP=2 -DP2KEY
 # Software mode, layout 6 (model/coherence.pml): NE=2 index entries and
 # ND=1 data slot, so every Store after the preloaded block reuses a data slot
 # another entry named (SW2b). giveback: R stores while the paused old holder
-# still runs, so the old holder's late lines land over R's READY entry.
+# still runs, so the old holder's late lines (meta, tag, payload) land over
+# R's READY entry.
 SW6="-DNE=2 -DND=1 -DNK=2 -DOPS=1"
 SW6_GIVEBACK="$SW6 -DCRASHES=0 -DRLOADS=0 -DRSTORES=1 -DOPS1=0"
 CASES=(
@@ -84,9 +85,9 @@ CASES=(
   "fmt-limit|default|violation:nattached==0|-DNO=2 -DNCHUNK=1 -DCRASHES=0 -DFORMAT_LIMIT"
   "sw-l6-nomove|default|pass|$SW6 -DCRASHES=0 -DPAUSES=0"
   "sw-l6-crash|default|pass|$SW6 -DPAUSES=0"
-  "sw-l6-giveback|default|pass|$SW6_GIVEBACK -DNO_VISIBLE"
+  "sw-l6-giveback|default|pass|$SW6_GIVEBACK"
   "sw-l6-no-giveback|default|violation:hq[|$SW6_GIVEBACK -DNO_VISIBLE -DNO_GIVEBACK"
-  "sw-l6-late-tag|default|violation:hit|$SW6_GIVEBACK"
+  "sw-l6-no-repair|default|violation:hit|$SW6_GIVEBACK -DNO_REPAIR"
   "sw-v3|default|violation:legit[|$SW6 -DV3_PROTOCOL -DCHECK_READS_ONLY"
   "sw-hb-in-rec|default|violation:legit[|$SW6 -DHB_IN_REC -DCHECK_READS_ONLY -DCRASHES=0 -DRLOADS=0"
   "l5-two-writers|full|pass|$L5_TWO_WRITERS -DCHECK_READS_ONLY"
@@ -106,14 +107,17 @@ CASES=(
   "sw-l6-unbound-data|full|pass|$SW6_GIVEBACK -DNO_VISIBLE -DUNBOUND_DATA -DCHECK_READS_ONLY"
 )
 # The software-mode mutants: every flush/invalidate site of coherence.pml
-# (its S_* numbers 1..13, 1 being SW2b's), each removed in turn, must be
+# (its S_* numbers 1..15, 1 being SW2b's), each removed in turn, must be
 # caught; site 9 (SR3's re-read) with the lease never moving, where the
 # clean-reads property catches it at once (with every fault on, the search
-# runs minutes before reaching it).
-for n in $(seq 1 13); do
-  extra=""
-  [ "$n" = 9 ] && extra=" -DCRASHES=0 -DPAUSES=0"
-  CASES+=("sw-drop-$n|default|violation:|$SW6 -DDROP=$n$extra")
+# runs minutes before reaching it); sites 14 and 15 (the sweep's tag line
+# flush, the payload check's invalidate) in the give-back case, where R
+# stores while the paused old holder runs.
+for n in $(seq 1 15); do
+  flags="$SW6 -DDROP=$n"
+  [ "$n" = 9 ] && flags="$flags -DCRASHES=0 -DPAUSES=0"
+  [ "$n" -ge 14 ] && flags="$SW6_GIVEBACK -DDROP=$n"
+  CASES+=("sw-drop-$n|default|violation:|$flags")
 done
 
 if [ $LIST = 1 ]; then
