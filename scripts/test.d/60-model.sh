@@ -13,13 +13,14 @@
 # defects (layout 2's cases are in the full tier);
 # software mode (model/coherence.pml: per-host caches, flush, invalidate, no
 # atomics; the default is the code, layout 6: index entries apart from data
-# slots, SW2b, the sweep's give-back) passes with the lease never moving,
-# with crashes, and with the new holder storing while the paused old one
-# still runs; the give-back mutant, the layout v3 variant and the
-# heartbeat-in-the-record variant show theirs, each of its 13
-# flush/invalidate sites removed in turn (SW2b's among them) is caught, and
-# the old holder's late tag line shows its known violation (sw-l6-late-tag,
-# docs/model.md). All of these run by
+# slots, SW2b, the sweep's give-back, its tag line rewrite and the payload
+# check) passes with the lease never moving, with crashes, and with the new
+# holder storing while the paused old one still runs; the give-back mutant,
+# the protocol without the tag line rewrite and payload check (the old
+# holder's late tag line: sw-l6-no-repair), the layout v3 variant and the
+# heartbeat-in-the-record variant show theirs, and each of its 15
+# flush/invalidate sites removed in turn (SW2b's among them) is caught
+# (docs/model.md). All of these run by
 # default; CXLKV_FULL=1 (scripts/test.sh --full) adds the larger-bound cases
 # (model-check.sh's "full" tier). In scripts/test.sh's background lane,
 # after helm (no build directory of the tree, no timed check: only slower

@@ -1067,7 +1067,7 @@ uint64_t SecondSetOf(const internal::Superblock* sb, uint32_t p, NamespaceId ns,
          static_cast<uint64_t>((static_cast<unsigned __int128>(b) * part_sets) >> 64);
 }
 
-// The old holder's late tag line and fill (docs/model.md, sw-l6-late-tag):
+// The old holder's late tag line and fill (docs/model.md, sw-l6-no-repair):
 // host 0 holds partition 0, stores A and stalls (its heartbeat a minute away,
 // so nothing of it learns that the lease moved). The heir (host 3) stores B,
 // whose first set is A's, into A's entry (its attach sweep freed it), and C
