@@ -122,11 +122,22 @@ TEST(Software, FormatsLayoutVersion6AndServesEveryPartitionsBlocks) {
   EXPECT_GE(h1->RegionCounters()[Counter::kStores], 20u);  // own, at least
 }
 
+// Quiet holders: their heartbeats (the sweep's and the payload check's
+// invalidates and flushes) are a minute away, so the counts are the
+// operations' own.
+RegionOptions QuietSoftwareOptions(uint64_t size, uint64_t slot, uint32_t partitions,
+                                   int32_t partition) {
+  RegionOptions o = SoftwareOptions(size, slot, partitions, partition);
+  o.heartbeat_interval_ns = kMaxHeartbeatIntervalNs;
+  o.liveness_timeout_ns = 4 * kMaxHeartbeatIntervalNs;
+  return o;
+}
+
 TEST(Software, StoreFlushesPayloadAndMetadataAndCrossLoadInvalidatesThem) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
-  Counted w = OpenCounted(tmp.path(), SoftwareOptions(8 << 20, 1 << 16, 2, 0));
-  Counted r = OpenCounted(tmp.path(), SoftwareOptions(8 << 20, 1 << 16, 2, 1));
+  Counted w = OpenCounted(tmp.path(), QuietSoftwareOptions(8 << 20, 1 << 16, 2, 0));
+  Counted r = OpenCounted(tmp.path(), QuietSoftwareOptions(8 << 20, 1 << 16, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(w.r->RegisterNamespace(kNs, &ns).ok());
   const size_t n = 40000;  // 625 lines
@@ -398,10 +409,7 @@ TEST(Software, DamagedPayloadFailsEveryReadAndOnlyItsHolderDropsIt) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
   auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 8192, 2, 0));
-  RegionOptions o1 = SoftwareOptions(4 << 20, 8192, 2, 1);
-  o1.heartbeat_interval_ns = kMaxHeartbeatIntervalNs;
-  o1.liveness_timeout_ns = 4 * kMaxHeartbeatIntervalNs;
-  auto h1 = MustOpen(tmp.path(), o1);
+  auto h1 = MustOpen(tmp.path(), QuietSoftwareOptions(4 << 20, 8192, 2, 1));
   NamespaceId ns;
   ASSERT_TRUE(h1->RegisterNamespace(kNs, &ns).ok());
   const auto b = Block(3, 700);
