@@ -26,8 +26,8 @@
 # after helm (no build directory of the tree, no timed check: only slower
 # under load).
 # Warm: about 90 s (87 s and 91 s measured alone on 2 cores with other work
-# beside it, about 68 s of CPU; 79 M states searched, the layout-5 cases 47 M
-# of them, software mode 24 M), each verifier's compile, about 9 s of CPU,
+# beside it, about 68 s of CPU; 75 M states searched, the layout-5 cases 47 M
+# of them, software mode 20 M), each verifier's compile, about 9 s of CPU,
 # from ccache (scripts/model-check.sh) while the models are unchanged. On 2
 # busy cores up to about 6 min, most of it the searches.
 # Cold (a model edited, or an empty cache): about 5 min idle (+9 s of CPU
