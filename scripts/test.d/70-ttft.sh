@@ -28,7 +28,10 @@
 # the CUDA runtime and a no-device libcuda.so.1 that Mooncake's store links);
 # a run stopped by SIGTERM or SIGINT stopping the servers it started, and two
 # runs at once keeping their T6 files apart (test_stop.py: stand-in servers,
-# about 2 s).
+# about 2 s); the replicas' ports picked outside the ephemeral range and
+# leased, and a real vLLM server whose port was taken started again on
+# another, seen by its bind error (test_replica.py: two vLLM imports, no
+# engine, about 20 s).
 # The replica pairs: the two-replica run spreads its cross arm over both
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
 # Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
@@ -98,7 +101,8 @@ check() {  # check NAME COMMAND...: one pass or one failure
 }
 # The report's arithmetic on synthetic logs first (a second, no engines).
 "$PY" -m pytest -q -p no:cacheprovider bench/ttft/test_report.py bench/ttft/test_prompts.py \
-  bench/ttft/test_lmcache.py bench/ttft/test_mooncake.py bench/ttft/test_stop.py 2>&1 |
+  bench/ttft/test_lmcache.py bench/ttft/test_mooncake.py bench/ttft/test_stop.py \
+  bench/ttft/test_replica.py 2>&1 |
   tee "$RUN/pytest.txt"
 cxlkv_pytest_failed "$RUN/pytest.txt"
 p=$(grep -oE '[0-9]+ passed' "$RUN/pytest.txt" | grep -oE '[0-9]+'); passed=$((passed + ${p:-0}))
