@@ -8,7 +8,9 @@
 # a 2K-token prompt, engine B (another process) gets an external hit on every
 # full chunk with byte-equal KV pages and A's tokens; the zeroed-KV control;
 # mismatched hash seed / algorithm refused at start; a corrupted slot
-# recomputed, not used; TP=2; the OpenAI server with cxlkv's metrics; an
+# recomputed, not used; TP=2; the OpenAI server with cxlkv's metrics (its
+# first start on a port taken after the pick: the bind error seen and the
+# server started again on another, about 10 s of vLLM import); an
 # engine SIGKILLed mid-store (reservations reclaimed, no half-written chunk
 # served, no stuck key, a restarted one loads exact bytes, then is SIGKILLed
 # mid-load and its pins are released by the region's reclaim), the shared tier's

@@ -19,13 +19,16 @@ and the worker in the engine's own process (vLLM's
 VLLM_ENABLE_V1_MULTIPROCESSING=0, what vLLM's own tests use), except at
 TP=2, where the two workers are processes of their own either way.
 """
+import errno
 import glob
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -292,11 +295,97 @@ def test_tp2_ranks_fill_and_load_their_parts(world):
 
 
 def _free_port():
-    import socket
+    """A TCP port on 127.0.0.1 for the server started next, which binds it
+    only after vLLM's imports, seconds later. Picked outside the kernel's
+    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), which no bind
+    to port 0 and no outgoing connection is given, from 20000 up, and leased
+    as the end-to-end tests' ports are (a directory per port under
+    $CXLKV_PORT_LEASES, default /tmp/cxlkv-port-leases-UID, made with mkdir;
+    leases lapse after an hour), so no other test lane is handed it; only a
+    port that binds now. Anything else that takes it is met by _serve."""
+    leases = os.environ.get("CXLKV_PORT_LEASES") or f"/tmp/cxlkv-port-leases-{os.getuid()}"
+    os.makedirs(leases, exist_ok=True)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = (int(x) for x in f.read().split())
+    candidates = [p for p in range(20000, 65536) if not lo <= p <= hi]
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates:
+        try:
+            os.mkdir(os.path.join(leases, str(port)))
+        except FileExistsError:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                pass
+        os.rmdir(os.path.join(leases, str(port)))  # held by something else
+    raise AssertionError(f"no free port outside the ephemeral range {lo}-{hi} (leases {leases})")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+def _listens(pid, port):
+    """True when process `pid` holds the socket listening on TCP `port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                col = line.split()
+                if col[3] == "0A" and int(col[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{col[9]}]")
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _serve(argv_at, log, env, port, tries=3):
+    """Starts the server argv_at(port), output appended to the open file
+    `log`, and waits (300 s a start) until /health answers from a socket the
+    server's own process listens on (not another server's that took the
+    port); returns (process, port). vLLM's server binds its port before it
+    builds the engine, so one whose port was taken after the pick exits
+    within seconds with its bind error (EADDRINUSE): it is started again on
+    a port of _free_port(), up to `tries` starts. Any other exit fails the
+    test with the log."""
+    for attempt in range(tries):
+        log.flush()
+        mark = os.path.getsize(log.name)
+        p = subprocess.Popen(argv_at(port), stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 300
+        while p.poll() is None:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                if _listens(p.pid, port):
+                    return p, port
+            except OSError:
+                pass
+            if time.time() > deadline:
+                p.kill()
+                raise AssertionError("server did not come up in 300 s")
+            time.sleep(2)
+        with open(log.name, "rb") as f:
+            f.seek(mark)
+            text = f.read().decode("utf-8", "replace")
+        if os.strerror(errno.EADDRINUSE) not in text or attempt + 1 == tries:
+            raise AssertionError(f"server exited with {p.returncode}:\n{text[-4000:]}")
+        port = _free_port()
+
+
+def test_free_port_is_leased_outside_the_ephemeral_range(tmp_path, monkeypatch):
+    """No engine: ports for the server come from outside the kernel's
+    ephemeral range, each leased, none twice."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = (int(x) for x in f.read().split())
+    monkeypatch.setenv("CXLKV_PORT_LEASES", str(tmp_path))
+    ports = [_free_port() for _ in range(20)]
+    assert len(set(ports)) == len(ports)
+    assert [p for p in ports if p < 20000 or lo <= p <= hi] == []
+    assert sorted(os.listdir(tmp_path)) == sorted(str(p) for p in ports)
 
 
 def _metric(text, name, **labels):
@@ -314,11 +403,9 @@ def _metric(text, name, **labels):
 def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(world):
     """The OpenAI server (python -m vllm.entrypoints.openai.api_server; the
     product spec, no probe): a completion of A's prompt loads it from the
-    region, and /metrics carries cxlkv's metrics beside vLLM's."""
-    import time
-    import urllib.request
-
-    port = _free_port()
+    region, and /metrics carries cxlkv's metrics beside vLLM's. The port of
+    its first start is taken after the pick (another program bound it): the
+    server's bind error is seen and it starts again on another port."""
     ktc = {"kv_connector": "CxlkvOffloadingConnector",
            "kv_connector_module_path": "cxlkv.vllm.connector", "kv_role": "kv_both",
            "kv_load_failure_policy": "recompute",
@@ -327,24 +414,26 @@ def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(worl
                                          "region_path": world["region"],
                                          "region_size": 256 << 20, "prefault": "none",
                                          "load_policy": "always"}}
+
+    def argv_at(port):
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                world["model"], "--port", str(port), "--host", "127.0.0.1", "--block-size", "32",
+                "--kv-cache-memory-bytes", str(128 << 20), "--enforce-eager", "--max-model-len",
+                "4096", "--dtype", "bfloat16", "--kv-transfer-config", json.dumps(ktc)]
+
     log = open(os.path.join(world["tmp"], "server.log"), "w")
-    p = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", world["model"],
-         "--port", str(port), "--host", "127.0.0.1", "--block-size", "32",
-         "--kv-cache-memory-bytes", str(128 << 20), "--enforce-eager", "--max-model-len", "4096",
-         "--dtype", "bfloat16", "--kv-transfer-config", json.dumps(ktc)],
-        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0"))
-    base = f"http://127.0.0.1:{port}"
+    held = socket.socket()
+    held.bind(("127.0.0.1", _free_port()))
+    held.listen()
+    taken = held.getsockname()[1]
+    p = None
     try:
+        p, port = _serve(argv_at, log, dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0"), taken)
+        held.close()
+        text = open(log.name, encoding="utf-8", errors="replace").read()
+        assert port != taken and text.count("OSError: [Errno 98] Address already in use") == 1
+        base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 300
-        while True:
-            assert p.poll() is None, open(log.name).read()[-4000:]
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "server did not come up in 300 s"
-                time.sleep(2)
         body = json.dumps({"model": world["model"], "prompt": world["base"]["prompts"][0],
                            "max_tokens": 8, "temperature": 0}).encode()
         req = urllib.request.Request(base + "/v1/completions", data=body,
@@ -369,11 +458,13 @@ def test_openai_server_answers_with_an_external_hit_and_shows_cxlkv_metrics(worl
         assert external == full_chunk_tokens(PROMPT_LEN) and computed == 0
         assert _metric(text, "cxlkv:region_slots") is not None
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        held.close()
+        if p is not None:
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
         log.close()
 
 
