@@ -30,8 +30,8 @@
 # runs at once keeping their T6 files apart (test_stop.py: stand-in servers,
 # about 2 s); the replicas' ports picked outside the ephemeral range and
 # leased, and a real vLLM server whose port was taken started again on
-# another, seen by its bind error (test_replica.py: two vLLM imports, no
-# engine, about 20 s).
+# another, seen by its bind error (test_replica.py: one vLLM import, no
+# engine, about 12 s).
 # The replica pairs: the two-replica run spreads its cross arm over both
 # ordered pairs (A>B, B>A) and check_report.py wants both at the bound.
 # Behind --full (CXLKV_FULL=1): four replicas sharing one store (T3: Mooncake
