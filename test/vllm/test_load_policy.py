@@ -119,6 +119,68 @@ def test_manager_recomputes_when_measured_loads_cost_more(region_path):  # noqa:
     w.shutdown()
 
 
+def test_a_loads_cost_leaves_out_its_wait_for_gpu_blocks(region_path, monkeypatch):  # noqa: F811
+    """vLLM asks for a request's hit every step until it finds GPU blocks for
+    it; under load (many 32K sessions on one engine) that wait took seconds.
+    A recompute waits for the same blocks, so the load's cost is timed from
+    prepare_load (blocks found, job handed to the workers) to complete_load,
+    not from the first decision: charged with the wait, the policy once
+    predicted a 127-chunk load dearer than its prefill and recomputed it."""
+    import time as real_time
+
+    import torch
+    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
+                                         CanonicalKVCacheTensor, GPULoadStoreSpec,
+                                         LookupResult, ReqContext, make_offload_key)
+
+    from cxlkv.vllm import CxlkvOffloadingSpec
+    from cxlkv.vllm import manager as manager_mod
+
+    now = [1000.0]
+
+    class Clock:
+        perf_counter = staticmethod(real_time.perf_counter)
+
+        @staticmethod
+        def monotonic():
+            return now[0]
+
+    monkeypatch.setattr(manager_mod, "time", Clock)
+    spec = CxlkvOffloadingSpec(_config(_extra(region_path), bytes_per_block=2 * 2048))
+    m = spec.get_manager()
+    kv = [torch.randint(-128, 127, (16, 2048), dtype=torch.int8) for _ in range(2)]
+    w = spec.get_worker(CanonicalKVCaches(
+        [CanonicalKVCacheTensor(t, 2048) for t in kv],
+        [[CanonicalKVCacheRef(0, 2048), CanonicalKVCacheRef(1, 2048)]]))
+    keys = [make_offload_key(os.urandom(32), 0) for _ in range(4)]
+    ctx = ReqContext(req_id="writer")
+    out = m.prepare_store(keys, ctx)
+    assert w.submit_store(1, GPULoadStoreSpec([0, 1, 2, 3], group_sizes=[4], block_indices=[0]),
+                          out.store_spec)
+    w.wait({1})
+    assert [r.success for r in w.get_finished()] == [True]
+    m.complete_store(keys, ctx)
+
+    def load(req, waited_s, copy_s):
+        c = ReqContext(req_id=req)
+        assert [m.lookup(k, c) for k in keys] == [LookupResult.HIT] * 4
+        assert m.decide_load(req, 128) is True
+        for _ in range(3):  # no room yet: vLLM asks again each step
+            now[0] += waited_s / 3
+            assert m.decide_load(req, 128) is True
+        m.prepare_load(keys, c)
+        now[0] += copy_s
+        m.complete_load(keys, c)
+
+    load("first", 0.0, 0.005)  # a process's first load is not observed
+    load("r1", 3.0, 0.020)
+    load("r2", 6.0, 0.030)
+    assert [round(t, 6) for _, t in m.policy.loads.obs] == [0.02, 0.03]
+    assert m.totals[(metrics.LOAD_DECISIONS, "load")] == 3
+    m.shutdown()
+    w.shutdown()
+
+
 def test_load_policy_settings_are_checked(region_path):  # noqa: F811
     from cxlkv.vllm import CxlkvOffloadingSpec
 

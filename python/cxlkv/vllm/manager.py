@@ -130,7 +130,8 @@ class CxlkvManager(OffloadingManager):
         # Load or recompute (policy.py): fed by the connector's step hooks and
         # by the loads themselves.
         self.policy = LoadPolicy(settings.load_policy, settings.load_min_gain)
-        # req_id -> (monotonic s, chunks) of a promised load; None: recomputed
+        # req_id -> (monotonic s, chunks) of a promised load, from its
+        # decision, then from its prepare_load; None: recomputed
         self._load_started: dict[str, tuple[float, int] | None] = {}
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # not yet done
         self._loads_timed = 0
@@ -204,6 +205,14 @@ class CxlkvManager(OffloadingManager):
         # Lookups beyond what is loaded need no pin any more.
         self._release(req_context.req_id, [k for k in list(held) if k not in wanted])
         held = self._pins.setdefault(req_context.req_id, {})
+        # A load's cost is timed from here, where vLLM found GPU blocks for
+        # the request and hands its job to the workers, not from the decision:
+        # a request that waited steps for room in the GPU cache would charge
+        # that wait to the load, and a recompute pays the same wait. Under load
+        # (many 32K sessions per engine) such waits of seconds taught the
+        # policy that a 127-chunk load costs more than its prefill.
+        if self._load_started.get(req_context.req_id) is not None:
+            self._load_started[req_context.req_id] = (time.monotonic(), len(keys))
         entries = []
         for key in keys:
             p = held.get(key)

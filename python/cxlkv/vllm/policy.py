@@ -3,10 +3,12 @@ from what this engine measured (the manager's LoadPolicy).
 
 Two costs, each a line fitted to this engine's own recent observations:
 
-- a load of n chunks: from the scheduling decision that promised it (the
-  connector's get_num_new_matched_tokens) to its complete_load, in seconds:
+- a load of n chunks: from its prepare_load (vLLM found the request's GPU
+  blocks and hands the job to the workers) to its complete_load, in seconds:
   the transfer, the worker's checks, the steps vLLM polls until it learns
   the job finished. What a load adds to the request's time to first token.
+  The wait for GPU blocks before prepare_load is left out: a recompute
+  waits for the same blocks.
   A process's first load is left out (it also pays one-time costs).
 - a step of t scheduled tokens: from the step's build_connector_meta to its
   update_connector_output (the model's forward pass and the bookkeeping
