@@ -1194,5 +1194,56 @@ TEST(NoncoherentEmulator, OldHoldersLateTagLineAndFillDoNotHideTheHeirsBlocks) {
   ExpectNoWrongBytes(t, /*crc_failures_ok=*/true);
 }
 
+// Verify by a partition's holder checks its own blocks as memory holds them:
+// host 0's cache still holds K's right bytes while memory's changed under
+// them (damage, or a paused old holder's fill); Verify(drop_corrupt) must
+// count the CRC failure and drop K, not report it verified. (Host 0's
+// heartbeat, whose payload check would free K by itself, is a minute away.)
+TEST(NoncoherentEmulator, HoldersVerifyChecksItsOwnBlocksAsMemoryHoldsThem) {
+  Machine m;
+  auto* t = SharedAnon<Tally>();
+  constexpr uint64_t kK = 606060;
+  const pid_t holder = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(0, 0, 3, &r, 60'000'000'000ull).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    StoreOutcome o;
+    if (!StoreBlock(r.get(), ns, kK, 1, &o) || o != StoreOutcome::kStored) return 12;
+    if (Check(r.get(), ns, kK) != Got::kHit) return 13;
+    t->phase.store(1);
+    if (!test::WaitFor([&] { return t->phase.load() == 2; }, 20000)) return 14;
+    Region::ScrubReport rep;
+    if (!r->Verify(/*drop_corrupt=*/true, &rep).ok()) return 15;
+    // 20 + 2 x CRC failures found + blocks dropped, unless exactly one each.
+    if (rep.crc_failures != 1 || rep.dropped != 1)
+      return 20 + 2 * static_cast<int>(rep.crc_failures) + static_cast<int>(rep.dropped);
+    return Check(r.get(), ns, kK) == Got::kMiss ? 0 : 16;
+  });
+  ASSERT_TRUE(test::WaitFor([&] { return t->phase.load() == 1; }, 20000));
+  // One byte of K's payload in memory itself (the region file), not in
+  // host 0's cache.
+  const int fd = ::open(m.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* p = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* base = static_cast<uint8_t*>(p);
+  const auto* sb = reinterpret_cast<const internal::Superblock*>(base);
+  const auto* meta = reinterpret_cast<const internal::SlotMeta*>(base + sb->meta_off);
+  const BlockKey key = BlockKey::FromId(kK);
+  uint64_t entry = sb->num_entries;
+  for (uint64_t s = 0; s < sb->num_entries; ++s)
+    if (meta[s].key_lo.load() == key.lo && meta[s].key_hi.load() == key.hi) entry = s;
+  ASSERT_LT(entry, sb->num_entries);
+  const uint64_t slot = meta[entry].data.load();
+  ASSERT_LT(slot, sb->num_slots);
+  base[sb->data_off + slot * sb->slot_stride + 100] ^= 0x20;
+  ::munmap(p, kRegionBytes);
+  t->phase.store(2);
+  EXPECT_EQ(Reap(holder), 0) << "20 + 2 x CRC failures + dropped: Verify read host 0's cached "
+                                "copy, not memory";
+}
+
 }  // namespace
 }  // namespace cxlkv
