@@ -1172,10 +1172,11 @@ Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
     ++report->ready;
     bool ok = false;
     if (m.len <= geo_.slot_size && SwDataInPartition(m.data, SwPartitionOf(s))) {
-      if (!own) {
-        vis_->Invalidate(SlotData(m.data), m.len);
-        vis_->FullFence();
-      }
+      // Memory's bytes, also of our own blocks: our cached copy can be
+      // right while memory's changed under it (a paused old holder's late
+      // fill, damage), which every other host reads.
+      vis_->Invalidate(SlotData(m.data), m.len);
+      vis_->FullFence();
       vis_->CopyFromRegion(buf.data(), SlotData(m.data), m.len);
       vis_->FullFence();
       const SwMeta after = SwReadMeta(s, !own);
