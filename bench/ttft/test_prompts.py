@@ -38,3 +38,40 @@ def test_the_largest_bucket_is_shortened_by_what_generation_needs():
 def test_a_prefix_that_cannot_fit_is_refused_not_truncated():
     with pytest.raises(ValueError, match="no room"):
         prompts.fit_query_len(64, 32768, 32768, 8)
+
+
+def test_each_load_cell_sends_prefixes_of_its_own(monkeypatch):
+    """The load phase's cells of one call (1, 2, 4, 8 sessions per replica)
+    are measured one after another on the same replicas: a cell whose
+    sessions drew the prefixes of an earlier cell would send req1 prompts the
+    tier already holds (their store, and on T4 the region's eviction of them,
+    then shape the cell's load), so every req1 must be a prefix no cell sent
+    before."""
+    from types import SimpleNamespace
+
+    import client
+    import ttft
+
+    sent = []
+
+    def complete(host, port, model, prompt, max_tokens, **kw):
+        sent.append(tuple(prompt[:256]))
+        return {"ttft_ms": 1.0, "e2e_ms": 2.0, "tokens": [1], "logprobs": None,
+                "prompt_tokens": len(prompt), "cached_tokens": 0}
+
+    monkeypatch.setattr(client, "complete", complete)
+    h = ttft.Harness.__new__(ttft.Harness)
+    h.call = 0
+    h.a = SimpleNamespace(seed=1, load_sessions=2, load_max_tokens=8)
+    h.query_len = lambda prefix, max_tokens=None: 16
+    h.log = SimpleNamespace(records=[], append=lambda r: None)
+    reps = [SimpleNamespace(host="a", port=1, role="A"), SimpleNamespace(host="b", port=2, role="B")]
+    cfg = {"vocab_size": 1000}
+    seen = set()
+    for c in (1, 2, 4):
+        del sent[:]
+        h.load_cell(reps, "T4", cfg, ("load", 512, c, f"load/T4/512/c{c}"))
+        req1 = set(sent)
+        assert len(sent) == 2 * 2 * c * 2  # replicas x sessions per replica x load_sessions x 2
+        assert not (req1 & seen), f"the c = {c} cell sent prefixes an earlier cell sent"
+        seen |= req1

@@ -1170,8 +1170,10 @@ class Harness:
             for s in range(a.load_sessions):
                 # The cross target rotates over the other replicas.
                 other = reps[(home + 1 + (w + s) % (n - 1)) % n]
-                shared, q1, q2 = prompts.session(a.seed, f"load-{self.call}", p, f"{home}-{w}", s,
-                                                 q, cfg["vocab_size"])
+                # Prefixes of this cell only: a cell drawing an earlier cell's
+                # would send req1s the tier still holds (or evicted meanwhile).
+                shared, q1, q2 = prompts.session(a.seed, f"load-{self.call}-c{c}", p,
+                                                 f"{home}-{w}", s, q, cfg["vocab_size"])
                 try:
                     r1 = client.complete(reps[home].host, reps[home].port, "ttft", shared + q1,
                                          a.load_max_tokens)
