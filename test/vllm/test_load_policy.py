@@ -54,7 +54,25 @@ def test_decisions_follow_the_measured_costs():
         LoadPolicy(mode="never")
 
 
-def test_manager_recomputes_when_measured_loads_cost_more(region_path):  # noqa: F811
+def test_a_slope_from_decode_steps_alone_never_prices_a_recompute():
+    # Only decode steps (a few tokens each, times that do not grow with them):
+    # the fitted slope is 0 and would price any recompute at nothing. Until a
+    # step of 256 tokens or more is kept, hits load.
+    p = LoadPolicy()
+    for n in (4, 8, 32, 128):
+        p.observe_load(n, 0.030)
+    for t in (1, 2, 4, 8, 16) * 4:
+        p.observe_step(t, 0.020 - 0.0001 * t)
+    assert p.decide(32512, 127)[:2] == (True, "unmeasured")
+    p.observe_step(8192, 0.400)
+    load, why, _, recompute_s = p.decide(32512, 127)
+    assert (load, why) == (True, "cheaper") and recompute_s > 1.0
+    assert "steps: 21 at 1-8192" in p.describe()
+
+
+def test_manager_recomputes_when_measured_loads_cost_more(region_path, caplog):  # noqa: F811
+    import logging
+
     import torch
     from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
                                          CanonicalKVCacheTensor, GPULoadStoreSpec,
@@ -87,10 +105,17 @@ def test_manager_recomputes_when_measured_loads_cost_more(region_path):  # noqa:
     _, res = lookups("r1")
     assert res == [LookupResult.HIT] * 4
     assert m.pinned() == 4
-    assert m.decide_load("r1", 128) is False
+    with caplog.at_level(logging.INFO, logger="cxlkv.vllm.manager"):
+        assert m.decide_load("r1", 128) is False
+        lookups("r1b")
+        assert m.decide_load("r1b", 128) is False  # within 10 s of the line: counted only
+    said = [r.getMessage() for r in caplog.records if "recomputing a hit" in r.getMessage()]
+    assert len(said) == 1 and "request r1: recomputing a hit of 128 tokens in 4 chunks" in said[0]
+    assert "load 32.0 ms, recompute 2.6 ms" in said[0] and "steps: 4 at 1-8192" in said[0]
+    assert m._recomputes_unlogged == 1
     assert m.pinned() == 0  # the hit's pins are let go
     assert m.decide_load("r1", 128) is False  # asked again (no room yet): counted once
-    assert m.totals[(metrics.LOAD_DECISIONS, "recompute")] == 1
+    assert m.totals[(metrics.LOAD_DECISIONS, "recompute")] == 2
     assert m.totals[(metrics.LOAD_DECISIONS, "load")] == 0
 
     # Other measurements, the same hit: loads cost 0.1 ms + 20 us a chunk.

@@ -40,6 +40,7 @@ from .settings import Settings
 
 logger = _log.get(__name__)
 
+RECOMPUTE_LOG_S = 10.0  # at most one "recomputing a hit" line per this many seconds
 _OWN_KEYS_CAP = 1 << 20  # keys remembered as stored by this replica (for cross-replica counts)
 
 
@@ -135,6 +136,8 @@ class CxlkvManager(OffloadingManager):
         self._load_started: dict[str, tuple[float, int] | None] = {}
         self._steps: collections.deque[tuple[float, int]] = collections.deque()  # not yet done
         self._loads_timed = 0
+        self._recompute_logged_at = float("-inf")
+        self._recomputes_unlogged = 0
         # Each stored chunk's depth in its request's chain (compat.chain_depths):
         # KV group -> tokens per chunk (0.34+), and vLLM's connector scheduler
         # (given by CxlkvOffloadingConnector: attach_scheduler).
@@ -273,10 +276,25 @@ class CxlkvManager(OffloadingManager):
         else:
             self._load_started[req_id] = None  # decided; nothing to time
             self._release(req_id)
-            logger.debug("cxlkv: request %s: recomputing %d hit tokens (load %.1f ms, recompute "
-                         "%.1f ms predicted)", req_id, hit_tokens, (load_s or 0) * 1e3,
-                         (recompute_s or 0) * 1e3)
+            self._log_recompute(req_id, hit_tokens, chunks, load_s, recompute_s)
         return load
+
+    def _log_recompute(self, req_id: str, hit_tokens: int, chunks: int, load_s: float | None,
+                       recompute_s: float | None) -> None:
+        # A hit found and then recomputed costs a prefill: say why, with the
+        # measurements the policy used. At most one line per RECOMPUTE_LOG_S
+        # (short hits may recompute on every request); the others are counted
+        # into the next line.
+        now = time.monotonic()
+        if now - self._recompute_logged_at < RECOMPUTE_LOG_S:
+            self._recomputes_unlogged += 1
+            return
+        logger.info("cxlkv: request %s: recomputing a hit of %d tokens in %d chunks (predicted: "
+                    "load %.1f ms, recompute %.1f ms; %s); %d other recomputes since the last "
+                    "such line", req_id, hit_tokens, chunks, (load_s or 0) * 1e3,
+                    (recompute_s or 0) * 1e3, self.policy.describe(), self._recomputes_unlogged)
+        self._recompute_logged_at = now
+        self._recomputes_unlogged = 0
 
     def attach_scheduler(self, scheduler: Any) -> None:
         """vLLM's OffloadingConnectorScheduler that drives this manager: its

@@ -17,7 +17,10 @@ Two costs, each a line fitted to this engine's own recent observations:
 A hit of h tokens in n chunks is loaded when load(n) <= min_gain x slope x h,
 and recomputed otherwise: the request is then scheduled as if the region
 held nothing, and its lookups' pins are let go. Until both lines have an
-observation it loads (nothing else can teach it the load's cost). Old
+observation it loads (nothing else can teach it the load's cost); likewise
+while the kept steps span fewer than `min_step_span` scheduled tokens (only
+decode steps of a few tokens each: their slope, extrapolated to a long
+prefix, is noise, and a slope of 0 would price any recompute at nothing). Old
 observations age out (the last `keep` of each), so a cost that changes is
 followed; and since a hit that is recomputed teaches nothing about loads,
 after `explore_every` recomputes in a row the next hit is loaded anyway
@@ -79,6 +82,23 @@ class LinearCost:
             return a if x <= x0 else a * x / x0
         return a + b * x
 
+    def span(self) -> float:
+        """Largest x minus smallest x of the kept observations (0 without any)."""
+        if not self.obs:
+            return 0.0
+        xs = [x for x, _ in self.obs]
+        return max(xs) - min(xs)
+
+    def describe(self) -> str:
+        """The kept observations in a few words, for logs."""
+        if not self.obs:
+            return "none"
+        xs = [x for x, _ in self.obs]
+        f = self.fit()
+        line = "" if f is None else (f", {f[0] * 1e3:.1f} ms" if f[1] is None else
+                                     f", {f[0] * 1e3:.1f} ms + {f[1] * 1e6:.2f} us/unit")
+        return f"{len(self.obs)} at {min(xs):g}-{max(xs):g}{line}"
+
     def slope(self) -> Optional[float]:
         """b, or None while it is unknown (fewer than two distinct x)."""
         f = self.fit()
@@ -87,7 +107,7 @@ class LinearCost:
 
 class LoadPolicy:
     def __init__(self, mode: str = "measured", min_gain: float = 0.9, keep: int = 32,
-                 explore_every: int = 16) -> None:
+                 explore_every: int = 16, min_step_span: int = 256) -> None:
         if mode not in MODES:
             raise ValueError(f"cxlkv: load_policy={mode!r}: one of {', '.join(MODES)}")
         if not 0 < min_gain <= 1:
@@ -97,6 +117,7 @@ class LoadPolicy:
         self.loads = LinearCost(keep)   # chunks -> seconds
         self.steps = LinearCost(2 * keep)  # scheduled tokens -> seconds (decodes come often)
         self.explore_every = explore_every
+        self.min_step_span = min_step_span
         self._recomputed_in_a_row = 0
 
     def observe_load(self, chunks: int, seconds: float) -> None:
@@ -111,7 +132,7 @@ class LoadPolicy:
         if self.mode == "always":
             return True, "always", None, None
         load_s = self.loads.predict(chunks)
-        per_token = self.steps.slope()
+        per_token = self.steps.slope() if self.steps.span() >= self.min_step_span else None
         if load_s is None or per_token is None:
             return True, "unmeasured", load_s, None
         recompute_s = per_token * hit_tokens
@@ -123,3 +144,8 @@ class LoadPolicy:
             self._recomputed_in_a_row = 0
             return True, "explore", load_s, recompute_s
         return False, "dearer", load_s, recompute_s
+
+    def describe(self) -> str:
+        """What the decisions rest on, for logs: the kept loads (chunks) and
+        steps (scheduled tokens)."""
+        return f"loads: {self.loads.describe()}; steps: {self.steps.describe()}"
