@@ -142,10 +142,15 @@ class SwHolderState {
   }
 
   // SwTick()'s 32-bit milliseconds made a 64-bit count that only moves
-  // forward (a test's clock skew back is ignored).
+  // forward (a test's clock skew back is ignored). The first reading is
+  // where it starts, whatever it is: a host up for 24.8 days or more reads
+  // 2^31 and above, which a start at 0 took for a step back for as long.
   uint64_t Extend(uint32_t now) {
     std::lock_guard<std::mutex> l(mu_);
-    if (static_cast<int32_t>(now - last32_) > 0) {
+    if (!started_) {
+      started_ = true;
+      last32_ = now;
+    } else if (static_cast<int32_t>(now - last32_) > 0) {
       ext_ += now - last32_;
       last32_ = now;
     }
@@ -182,6 +187,7 @@ class SwHolderState {
   }
 
   mutable std::mutex mu_;
+  bool started_ = false;
   uint32_t last32_ = 0;
   uint64_t ext_ = 1ull << 32;
   uint64_t first_ = 0;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cxlkv/lifecycle.h"
+#include "failpoint.h"
 #include "region_internal.h"
 #include "software_testutil.h"
 #include "testutil.h"
@@ -357,6 +358,59 @@ TEST(Software, EvictionTakesTheLeastRecentlyUsedBlocksOfItsPartition) {
   EXPECT_GE(present(2'000'000, n / 4), n / 4 - n / 4 / 32) << "of " << n / 4;
   EXPECT_GE(present(0, n / 8), read - read / 16) << "of " << read;
   EXPECT_GT(h0->ProcessCounters()[Counter::kEvictions], n / 4);
+}
+
+// The holder's order rests on a 32-bit millisecond tick (SwTick: the
+// coarse monotonic clock modulo 2^32) that SwHolderState::Extend makes a
+// 64-bit count. It must order uses whatever the clock reads at attach: a
+// host up between 24.8 and 49.7 days (modulo 49.7) reads 2^31 or more, and
+// an extension that starts from 0 took every such reading for a step back,
+// so every block had the same tick and the lowest data slot went first
+// (the block stored last, each time: a new block lived until the next
+// store). The test build's held eviction clock stands at each reading.
+TEST(Software, EvictionStaysLeastRecentlyUsedWhateverTheClockReads) {
+  CXLKV_NEED_VISIBILITY();
+  if (!internal::kFailpointsBuilt) GTEST_SKIP() << "needs the test build's eviction clock";
+  for (const uint32_t at : {0x00100000u, 0x7FFFFF00u, 0x80000000u, 0xC0000000u, 0xFFFFFF00u}) {
+    SCOPED_TRACE(testing::Message() << "clock at " << std::hex << at);
+    internal::HoldEvictionClock(true);
+    // The first reading after the hold fixes where the clock stands (the
+    // process's skew is added to it).
+    (void)internal::EvictionClock(internal::kSoftwareClock, at - internal::EvictionClockSkewMs());
+    ScratchRegion tmp;
+    auto h0 = MustOpen(tmp.path(), SoftwareOptions(1 << 20, 4096, 1, 0));
+    NamespaceId ns = 0;
+    ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+    const uint64_t n = h0->info().num_slots;
+    ASSERT_GE(n, 64u);
+    const auto b = Block(6, 4096);
+    std::vector<uint8_t> got(4096);
+    for (uint64_t i = 0; i < n; ++i) {  // fills the partition, oldest first
+      ASSERT_TRUE(h0->Store(ns, BlockKey::FromId(i), b.data(), b.size()).ok());
+      internal::AdvanceEvictionClock(10);
+    }
+    for (uint64_t i = 0; i < n / 8; ++i) {  // the oldest eighth, used again
+      ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(i), got.data(), got.size()).ok()) << i;
+      internal::AdvanceEvictionClock(10);
+    }
+    for (uint64_t i = 0; i < n / 4; ++i) {  // evicts blocks n/8 .. 3n/8
+      ASSERT_TRUE(h0->Store(ns, BlockKey::FromId(1'000'000 + i), b.data(), b.size()).ok());
+      internal::AdvanceEvictionClock(10);
+    }
+    uint64_t read = 0, newer = 0, unread = 0;
+    for (uint64_t i = 0; i < n / 8; ++i) read += h0->Lookup(ns, BlockKey::FromId(i)).ok();
+    for (uint64_t i = 0; i < n / 4; ++i)
+      newer += h0->Lookup(ns, BlockKey::FromId(1'000'000 + i)).ok();
+    for (uint64_t i = n / 8; i < n / 8 + n / 4; ++i)
+      unread += h0->Lookup(ns, BlockKey::FromId(i)).ok();
+    internal::HoldEvictionClock(false);
+    // Exact LRU, but for a store whose key's two index sets were both full
+    // (it evicts the older of those sets' blocks instead): rare at two
+    // entries per data slot.
+    EXPECT_GE(read, n / 8 - n / 64) << "of " << n / 8;
+    EXPECT_GE(newer, n / 4 - n / 64) << "of " << n / 4;
+    EXPECT_LE(unread, n / 64) << "of " << n / 4;
+  }
 }
 
 TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
