@@ -149,9 +149,10 @@ class Machine {
   // Opens the region as host `host` holding `partition`, behind an emulated
   // private cache. Returns a Status so a child can exit with a code.
   // `heartbeat_ns`: the holder's heartbeat interval, if not the tests' 5 ms
-  // (its periodic sweep runs once per beat).
+  // (its periodic sweep runs once per beat). `format_wait_ns`: how long a
+  // holder of another partition waits for the magic, if not the default.
   Status Open(uint32_t host, int32_t partition, uint32_t partitions, std::unique_ptr<Region>* r,
-              uint64_t heartbeat_ns = 0) const {
+              uint64_t heartbeat_ns = 0, uint64_t format_wait_ns = 0) const {
     EmulatorOptions eo;
     eo.dir = dir_;
     eo.host = host;
@@ -173,6 +174,7 @@ class Machine {
       o.heartbeat_interval_ns = heartbeat_ns;
       o.liveness_timeout_ns = 4 * heartbeat_ns;  // must exceed the interval
     }
+    if (format_wait_ns != 0) o.format_wait_ns = format_wait_ns;
     return RegionInternal::OpenWithVisibility(path(), o, std::move(e), r);
   }
 
@@ -730,6 +732,49 @@ TEST(NoncoherentEmulator, FormatterKilledMidFormatLeavesNothingToLandLater) {
   m.StartSweeper();  // host 0's late lines land now, over the new format
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(Reap(SpawnReaderOf(m, 2, 77, 3)), 0);
+}
+
+// A damaged magic word over a finished format: partition 0's next holder
+// (host 1, its cache cold) restores it rather than formatting over every
+// partition's blocks, and the restored word must reach memory (its flush):
+// a holder of another partition on host 2 then attaches and reads the block
+// partition 1's first holder stored, instead of waiting for a magic that
+// stays in host 1's cache.
+TEST(NoncoherentEmulator, DamagedMagicRestoredByPartitionZeroReachesEveryHost) {
+  Machine m;
+  const pid_t first = Spawn([&] {
+    std::unique_ptr<Region> h0;
+    if (!m.Open(0, 0, 3, &h0).ok()) return 10;
+    NamespaceId ns;
+    auto h1 = m.Attach(1, 1, &ns);
+    if (!h1) return 11;
+    StoreOutcome o;
+    return StoreBlock(h1.get(), ns, 78, 4, &o) && o == StoreOutcome::kStored ? 0 : 12;
+  });
+  ASSERT_EQ(Reap(first), 0);
+  {
+    const int fd = ::open(m.path().c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t b = 0;
+    ASSERT_EQ(::pread(fd, &b, 1, 0), 1);  // Superblock::magic
+    b ^= 1;
+    ASSERT_EQ(::pwrite(fd, &b, 1, 0), 1);
+    ::close(fd);
+  }
+  const pid_t heir = Spawn([&] {
+    std::unique_ptr<Region> r;
+    return m.Open(1, 0, 3, &r).ok() ? 0 : 10;
+  });
+  ASSERT_EQ(Reap(heir), 0);
+  const pid_t reader = Spawn([&] {
+    std::unique_ptr<Region> r;
+    if (!m.Open(2, 2, 3, &r, 0, 2'000'000'000).ok()) return 10;
+    NamespaceId ns;
+    if (!r->RegisterNamespace(kNs, &ns).ok()) return 11;
+    uint64_t v = 0;
+    return Check(r.get(), ns, 78, &v) == Got::kHit && v == 4 ? 0 : 12;
+  });
+  EXPECT_EQ(Reap(reader), 0);
 }
 
 // The hazard of layout v3 under non-coherence (docs/model.md, sw-v3): host

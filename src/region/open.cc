@@ -46,9 +46,15 @@ Status RegionInternal::OpenWithVisibility(const std::string& path, const RegionO
 }
 
 namespace internal {
+
+uint32_t HeaderCrc(const Superblock& sb) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&sb);
+  return Crc32c(p + offsetof(Superblock, layout_version),
+                offsetof(Superblock, header_crc) - offsetof(Superblock, layout_version));
+}
+
 namespace {
 
-uint32_t HeaderCrc(const Superblock& sb);
 std::string DescribeShortFile(const std::string& path, int fd, uint64_t offset, uint64_t file_size,
                               uint64_t size, uint64_t slot_size);
 
@@ -113,12 +119,6 @@ uint64_t RandomNonZero() {
                uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   v = Mix64(v ^ uint64_t(::getpid()));
   return v == 0 ? 1 : v & ~1ull;  // low bit marks "format finished"
-}
-
-uint32_t HeaderCrc(const Superblock& sb) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&sb);
-  return Crc32c(p + offsetof(Superblock, layout_version),
-                offsetof(Superblock, header_crc) - offsetof(Superblock, layout_version));
 }
 
 std::string FieldMismatch(const std::string& path, const char* field, const std::string& region,
@@ -378,9 +378,15 @@ Status RegionImpl::FormatOrWait() {
 }
 
 Status RegionImpl::CheckMetadataAreaBlank() const {
+  // The metadata of the layout this format writes (layout 6's index is
+  // twice layout 4's, and its hint rings follow it).
   Geometry g;
-  Status s = ComputeGeometry(map_->size(), opts_.config.slot_size, opts_.config.max_participants,
-                             opts_.config.coherence != CoherenceMode::kSoftware, &g);
+  Status s = opts_.config.coherence == CoherenceMode::kSoftware
+                 ? ComputeSoftwareGeometry(map_->size(), opts_.config.slot_size,
+                                           opts_.config.max_participants,
+                                           opts_.config.software_partitions, &g)
+                 : ComputeGeometry(map_->size(), opts_.config.slot_size,
+                                   opts_.config.max_participants, true, &g);
   if (!s.ok()) return s.WithContext("format region " + map_->path());
   const auto* words = reinterpret_cast<const volatile uint64_t*>(base_);
   for (uint64_t i = 0; i < g.data_off / 8; ++i) {

@@ -65,6 +65,8 @@ bool FormatBegunHere(const uint8_t* head);
 // version 2 (partitions 0) or 3 (software mode, partitions 1..16).
 Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_version,
                    uint32_t partitions, Superblock* out, std::string* json_text);
+// CRC32C of a superblock's checksummed bytes (Superblock::header_crc).
+uint32_t HeaderCrc(const Superblock& sb);
 
 // Recency of a slot's block for eviction (SlotMeta::last_use): a coarse
 // wall clock in milliseconds, modulo 2^32 (directory.cc). Thread-safe; no

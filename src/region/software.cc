@@ -148,6 +148,23 @@ Status RegionImpl::SwFormatOrWait() {
             " is not formatted; formatting with coherence=software needs software_partitions "
             "(1..16)");
       }
+      // A finished format (SwFormat sets the lock's low bit with the magic,
+      // after the header reached memory) whose magic word was damaged is
+      // restored, as hardware mode's open does, never formatted over (its
+      // blocks are every partition's). The loop's invalidate, next, writes
+      // the line back (then a full fence) before the magic is read again.
+      Superblock copy;
+      vis_->CopyFromRegion(&copy, sb_, sizeof copy);
+      const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
+      if (header_intact && (lock & 1)) {
+        vis_->Store64(&sb_->magic, kMagic);
+        continue;
+      }
+      if (header_intact && lock == 0 && !map_->created()) {
+        return Status::Corruption("region " + path +
+                                  ": magic number damaged but the header is intact; refusing to "
+                                  "format over it (reformat with `cxlkv format --force`)");
+      }
       // A format of partition 0's lease that did not finish (only partition
       // 0 formats) is redone; otherwise the bytes must be blank, as in
       // hardware mode (foreign bytes are never formatted over, not even

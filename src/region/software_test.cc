@@ -18,6 +18,7 @@
 
 #include "cxlkv/lifecycle.h"
 #include "failpoint.h"
+#include "geometry.h"
 #include "region_internal.h"
 #include "software_testutil.h"
 #include "testutil.h"
@@ -410,6 +411,97 @@ TEST(Software, EvictionStaysLeastRecentlyUsedWhateverTheClockReads) {
     EXPECT_GE(read, n / 8 - n / 64) << "of " << n / 8;
     EXPECT_GE(newer, n / 4 - n / 64) << "of " << n / 4;
     EXPECT_LE(unread, n / 64) << "of " << n / 4;
+  }
+}
+
+// Partition 0's holder formats only blank bytes, as hardware mode's opener
+// does (region_test's ForeignNonBlankFileIsNeverFormattedOver): a non-zero
+// word where the format lock goes is an abandoned format of ours only over
+// an otherwise blank superblock or our own config, and a blank file must be
+// blank over all of layout 6's metadata (its index is twice layout 4's, and
+// the hint rings follow it). Both were formatted over: any file whose second
+// word was not zero (a text file), and one with bytes past layout 4's
+// metadata but inside layout 6's.
+TEST(Software, ForeignBytesAreNeverFormattedOver) {
+  CXLKV_NEED_VISIBILITY();
+  const RegionOptions o = SoftwareOptions(4 << 20, 4096, 2, 0);
+  {
+    ScratchRegion sr;
+    {
+      std::ofstream f(sr.path(), std::ios::binary);
+      for (int i = 0; i < (4 << 20) / 5; ++i) f << "data ";
+      f << "data";
+    }
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(sr.path(), o, &r);
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(s.message().find("neither a cxlkv region nor blank"), std::string::npos)
+        << s.ToString();
+    std::ifstream f(sr.path(), std::ios::binary);
+    char buf[16] = {};
+    f.read(buf, 15);
+    EXPECT_STREQ(buf, "data data data ");
+  }
+  {
+    internal::Geometry g;
+    ASSERT_TRUE(
+        internal::ComputeSoftwareGeometry(4 << 20, 4096, o.config.max_participants, 2, &g).ok());
+    ScratchRegion sr;
+    const uint64_t at = g.rings_off + 8;  // a hint ring's slot
+    {
+      std::ofstream f(sr.path(), std::ios::binary);
+      std::vector<char> zero(4 << 20, 0);
+      std::memcpy(zero.data() + at, "precious", 8);
+      f.write(zero.data(), zero.size());
+    }
+    std::unique_ptr<Region> r;
+    Status s = Region::Open(sr.path(), o, &r);
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_NE(s.message().find("offset " + std::to_string(at)), std::string::npos) << s.ToString();
+    std::ifstream f(sr.path(), std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char buf[9] = {};
+    f.read(buf, 8);
+    EXPECT_STREQ(buf, "precious");
+  }
+}
+
+// A damaged magic word over a finished format (its lock word says
+// finished, its header checksum holds) is restored, as hardware mode does
+// (corruption_test's DamagedMagicIsRepairedNeverReformatted), not taken for
+// an abandoned format: partition 0's next holder reformatted the region,
+// and every partition's blocks were lost.
+TEST(Software, DamagedMagicIsRepairedNeverReformatted) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  uint64_t epoch = 0;
+  {
+    TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 4096);
+    epoch = two.h0->info().format_epoch;
+    for (uint64_t i = 0; i < 8; ++i) {
+      const auto b = Block(i, 3000);
+      Region* h = i % 2 ? two.h1.get() : two.h0.get();
+      ASSERT_TRUE(h->Store(two.ns, BlockKey::FromId(i), b.data(), b.size()).ok());
+    }
+  }
+  {
+    std::fstream f(tmp.path(), std::ios::in | std::ios::out | std::ios::binary);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 1;
+    f.seekp(0);  // Superblock::magic
+    f.write(&c, 1);
+  }
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(4 << 20, 4096, 2, 0));
+  EXPECT_EQ(h0->info().format_epoch, epoch);
+  NamespaceId ns = 0;
+  ASSERT_TRUE(h0->RegisterNamespace(kNs, &ns).ok());
+  std::vector<uint8_t> got(4096);
+  // Partition 0's blocks went with its lease (the attach sweep); partition
+  // 1's stay readable while nobody holds it.
+  for (uint64_t i = 1; i < 8; i += 2) {
+    ASSERT_TRUE(h0->Load(ns, BlockKey::FromId(i), got.data(), got.size()).ok()) << i;
+    EXPECT_EQ(std::memcmp(got.data(), Block(i, 3000).data(), 3000), 0) << i;
   }
 }
 
