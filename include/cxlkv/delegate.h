@@ -17,7 +17,7 @@
 // process ever writes metadata):
 //   R: BeginWrite(len = PayloadLen()) -> lease (WRITING word w)
 //   R: ExportWriteToken(lease) -> token {format_epoch, slot, w, len}  (picklable;
-//      layout 5: len's high 32 bits carry the lease's data slot)
+//      layouts 5 and 6: len's high 32 bits carry the lease's data slot)
 //   each filler p: FillPart(token, p, pages)  -> part p bytes + table[p] = {crc, w}
 //   R, after every filler reported: CommitPartedWrite(lease)
 //        table[p].word == w for all p -> CommitWrite(CRC32C(payload)) -> READY
@@ -53,10 +53,11 @@ struct WriteToken {
   uint64_t slot = 0;
   uint64_t word = 0;  // the WRITING word the reservation installed
   // Low 32 bits: payload bytes reserved (a slot holds less than 2^32).
-  // coherence=hardware (layout 5): high 32 bits, the data slot the
-  // reservation holds (fewer than 2^32 data slots), so fillers write where
-  // the reservation's data word says, not where a damaged index would send
-  // them; 0 otherwise. Use TokenPayloadLen / TokenDataSlot.
+  // Layouts 5 and 6: high 32 bits, the data slot the reservation holds
+  // (fewer than 2^32 data slots), so fillers write where the reservation's
+  // data word says (layout 5), or only where token and index agree (layout
+  // 6, coherence=software: no data words), never where a damaged index
+  // alone would send them; 0 otherwise. Use TokenPayloadLen / TokenDataSlot.
   uint64_t len = 0;
 };
 inline uint64_t TokenPayloadLen(const WriteToken& t) { return t.len & 0xFFFFFFFFu; }
@@ -99,10 +100,11 @@ Status ExportWriteToken(const Region& region, const WriteLease& lease, WriteToke
 // and count == blocks_per_chunk (else kInvalidArgument).
 // kInvalidArgument for a token of another region, a slot out of range, a
 // layout whose payload differs from the token's length, pages that exceed
-// part_len, a block id out of range, or (coherence=hardware) a token from an
-// older build that carries no data slot; kNotFound if the reservation no longer
-// holds (aborted, reclaimed or committed) before or after the copy, or
-// (coherence=hardware) if the token's data slot is not the reservation's.
+// part_len, a block id out of range, or a token from an older build that
+// carries no data slot; kNotFound if the reservation no longer holds
+// (aborted, reclaimed or committed) before or after the copy, or if the
+// token's data slot is not the reservation's (coherence=software: or the
+// reserved entry's index, damaged, names another).
 Status FillPart(Region* region, const WriteToken& token, const PartedLayout& layout, uint32_t part,
                 const ChunkPages& pages);
 

@@ -28,11 +28,11 @@ static_assert(sizeof(PartEntry) == 16);
 
 internal::RegionImpl* Impl(Region* r) { return static_cast<internal::RegionImpl*>(r); }
 
-// coherence=hardware with an index apart from the data slots (layout 5):
-// the token carries the reservation's data slot.
+// An index apart from the data slots (layout 5; layout 6, coherence=
+// software): the token carries the reservation's data slot.
 bool TokenCarriesData(const Region& r) {
-  return r.info().config.coherence == CoherenceMode::kHardware &&
-         static_cast<const internal::RegionImpl&>(r).geometry().decoupled;
+  const internal::Geometry& g = static_cast<const internal::RegionImpl&>(r).geometry();
+  return g.decoupled || g.partitions > 0;
 }
 
 const uint32_t* Pow8() {
@@ -157,7 +157,11 @@ uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& lay
 // carries, if its word is still the reservation's lease (MOVING for the
 // entry at the WRITING word's generation, until the commit settles it):
 // not the index in the region, which damage may point at another block's
-// bytes. Otherwise the data slot its entry names.
+// bytes. Layout 6: the token's data slot, if it lies in the reserved
+// entry's write partition and the entry's index names it (no data words:
+// the holder's free list is in its process's memory, so damage to the
+// index, or a wrong token, is refused rather than filled). Otherwise the
+// data slot its entry names.
 // A token naming data slot 0 (zero high bits) whose reservation holds
 // another data slot right now: exported by a build from before tokens
 // carried the data slot, not a lost reservation. The entry's index is
@@ -181,6 +185,32 @@ Status CheckTokenCarriesItsDataSlot(internal::RegionImpl* impl, const WriteToken
 
 Status TokenData(Region* region, const WriteToken& token, uint8_t** base) {
   internal::RegionImpl* impl = Impl(region);
+  const internal::Geometry& g = impl->geometry();
+  if (g.partitions > 0) {
+    const uint64_t d = TokenDataSlot(token);
+    const uint64_t entry_part = token.slot / g.ways / (g.num_sets / g.partitions);
+    const uint64_t named = impl->Meta(token.slot).data.load(std::memory_order_acquire);
+    if (d / (g.num_slots / g.partitions) != entry_part || named != d) {
+      if (d == 0) {
+        // Tokens of layout 6 carry their data slot since this build: one
+        // that says 0 where the index names another was exported by an
+        // older build (or the index is damaged: no data word tells which).
+        return Status::InvalidArgument(
+            "write token of slot " + std::to_string(token.slot) +
+            " carries no data slot (the high 32 bits of its len are zero) while its "
+            "reservation's index names data slot " +
+            std::to_string(named) +
+            ": it was exported by an older cxlkv build, from before tokens carried the data slot "
+            "(or the index is damaged). Run the reserving process (the one that calls "
+            "ExportWriteToken) on this build, the same as the fillers, and export the token again");
+      }
+      return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
+                              " does not hold data slot " + std::to_string(d) +
+                              " (its index names " + std::to_string(named) + ")");
+    }
+    *base = impl->SlotData(d);
+    return Status::OK();
+  }
   if (TokenCarriesData(*region)) {
     const uint64_t d = TokenDataSlot(token);
     if (!internal::DataLeaseIs(impl->DataWord(d).load(std::memory_order_acquire), token.slot,

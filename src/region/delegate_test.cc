@@ -12,6 +12,7 @@
 
 #include "crc32c.h"
 #include "region_impl.h"
+#include "software_testutil.h"
 #include "testutil.h"
 
 namespace cxlkv {
@@ -382,6 +383,75 @@ TEST(DelegateTest, ATokenFromAnOlderBuildIsAClearErrorNotALostReservation) {
   ASSERT_TRUE(CommitPartedWrite(r.get(), mine, kLayout).ok());
   EXPECT_TRUE(FillPart(r.get(), old, kLayout, 0, kv0.pages(ids)).IsNotFound());
   if (first.open()) r->AbortWrite(&first);
+}
+
+// Layout 6 (coherence=software) likewise: fillers on the reserving host
+// wrote where the reserved entry's data index (region bytes) pointed, so a
+// damaged index sent their bytes into another block's data slot (here: of
+// the same partition; any data slot of the region passed). Its token now
+// carries the reservation's data slot too, and a fill goes there only while
+// the entry is the reservation's, the slot lies in its write partition and
+// the index names it (no data words: the holder's free list is its
+// process's memory), so damage or a wrong token is refused, never filled.
+TEST(DelegateTest, SoftwareModeFillersNeverWriteWhereADamagedIndexPoints) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion sr("parted-sw");
+  auto r = MustOpen(sr.path(), test::SoftwareOptions(8 << 20, kLayout.PayloadLen(), 2, 0));
+  ASSERT_EQ(r->info().config.coherence, CoherenceMode::kSoftware);
+  const NamespaceId ns = Ns(r.get());
+  auto* impl = static_cast<internal::RegionImpl*>(r.get());
+  const BlockKey other = BlockKey::FromId(30), key = BlockKey::FromId(31);
+  std::vector<uint8_t> ob(kLayout.PayloadLen());
+  FillPattern(78, ob.data(), ob.size());
+  ASSERT_TRUE(r->Store(ns, other, ob.data(), ob.size()).ok());
+  const int64_t oe = impl->FindReadySlot(ns, other);
+  ASSERT_GE(oe, 0);
+  const uint32_t od = impl->Meta(static_cast<uint64_t>(oe)).data.load();
+  WriteLease lease;
+  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
+  WriteToken token;
+  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
+  EXPECT_EQ(TokenPayloadLen(token), kLayout.PayloadLen());
+  std::atomic<uint32_t>& index = impl->Meta(token.slot).data;
+  const uint32_t own = index.load();
+  ASSERT_NE(own, od);
+  EXPECT_EQ(TokenDataSlot(token), own);
+  index.store(od);  // damage: the reservation's index names the other block's data slot
+  Kv kv0(310), kv1(311);
+  const int32_t ids[kPerChunk] = {3, 0, 7, 9};
+  EXPECT_FALSE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
+  std::vector<uint8_t> got(ob.size());
+  ASSERT_TRUE(r->Load(ns, other, got.data(), got.size()).ok()) << "the fillers wrote into it";
+  EXPECT_EQ(got, ob);
+  index.store(own);
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
+  ASSERT_TRUE(FillPart(r.get(), token, kLayout, 1, kv1.pages(ids)).ok());
+  ASSERT_TRUE(CommitPartedWrite(r.get(), &lease, kLayout).ok());
+  Kv back(19);
+  const int32_t to[kPerChunk] = {4, 5, 6, 7};
+  ASSERT_TRUE(LoadPart(r.get(), ns, key, kLayout, 1, back.pages(to)).ok());
+  for (uint32_t t = 0; t < kTensors; ++t)
+    for (uint32_t j = 0; j < kPerChunk; ++j)
+      EXPECT_EQ(std::memcmp(back.page(t, to[j]), kv1.page(t, ids[j]), kPage), 0);
+  // A token naming another data slot than the reservation's is refused.
+  WriteLease l2;
+  ASSERT_TRUE(r->BeginWrite(ns, BlockKey::FromId(32), kLayout.PayloadLen(), &l2).ok());
+  WriteToken t2;
+  ASSERT_TRUE(ExportWriteToken(*r, l2, &t2).ok());
+  WriteToken wrong = t2;
+  wrong.len = TokenPayloadLen(t2) | (uint64_t{od} << 32);
+  EXPECT_FALSE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).ok());
+  wrong.len = TokenPayloadLen(t2) | (r->info().num_slots << 32);
+  EXPECT_TRUE(FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids)).IsInvalidArgument());
+  // One from an older build (no data slot) says so, as layout 5's does.
+  ASSERT_NE(TokenDataSlot(t2), 0u);
+  wrong.len = TokenPayloadLen(t2);
+  const Status old = FillPart(r.get(), wrong, kLayout, 0, kv0.pages(ids));
+  EXPECT_TRUE(old.IsInvalidArgument()) << old.ToString();
+  EXPECT_NE(old.message().find("older cxlkv build"), std::string::npos) << old.message();
+  r->AbortWrite(&l2);
+  ASSERT_TRUE(r->Load(ns, other, got.data(), got.size()).ok());
+  EXPECT_EQ(got, ob);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Test helpers shared by the coherence=software tests (software_test.cc,
-// software_multiprocess_test.cc). Header-only: only those two include it.
+// software_multiprocess_test.cc, and delegate_test.cc's software-mode case).
+// Header-only.
 
 #ifndef CXLKV_SRC_REGION_SOFTWARE_TESTUTIL_H_
 #define CXLKV_SRC_REGION_SOFTWARE_TESTUTIL_H_
