@@ -42,6 +42,7 @@ class SwHolderState {
   // held but not in the eviction order until Commit.
   uint64_t TakeFree(uint64_t entry) {
     std::lock_guard<std::mutex> l(mu_);
+    DetachLocked(entry);
     if (free_.empty()) return kNone;
     const uint64_t i = free_.back();
     free_.pop_back();
@@ -61,7 +62,8 @@ class SwHolderState {
     queued_[i] = false;
     *data = first_ + i;
     *entry = entry_[i];
-    if (entry_[i] != kNone) data_of_[entry_[i] - first_entry_] = kNone;
+    if (entry_[i] != kNone && data_of_[entry_[i] - first_entry_] == i)
+      data_of_[entry_[i] - first_entry_] = kNone;
     entry_[i] = kNone;
     return true;
   }
@@ -69,6 +71,7 @@ class SwHolderState {
   // Data slot `data` (popped by PopOldest) now belongs to `entry`.
   void Reassign(uint64_t data, uint64_t entry) {
     std::lock_guard<std::mutex> l(mu_);
+    DetachLocked(entry);
     entry_[data - first_] = entry;
     data_of_[entry - first_entry_] = data - first_;
   }
@@ -176,9 +179,24 @@ class SwHolderState {
   bool In(uint64_t data) const { return data >= first_ && data - first_ < entry_.size(); }
   void FreeLocked(uint64_t i) {
     Unqueue(i);
-    if (entry_[i] != kNone) data_of_[entry_[i] - first_entry_] = kNone;
+    if (entry_[i] != kNone && data_of_[entry_[i] - first_entry_] == i)
+      data_of_[entry_[i] - first_entry_] = kNone;
     entry_[i] = kNone;
     free_.push_back(i);
+  }
+  // `entry` is given a new data slot: its line says FREE (the store chose
+  // it so), so a data slot we still believed it held (its line freed behind
+  // our back: damage, or a zombie's late line, before the sweep saw it) is
+  // no block's any more. Freed here, or it would stay in the order under
+  // this entry and, once the oldest, take the entry's next block with it.
+  void DetachLocked(uint64_t entry) {
+    const uint64_t i = data_of_[entry - first_entry_];
+    if (i == kNone) return;
+    if (entry_[i] == entry) {
+      FreeLocked(i);
+    } else {
+      data_of_[entry - first_entry_] = kNone;
+    }
   }
   void Unqueue(uint64_t i) {
     if (!queued_[i]) return;
