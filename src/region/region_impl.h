@@ -374,6 +374,10 @@ class RegionImpl final : public Region {
   int64_t SwFind(NamespaceId ns, const BlockKey& key, bool readable_only, int32_t partition,
                  SwMeta* meta) const;
   bool SwNamespaceReady(NamespaceId ns) const;
+  // Another partition's block at `slot`, READY word `w`, failed its CRC or
+  // names bytes it cannot have (sw_bad_); whether it did. Thread-safe.
+  void SwNoteCorrupt(uint64_t slot, uint64_t w) const;
+  bool SwKnownCorrupt(uint64_t slot, uint64_t w) const;
   // Own entry: if it still holds `word`, clear its tag, make it FREE and
   // give its data slot back to our free list.
   bool SwFreeOwn(uint64_t slot, uint64_t word);
@@ -580,6 +584,13 @@ class RegionImpl final : public Region {
   // SwScrubPayloads's cursor and its copy of a payload (heartbeat thread only).
   uint64_t sw_scrub_next_ = 0;
   std::vector<uint8_t> sw_scrub_buf_;
+  // Blocks of other partitions this process found damaged (entry -> its
+  // word then; SwNoteCorrupt): SwFind passes them over, so a key whose
+  // damaged copy nobody may drop (its partition's holder's job, and nobody
+  // may hold it) is stored and read elsewhere. A new word is a new block.
+  mutable std::mutex sw_bad_mu_;
+  mutable std::unordered_map<uint64_t, uint64_t> sw_bad_;  // guarded by sw_bad_mu_
+  mutable std::atomic<bool> sw_any_bad_{false};
 
   // ---- orphan sweep (heartbeat thread only) ----
   struct OrphanObs {

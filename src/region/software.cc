@@ -540,12 +540,31 @@ int64_t RegionImpl::SwFind(NamespaceId ns, const BlockKey& key, bool readable_on
         // A block of an incarnation that no longer holds the partition (a
         // zombie's late commit, or the previous holder's) is no block.
         if (!SwWriterCurrent(slot, m.state, false)) continue;
+        // Nor one of another partition we found damaged: only its holder may
+        // drop it, and while it stays the key is stored and read elsewhere.
+        if (fresh && SwKnownCorrupt(slot, m.state)) continue;
         *meta = m;
         return static_cast<int64_t>(slot);
       }
     }
   }
   return -1;
+}
+
+void RegionImpl::SwNoteCorrupt(uint64_t slot, uint64_t w) const {
+  std::lock_guard<std::mutex> l(sw_bad_mu_);
+  // Bounded: past this many, forgetting costs a damaged block one more
+  // failed read each.
+  if (sw_bad_.size() >= 65536) sw_bad_.clear();
+  sw_bad_[slot] = w;
+  sw_any_bad_.store(true, std::memory_order_release);
+}
+
+bool RegionImpl::SwKnownCorrupt(uint64_t slot, uint64_t w) const {
+  if (!sw_any_bad_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> l(sw_bad_mu_);
+  const auto it = sw_bad_.find(slot);
+  return it != sw_bad_.end() && it->second == w;
 }
 
 void RegionImpl::SwTouch(uint64_t entry, uint64_t data, uint64_t w) {
@@ -1020,9 +1039,11 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
     return Status::NotFound("block not in region");
   }
   const auto slot = static_cast<uint64_t>(found);
+  const bool own = SwOwnSlot(slot);
   if (m.len > geo_.slot_size) {  // untrusted: never copy past the slot
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
+    if (!own) SwNoteCorrupt(slot, m.state);
     return Status::Corruption("slot " + std::to_string(slot) + " records length " +
                               std::to_string(m.len) + " > slot size");
   }
@@ -1031,10 +1052,10 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
                                    " bytes is smaller than the block (" + std::to_string(m.len) +
                                    ")");
   }
-  const bool own = SwOwnSlot(slot);
   if (!SwDataInPartition(m.data, SwPartitionOf(slot))) {  // untrusted: damage
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
+    if (!own) SwNoteCorrupt(slot, m.state);
     return Status::Corruption("entry " + std::to_string(slot) + " names data slot " +
                               std::to_string(m.data) + ", not one of its write partition's");
   }
@@ -1062,7 +1083,9 @@ Status RegionImpl::SwLoad(NamespaceId ns, const BlockKey& key, void* dst, size_t
   if (got != m.crc) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
-    if (own && !fenced_.load(std::memory_order_acquire)) {
+    if (!own) {
+      SwNoteCorrupt(slot, m.state);
+    } else if (!fenced_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> l(sw_claim_mu_);
       (void)SwFreeOwn(slot, m.state);
     }
@@ -1089,8 +1112,14 @@ Status RegionImpl::SwBeginRead(NamespaceId ns, const BlockKey& key, ReadLease* l
   if (map_->lost()) return map_->LostStatus();
   SwMeta m;
   const int64_t found = SwFind(ns, key, true, -1, &m);
-  if (found < 0 || m.len > geo_.slot_size ||
+  if (found < 0) {
+    Count(Counter::kMisses);
+    return Status::NotFound("block not in region");
+  }
+  if (m.len > geo_.slot_size ||
       !SwDataInPartition(m.data, SwPartitionOf(static_cast<uint64_t>(found)))) {
+    if (!SwOwnSlot(static_cast<uint64_t>(found)))
+      SwNoteCorrupt(static_cast<uint64_t>(found), m.state);
     Count(Counter::kMisses);
     return Status::NotFound("block not in region");
   }
@@ -1142,7 +1171,9 @@ Status RegionImpl::SwEndRead(ReadLease* lease, const void* copied, const uint32_
   if (BindSlotCrc(plain, SwCrcGeneration(word), ns, key, len, static_cast<int64_t>(d)) != crc) {
     Count(Counter::kCrcFailures);
     Count(Counter::kMisses);
-    if (own && !fenced_.load(std::memory_order_acquire)) {
+    if (!own) {
+      SwNoteCorrupt(slot, word);
+    } else if (!fenced_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> l(sw_claim_mu_);
       (void)SwFreeOwn(slot, word);
     }
@@ -1210,6 +1241,7 @@ Status RegionImpl::SwVerify(bool drop_corrupt, ScrubReport* report) {
     }
     ++report->crc_failures;
     Count(Counter::kCrcFailures);
+    if (!own) SwNoteCorrupt(s, m.state);
     if (drop_corrupt && own) {
       std::lock_guard<std::mutex> l(sw_claim_mu_);
       if (SwFreeOwn(s, m.state)) ++report->dropped;

@@ -567,6 +567,33 @@ TEST(Software, AnEntryFreedBehindTheHoldersBackIsReusedWithoutEvictingItsNewBloc
   EXPECT_FALSE(h0->Lookup(ns, BlockKey::FromId(1)).ok()) << "the oldest block stayed";
 }
 
+// A block of a partition nobody holds stays readable (docs/coherence.md,
+// "Recovery and reclaim"), but one that fails its CRC there has nobody to
+// drop it: it kept its key out of every other partition for as long (SW1
+// took it for a duplicate, so no host stored the key again, and every load
+// of the key failed). A host that found it corrupt now passes it over.
+TEST(Software, ACorruptBlockOfAPartitionNobodyHoldsDoesNotKeepItsKeyOut) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 4096);
+  const NamespaceId ns = two.ns;
+  const BlockKey key = BlockKey::FromId(44);
+  const auto b = Block(44, 3000);
+  ASSERT_TRUE(two.h1->Store(ns, key, b.data(), b.size()).ok());
+  const int64_t slot = RegionInternal::FindReadySlot(two.h0.get(), ns, key);
+  ASSERT_GE(slot, 0);
+  two.h1.reset();  // partition 1's holder leaves; its blocks stay readable
+  RegionInternal::SlotData(two.h0.get(), static_cast<uint64_t>(slot))[100] ^= 0x20;
+  std::vector<uint8_t> got(4096);
+  EXPECT_TRUE(two.h0->Load(ns, key, got.data(), got.size()).IsCorruption());
+  StoreOutcome o;
+  ASSERT_TRUE(two.h0->Store(ns, key, b.data(), b.size(), &o).ok());
+  EXPECT_EQ(o, StoreOutcome::kStored) << "the corrupt copy counted as a duplicate";
+  ASSERT_TRUE(two.h0->Load(ns, key, got.data(), got.size()).ok());
+  EXPECT_EQ(std::memcmp(got.data(), b.data(), b.size()), 0);
+  EXPECT_TRUE(two.h0->Lookup(ns, key).ok());
+}
+
 TEST(Software, LeasesZeroCopyReadsDropWipeAndVerify) {
   CXLKV_NEED_VISIBILITY();
   ScratchRegion tmp;
