@@ -282,8 +282,33 @@ int Inspect(const RegionFlags& f, bool as_json, bool with_stats) {
 
 int Verify(const RegionFlags& f, const TimingFlags& timing, bool drop, bool as_json) {
   std::unique_ptr<Region> r;
-  Status s = drop ? OpenParticipant(f, timing, &r) : OpenObserver(f, &r);
+  Status s = OpenObserver(f, &r);
   if (!s.ok()) return Fail("verify", s);
+  if (drop && r->info().config.coherence == CoherenceMode::kSoftware) {
+    // Only a write partition's holder drops its blocks, and this command
+    // would attach as a new one, which starts the partition empty.
+    RegionOptions o;
+    (void)f.ToOptions(&o);
+    const std::string p = o.software_partition >= 0 ? std::to_string(o.software_partition) : "P";
+    return Fail(
+        "verify",
+        Status::InvalidArgument(
+            "region " + f.region +
+            " is coherence=software: --drop would attach as write partition " + p +
+            "'s new holder, and a new holder starts its partition empty, so every block of "
+            "partition " +
+            p +
+            ", intact ones too, would go (and a process holding it now would be fenced). A "
+            "block that fails its CRC is refused by every load and passed over by that "
+            "process from then on; its partition's holder drops it when it reads it. `cxlkv "
+            "verify` (without --drop) lists them; to drop all of partition " +
+            p + ": cxlkv wipe --region " + f.region + " --partition " + p));
+  }
+  if (drop) {
+    r.reset();
+    s = OpenParticipant(f, timing, &r);
+    if (!s.ok()) return Fail("verify", s);
+  }
   Region::ScrubReport rep;
   s = r->Verify(drop, &rep);
   if (!s.ok()) return Fail("verify", s);
@@ -318,13 +343,20 @@ int Verify(const RegionFlags& f, const TimingFlags& timing, bool drop, bool as_j
   if (rep.crc_failures > rep.dropped) {
     // The damaged slots stay until a load or this scrub drops them: a load
     // that verifies refuses their bytes, one that does not would serve them.
-    const bool software = r->info().config.coherence == CoherenceMode::kSoftware;
-    std::fprintf(stderr,
-                 "cxlkv verify: %llu slot(s) failed their CRC check and are still in the region "
-                 "(loads that verify refuse them); drop them with: cxlkv verify --region %s "
-                 "--drop%s\n",
-                 (unsigned long long)(rep.crc_failures - rep.dropped), f.region.c_str(),
-                 software ? " --partition P (each partition's holder drops its own)" : "");
+    if (r->info().config.coherence == CoherenceMode::kSoftware) {
+      std::fprintf(stderr,
+                   "cxlkv verify: %llu slot(s) failed their CRC check and are still in the "
+                   "region (every load refuses them; each write partition's holder drops its "
+                   "own when it reads them); to drop a whole partition: cxlkv wipe --region %s "
+                   "--partition P\n",
+                   (unsigned long long)(rep.crc_failures - rep.dropped), f.region.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "cxlkv verify: %llu slot(s) failed their CRC check and are still in the "
+                   "region (loads that verify refuse them); drop them with: cxlkv verify "
+                   "--region %s --drop\n",
+                   (unsigned long long)(rep.crc_failures - rep.dropped), f.region.c_str());
+    }
   }
   if (rep.data_unsettled > rep.data_settled) {
     std::fprintf(stderr,
@@ -343,6 +375,10 @@ int Wipe(const RegionFlags& f, const TimingFlags& timing, bool as_json) {
   Region::WipeReport rep;
   s = r->Wipe(&rep);
   if (!s.ok()) return Fail("wipe", s);
+  // coherence=software: attaching as the partition's new holder already
+  // dropped its blocks (a new holder starts its partition empty): counted.
+  if (r->info().config.coherence == CoherenceMode::kSoftware)
+    rep.dropped += r->ProcessCounters()[Counter::kReclaimedSlots];
   if (as_json) {
     std::printf("%s\n",
                 json{{"dropped", rep.dropped}, {"pinned", rep.pinned}, {"writing", rep.writing}}
@@ -456,7 +492,7 @@ void AddRegionCommands(CLI::App& app, int* rc) {
     t->Add(cmd, true);
     cmd->add_flag("--drop", *drop,
                   "drop corrupt slots and settle layout 5's data words (registers as a "
-                  "participant)");
+                  "participant; refused on a coherence=software region)");
     cmd->add_flag("--json", *js, "machine-readable output");
     cmd->callback([=] { *rc = Verify(*f, *t, *drop, *js); });
   }
