@@ -53,6 +53,16 @@ uint32_t HeaderCrc(const Superblock& sb) {
                 offsetof(Superblock, header_crc) - offsetof(Superblock, layout_version));
 }
 
+std::string SwMagicNotSetText(const std::string& path, uint32_t partitions) {
+  const std::string h = std::to_string(partitions);
+  return "region " + path + ": its header is an intact coherence=software one (layout 6, " + h +
+         " write partitions) but its magic word is damaged or not yet written. Only the holder "
+         "of write partition 0 writes the superblock: it restores the magic (or finishes its "
+         "format) when it attaches, and `cxlkv format --region " +
+         path + " --coherence software --partitions " + h +
+         "` attaches as partition 0 for a moment and does (its blocks are kept)";
+}
+
 namespace {
 
 std::string DescribeShortFile(const std::string& path, int fd, uint64_t offset, uint64_t file_size,
@@ -305,6 +315,11 @@ Status RegionImpl::FormatOrWait() {
     const bool blank_rest = all_zero(sizeof(Superblock), kSuperblockBytes);
     // Decision table (docs/region_format.md, "Format protocol").
     bool claim = false;
+    if (header_intact && copy.layout_version == kLayoutVersionSoftware) {
+      // coherence=software: the superblock is partition 0's line, which no
+      // other host may write (software.cc restores the magic).
+      return Status::Corruption(SwMagicNotSetText(path, copy.partitions));
+    }
     if (header_intact) {
       if (lock == 0) {
         return Status::Corruption("region " + path +

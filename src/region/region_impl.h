@@ -67,6 +67,9 @@ Status BuildHeader(const Geometry& g, const RegionConfig& c, uint32_t layout_ver
                    uint32_t partitions, Superblock* out, std::string* json_text);
 // CRC32C of a superblock's checksummed bytes (Superblock::header_crc).
 uint32_t HeaderCrc(const Superblock& sb);
+// The error of an opener other than partition 0's holder that finds an
+// intact coherence=software header without its magic word (open.cc).
+std::string SwMagicNotSetText(const std::string& path, uint32_t partitions);
 
 // Recency of a slot's block for eviction (SlotMeta::last_use): a coarse
 // wall clock in milliseconds, modulo 2^32 (directory.cc). Thread-safe; no

@@ -136,6 +136,20 @@ Status RegionImpl::SwFormatOrWait() {
     vis_->FullFence();
     if (vis_->Load64(&sb_->magic) == kMagic) return Status::OK();
     const uint64_t lock = vis_->Load64(&sb_->format_lock);
+    Superblock copy;
+    vis_->CopyFromRegion(&copy, sb_, sizeof copy);
+    const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
+    // A finished format (SwFormat sets the lock's low bit with the magic,
+    // after the header reached memory) whose magic word was damaged:
+    // partition 0's holder restores it, as hardware mode's open does,
+    // never formats over it (its blocks are every partition's); the loop's
+    // invalidate, next, writes the line back (then a full fence) before
+    // the magic is read again. Nobody else may write the line.
+    const bool damaged_magic = header_intact && (lock & 1);
+    if (formatter && damaged_magic) {
+      vis_->Store64(&sb_->magic, kMagic);
+      continue;
+    }
     if (formatter && opts_.create_if_missing) {
       const RegionConfig& c = opts_.config;
       if (c.slot_size == 0) {
@@ -147,18 +161,6 @@ Status RegionImpl::SwFormatOrWait() {
             "region " + path +
             " is not formatted; formatting with coherence=software needs software_partitions "
             "(1..16)");
-      }
-      // A finished format (SwFormat sets the lock's low bit with the magic,
-      // after the header reached memory) whose magic word was damaged is
-      // restored, as hardware mode's open does, never formatted over (its
-      // blocks are every partition's). The loop's invalidate, next, writes
-      // the line back (then a full fence) before the magic is read again.
-      Superblock copy;
-      vis_->CopyFromRegion(&copy, sb_, sizeof copy);
-      const bool header_intact = HeaderCrc(copy) == copy.header_crc && copy.layout_version != 0;
-      if (header_intact && (lock & 1)) {
-        vis_->Store64(&sb_->magic, kMagic);
-        continue;
       }
       if (header_intact && lock == 0 && !map_->created()) {
         return Status::Corruption("region " + path +
@@ -173,9 +175,14 @@ Status RegionImpl::SwFormatOrWait() {
       return SwFormat(NewNonce());
     }
     if (!opts_.create_if_missing) {
+      if (damaged_magic) return Status::Corruption(SwMagicNotSetText(path, copy.partitions));
       return Status::NotFound("region " + path + " is not formatted");
     }
     if (Clock::now() > deadline) {
+      if (damaged_magic) {
+        return Status::Busy(SwMagicNotSetText(path, copy.partitions) + "; waited " +
+                            std::to_string(opts_.format_wait_ns / 1000000) + " ms for it");
+      }
       return Status::Busy("region " + path +
                           ": not formatted, and the attacher of write partition 0 (which formats "
                           "in coherence=software) did not format it within " +

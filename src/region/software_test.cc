@@ -506,6 +506,62 @@ TEST(Software, DamagedMagicIsRepairedNeverReformatted) {
   }
 }
 
+// Only partition 0's holder writes the superblock of a coherence=software
+// region, so only it restores a damaged magic word. Every other opener
+// left it alone but said the wrong thing: an observer (`cxlkv inspect`)
+// "is not formatted", another partition's holder waited its whole
+// format_wait for a format, and an opener in hardware mode (the CLI's
+// default for a region whose magic it cannot read) wrote the magic into
+// partition 0's line itself, then refused the region as "expects
+// hardware". Each now names the damaged magic and who restores it, and
+// writes nothing.
+TEST(Software, ADamagedMagicIsLeftToPartitionZeroAndNamedByEveryOtherOpener) {
+  CXLKV_NEED_VISIBILITY();
+  ScratchRegion tmp;
+  {
+    TwoHosts two = OpenTwoHosts(tmp.path(), 4 << 20, 4096);
+    const auto b = Block(3, 3000);
+    ASSERT_TRUE(two.h1->Store(two.ns, BlockKey::FromId(3), b.data(), b.size()).ok());
+  }
+  auto magic0 = [&] {
+    std::ifstream f(tmp.path(), std::ios::binary);
+    char c = 0;
+    f.read(&c, 1);
+    return c;
+  };
+  const char intact = magic0();
+  {
+    std::fstream f(tmp.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const char c = static_cast<char>(intact ^ 1);
+    f.write(&c, 1);  // Superblock::magic
+  }
+  auto names_it = [](const Status& s) {
+    return s.message().find("magic") != std::string::npos &&
+           s.message().find("write partition 0") != std::string::npos &&
+           s.message().find("--partitions 2") != std::string::npos;
+  };
+  std::unique_ptr<Region> r;
+  RegionOptions obs = SoftwareOptions(0, 0, 0, -1);
+  obs.register_participant = false;
+  obs.create_if_missing = false;
+  Status s = Region::Open(tmp.path(), obs, &r);
+  EXPECT_TRUE(s.IsCorruption() && names_it(s)) << s.ToString();
+  RegionOptions hw = test::TestOptions(0, 0);
+  hw.create_if_missing = false;
+  hw.register_participant = false;
+  s = Region::Open(tmp.path(), hw, &r);
+  EXPECT_TRUE(s.IsCorruption() && names_it(s)) << s.ToString();
+  EXPECT_NE(magic0(), intact) << "a hardware-mode opener wrote partition 0's superblock line";
+  RegionOptions p1 = SoftwareOptions(0, 0, 0, 1);
+  p1.format_wait_ns = 50'000'000;
+  s = Region::Open(tmp.path(), p1, &r);
+  EXPECT_TRUE(s.IsBusy() && names_it(s)) << s.ToString();
+  EXPECT_NE(magic0(), intact);
+  auto h0 = MustOpen(tmp.path(), SoftwareOptions(0, 0, 0, 0));  // restores it
+  EXPECT_EQ(magic0(), intact);
+  ASSERT_TRUE(Region::Open(tmp.path(), obs, &r).ok());
+}
+
 // The holder's map (software_state.h) gives an entry one data slot. An
 // entry whose line says FREE while the holder believes it holds a block
 // (damage; or a zombie's late SW2b line, until the periodic sweep gets
