@@ -6,6 +6,7 @@
 // partition where a command writes, and clear errors for a region of the
 // other mode.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -325,6 +326,47 @@ TEST(CliCoherenceTest, TwoReplayWorkersGivenOnePartitionFailClearly) {
   EXPECT_NE(w.Slurp("0.err").find("was given to a newer process"), std::string::npos)
       << w.Slurp("0.err");
   EXPECT_NE(w.Slurp("0.err").find("two writers given one write partition"), std::string::npos);
+}
+
+// Separately started workers (the pods of a claim) wait for the requests
+// that first store their prefixes, whichever worker has them. A worker
+// killed mid-run (here: at its first commit, the failpoint) never marks
+// its requests done, and the others waited for them for ever; they now
+// notice it stopped (its heartbeat, in the region) and stop, saying which.
+TEST(CliCoherenceTest, AWorkerKilledMidRunStopsTheOthersInsteadOfHangingThem) {
+  const std::string region = Region("killedworker");
+  const std::string dir = region + ".d";
+  ASSERT_EQ(std::system(("rm -rf " + dir + " " + region + "; mkdir -p " + dir).c_str()), 0);
+  auto slurp = [&](const std::string& name) {
+    std::ifstream in(dir + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto worker = [&](const std::string& i, const std::string& env) {
+    return "(" + env + " CXL_COHERENCE=software " + clitest::Bin() + " replay --region " + region +
+           " --region-size 64MiB --trace " + clitest::Trace() +
+           " --kv-bytes-per-token 2 --limit 600 --quiet --json --heartbeat-ms 25 "
+           "--liveness-timeout-ms 300 --replica-count 2 --control " +
+           dir + "/ctl --replica-index " + i + " >" + dir + "/" + i + ".out 2>" + dir + "/" + i +
+           ".err & echo $! >" + dir + "/" + i + ".pid; wait $!; echo $? >" + dir + "/" + i +
+           ".rc) &";
+  };
+  ASSERT_EQ(std::system(worker("0", "").c_str()), 0);
+  ASSERT_EQ(std::system(worker("1", "CXLKV_FAILPOINT=sw.commit.before_ready:kill").c_str()), 0);
+  // Worker 1's heartbeat stands still from its kill: worker 0 stops once it
+  // stood for 3 x 300 ms + 1 s (and a stuck key of worker 1's, if it meets
+  // one, costs it as long); 60 s is room for a loaded machine.
+  for (int i = 0; i < 1200 && slurp("0.rc").empty(); ++i) ::usleep(50'000);
+  const std::string rc0 = slurp("0.rc");
+  if (rc0.empty()) {  // still waiting: end it (our own child, by its pid)
+    const std::string pid = slurp("0.pid");
+    if (!pid.empty()) ::kill(std::stoi(pid), SIGKILL);
+  }
+  EXPECT_EQ(slurp("1.rc"), "137\n") << "the failpoint did not kill worker 1: " << slurp("1.err");
+  EXPECT_EQ(rc0, "1\n") << "worker 0 did not stop within 60 s: " << slurp("0.err");
+  EXPECT_NE(slurp("0.err").find("replica 1"), std::string::npos) << slurp("0.err");
+  EXPECT_NE(slurp("0.err").find("heartbeat"), std::string::npos) << slurp("0.err");
+  for (int i = 0; i < 100 && slurp("0.rc").empty(); ++i) ::usleep(50'000);
+  (void)std::system(("rm -rf " + dir + " " + region).c_str());
 }
 
 // With the node's partition lock (CXL_PARTITION_LOCK, which hostd's CDI

@@ -221,6 +221,20 @@ TEST(CliLifecycleTest, ControlFileOfAnotherPlanOrKindIsRefusedAndNeverShrunk) {
   EXPECT_NE(r.err.find("another plan"), std::string::npos) << r.err;
   ASSERT_EQ(::stat(ctl.c_str(), &after), 0);
   EXPECT_EQ(after.st_size, before.st_size);
+  // A control file of another format version (an older build's: version
+  // 2 had no participant records), same plan otherwise: refused, unchanged.
+  {
+    const std::string old_ctl = d / "old.ctl";
+    std::string bytes = ReadAll(ctl);
+    ASSERT_GT(bytes.size(), 12u);
+    bytes[8] = 2;  // Control::version, after the 8-byte stamp
+    { std::ofstream(old_ctl, std::ios::binary) << bytes; }
+    r = worker(old_ctl, 300, 0);
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("version 3"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("remove it"), std::string::npos) << r.err;
+    EXPECT_EQ(ReadAll(old_ctl), bytes);
+  }
   // A replica index that already ran with this control file: refused.
   r = worker(ctl, 300, 0);
   EXPECT_EQ(r.rc, 1);

@@ -65,14 +65,18 @@ struct WorkerResult {
       verify_failures, corrupted_injected, corrupted_read, corrupted_read_events,
       unexpected_verify_failures, wrong_data, store_failures, stores, duplicates, evictions,
       cross_hits, errors, lost_races, done;
+  // The worker's registry record in the shared region, once attached: its
+  // index + 1 (0: not attached yet) and its incarnation, so the others
+  // waiting for its requests can tell it stopped (WorkerStopped).
+  std::atomic<uint64_t> participant, incarnation;
 };
 
 // "CXLKVCTL": a replay control file. Its header names the plan it belongs
 // to, so a worker never adopts (or resizes) a file of another plan, a
 // region, or anything else.
 constexpr uint64_t kControlMagic = 0x4C5443564B4C5843ull;
-// 2: WorkerResult gained lost_races.
-constexpr uint32_t kControlVersion = 2;
+// 2: WorkerResult gained lost_races. 3: participant and incarnation.
+constexpr uint32_t kControlVersion = 3;
 
 // Shared between the replica processes: completion flags, progress, the
 // set of blocks corrupted behind the engine's back, and results.
@@ -214,6 +218,52 @@ std::chrono::nanoseconds StuckKeyBound(const Flags& f, const Region& r) {
   return std::chrono::nanoseconds(3 * judge + 4 * o.heartbeat_interval_ns + 1'000'000'000);
 }
 
+// Whether the worker of replica `owner`, whose requests this one waits
+// for, stopped without finishing them (killed: its exit never sets
+// `aborted`). Separately started workers wait for each other's requests
+// through the control file; a dead one would hold the rest for ever. Its
+// registry record tells, in the shared region: gone (a clean close, or
+// reclaimed: hardware mode) or its heartbeat not advanced, watched on our
+// clock from `watch` (kept per owner by the caller), for as long as the
+// stuck-key bound allows a dead writer: three liveness judgements (our
+// timeout or 4 of its declared intervals, whichever is longer) and a
+// second, so a live worker starved on a loaded machine is not taken for a
+// dead one. False while it has not attached.
+struct OwnerWatch {
+  uint64_t heartbeat = 0;
+  Clock::time_point since{};
+  bool seen = false;
+};
+bool WorkerStopped(const Flags& f, const Region& r, const Control* ctl, uint32_t owner,
+                   OwnerWatch* watch, std::string* why) {
+  const uint64_t p = ctl->results[owner].participant.load(std::memory_order_acquire);
+  if (p == 0) return false;
+  const uint64_t inc = ctl->results[owner].incarnation.load(std::memory_order_acquire);
+  const auto now = Clock::now();
+  for (const ParticipantInfo& info : r.Participants()) {
+    if (info.index + 1 != p || info.incarnation != inc) continue;
+    if (!watch->seen || info.heartbeat != watch->heartbeat) {
+      watch->seen = true;
+      watch->heartbeat = info.heartbeat;
+      watch->since = now;
+      return false;
+    }
+    // Capped as the judge caps it: the declared interval is region bytes.
+    const RegionOptions o = ReplicaTiming(f);
+    const uint64_t judge = std::max(
+        o.liveness_timeout_ns, 4 * std::min(info.heartbeat_interval_ns, kMaxHeartbeatIntervalNs));
+    const auto still = std::chrono::nanoseconds(3 * judge + 1'000'000'000);
+    if (now - watch->since < still) return false;
+    *why = "its heartbeat (pid " + std::to_string(info.pid) + " on " + info.host +
+           ") has not advanced for " +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(still).count()) +
+           " ms";
+    return true;
+  }
+  *why = "its heartbeat is gone from the region (its registry record was released)";
+  return true;
+}
+
 int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t index,
               uint32_t count) {
   const uint64_t block_bytes = f.block_tokens * f.kv_bytes_per_token;
@@ -238,6 +288,17 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
     return kExitFailed;
   }
   const bool soft = r->info().config.coherence == CoherenceMode::kSoftware;
+  // Who we are in the shared region, for the workers that wait for our
+  // requests (WorkerStopped). A private baseline's regions are apart.
+  const bool shared = f.baseline != "private";
+  if (shared && r->info().participant >= 0) {
+    for (const ParticipantInfo& p : r->Participants()) {
+      if (!p.self) continue;
+      res.incarnation.store(p.incarnation, std::memory_order_relaxed);
+      res.participant.store(p.index + 1, std::memory_order_release);
+    }
+  }
+  std::vector<OwnerWatch> watches(count);
   std::vector<uint8_t> buf(block_bytes), want(block_bytes);
   std::vector<BlockKey> keys;
   std::mt19937_64 rng(f.seed * 1000003 + index);
@@ -257,6 +318,19 @@ int RunWorker(const Flags& f, const ReplayPlan& plan, Control* ctl, uint32_t ind
           return kExitFailed;
         }
         if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        // Every 50 ms or so of waiting: is the worker we wait for still there?
+        const uint32_t owner = plan.replica[static_cast<size_t>(d)];
+        std::string why;
+        if (shared && owner != index && spin % 1000 == 999 &&
+            WorkerStopped(f, *r, ctl, owner, &watches[owner], &why)) {
+          ctl->aborted = 1;
+          std::fprintf(stderr,
+                       "cxlkv replay: replica %u: replica %u stopped without finishing its "
+                       "requests (%s: killed?); stopping. Remove the control file and the region "
+                       "before a new run\n",
+                       index, owner, why.c_str());
+          return kExitFailed;
+        }
       }
     }
     const auto& chain = plan.chains[j];
@@ -514,7 +588,9 @@ Status OpenControl(const Flags& f, uint64_t plan_hash, size_t bytes, uint32_t re
   } else if (ctl->magic.load(std::memory_order_acquire) != kControlMagic ||
              ctl->version != kControlVersion) {
     s = refuse("not a replay control file of this build (no CXLKVCTL stamp of version " +
-               std::to_string(kControlVersion) + ")");
+               std::to_string(kControlVersion) +
+               ": another build's, or not one at all); remove it, and the region, before a new "
+               "run");
   } else if (ctl->plan_hash != plan_hash || ctl->bytes != bytes || ctl->replicas != replicas) {
     s = refuse(
         "it belongs to another plan (a different trace, --limit, --replica-count, --routing, "
