@@ -167,43 +167,41 @@ uint32_t PayloadCrc(const std::vector<PartEntry>& table, const PartedLayout& lay
 // carried the data slot, not a lost reservation. The entry's index is
 // untrusted, but a data word held by this reservation's lease can only be
 // its own data slot, so a token that says 0 was made without it.
+// The error for a token that says data slot 0 while its reservation holds
+// (or its index names: `whose`) data slot `held`.
+Status OlderBuildToken(const WriteToken& token, uint64_t held, const char* whose,
+                       const char* or_else) {
+  return Status::InvalidArgument(
+      "write token of slot " + std::to_string(token.slot) +
+      " carries no data slot (the high 32 bits of its len are zero) while its " + whose + " " +
+      std::to_string(held) +
+      ": it was exported by an older cxlkv build, from before tokens carried the data slot" +
+      or_else +
+      ". Run the reserving process (the one that calls ExportWriteToken) on this build, the same "
+      "as the fillers, and export the token again");
+}
+
 Status CheckTokenCarriesItsDataSlot(internal::RegionImpl* impl, const WriteToken& token) {
   const int64_t held = impl->EntryDataSlot(token.slot);
   if (held <= 0 || !internal::DataLeaseIs(
                        impl->DataWord(static_cast<uint64_t>(held)).load(std::memory_order_acquire),
                        token.slot, internal::WordGen(token.word)))
     return Status::OK();
-  return Status::InvalidArgument(
-      "write token of slot " + std::to_string(token.slot) +
-      " carries no data slot (the high 32 bits of its len are zero) while its reservation holds "
-      "data slot " +
-      std::to_string(held) +
-      ": it was exported by an older cxlkv build, from before tokens carried the data slot. Run "
-      "the reserving process (the one that calls ExportWriteToken) on this build, the same as "
-      "the fillers, and export the token again");
+  return OlderBuildToken(token, static_cast<uint64_t>(held), "reservation holds data slot", "");
 }
 
 Status TokenData(Region* region, const WriteToken& token, uint8_t** base) {
   internal::RegionImpl* impl = Impl(region);
-  const internal::Geometry& g = impl->geometry();
-  if (g.partitions > 0) {
+  if (impl->geometry().partitions > 0) {
     const uint64_t d = TokenDataSlot(token);
-    const uint64_t entry_part = token.slot / g.ways / (g.num_sets / g.partitions);
     const uint64_t named = impl->Meta(token.slot).data.load(std::memory_order_acquire);
-    if (d / (g.num_slots / g.partitions) != entry_part || named != d) {
-      if (d == 0) {
-        // Tokens of layout 6 carry their data slot since this build: one
-        // that says 0 where the index names another was exported by an
-        // older build (or the index is damaged: no data word tells which).
-        return Status::InvalidArgument(
-            "write token of slot " + std::to_string(token.slot) +
-            " carries no data slot (the high 32 bits of its len are zero) while its "
-            "reservation's index names data slot " +
-            std::to_string(named) +
-            ": it was exported by an older cxlkv build, from before tokens carried the data slot "
-            "(or the index is damaged). Run the reserving process (the one that calls "
-            "ExportWriteToken) on this build, the same as the fillers, and export the token again");
-      }
+    if (!impl->SwDataInPartition(d, impl->SwPartitionOf(token.slot)) || named != d) {
+      // Tokens of layout 6 carry their data slot since this build: one
+      // that says 0 where the index names another was exported by an
+      // older build (or the index is damaged: no data word tells which).
+      if (d == 0)
+        return OlderBuildToken(token, named, "reservation's index names data slot",
+                               " (or the index is damaged)");
       return Status::NotFound("the reservation of slot " + std::to_string(token.slot) +
                               " does not hold data slot " + std::to_string(d) +
                               " (its index names " + std::to_string(named) + ")");

@@ -280,6 +280,38 @@ TEST(DelegateTest, SplitFillNoticesALostReservation) {
   EXPECT_TRUE(BeginFillPart(r.get(), token, kLayout, 0, &dst).IsNotFound());
 }
 
+// A reservation of `key` whose entry's index, damaged after its token was
+// exported, names the data slot of `other`, a block stored just before
+// (bytes `ob`, FillPattern(pattern)): what a filler must never write into.
+struct DamagedIndex {
+  NamespaceId ns = 0;
+  std::vector<uint8_t> ob;
+  uint32_t od = 0;   // the other block's data slot
+  uint32_t own = 0;  // the reservation's own data slot
+  WriteLease lease;
+  WriteToken token;
+  std::atomic<uint32_t>* index = nullptr;  // the reserved entry's data slot index
+};
+void ReserveOverADamagedIndex(Region* r, const BlockKey& other, const BlockKey& key,
+                              uint64_t pattern, DamagedIndex* d) {
+  d->ns = Ns(r);
+  auto* impl = static_cast<internal::RegionImpl*>(r);
+  d->ob.resize(kLayout.PayloadLen());
+  FillPattern(pattern, d->ob.data(), d->ob.size());
+  ASSERT_TRUE(r->Store(d->ns, other, d->ob.data(), d->ob.size()).ok());
+  const int64_t oe = impl->FindReadySlot(d->ns, other);
+  ASSERT_GE(oe, 0);
+  d->od = impl->Meta(static_cast<uint64_t>(oe)).data.load();
+  ASSERT_TRUE(r->BeginWrite(d->ns, key, kLayout.PayloadLen(), &d->lease).ok());
+  ASSERT_TRUE(ExportWriteToken(*r, d->lease, &d->token).ok());
+  EXPECT_EQ(TokenPayloadLen(d->token), kLayout.PayloadLen());
+  d->index = &impl->Meta(d->token.slot).data;
+  d->own = d->index->load();
+  ASSERT_NE(d->own, d->od);
+  EXPECT_EQ(TokenDataSlot(d->token), d->own);
+  d->index->store(d->od);  // damage: the reservation's index names the other block's data slot
+}
+
 // Layout 5: a damaged data slot index on the reserved entry (here: another
 // block's data slot) sent the fillers' bytes into that block (its loads
 // then failed the CRC, and it was dropped). The token carries the
@@ -290,25 +322,15 @@ TEST(DelegateTest, FillersWriteTheTokensDataSlotNotADamagedIndex) {
   ScratchRegion sr("parted-index");
   auto r = MustOpen(sr.path(), TestOptions(8 << 20, kLayout.PayloadLen()));
   ASSERT_EQ(r->info().config.coherence, CoherenceMode::kHardware);
-  const NamespaceId ns = Ns(r.get());
-  auto* impl = static_cast<internal::RegionImpl*>(r.get());
   const BlockKey other = BlockKey::FromId(20), key = BlockKey::FromId(21);
-  std::vector<uint8_t> ob(kLayout.PayloadLen());
-  FillPattern(77, ob.data(), ob.size());
-  ASSERT_TRUE(r->Store(ns, other, ob.data(), ob.size()).ok());
-  const int64_t oe = impl->FindReadySlot(ns, other);
-  ASSERT_GE(oe, 0);
-  const uint32_t od = impl->Meta(static_cast<uint64_t>(oe)).data.load();
-  WriteLease lease;
-  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
-  WriteToken token;
-  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
-  EXPECT_EQ(TokenPayloadLen(token), kLayout.PayloadLen());
-  std::atomic<uint32_t>& index = impl->Meta(token.slot).data;
-  const uint32_t own = index.load();
-  ASSERT_NE(own, od);
-  EXPECT_EQ(TokenDataSlot(token), own);
-  index.store(od);  // damage: the reservation's index names the other block's data slot
+  DamagedIndex d;
+  ASSERT_NO_FATAL_FAILURE(ReserveOverADamagedIndex(r.get(), other, key, 77, &d));
+  const NamespaceId ns = d.ns;
+  const std::vector<uint8_t>& ob = d.ob;
+  const uint32_t od = d.od, own = d.own;
+  WriteLease& lease = d.lease;
+  const WriteToken& token = d.token;
+  std::atomic<uint32_t>& index = *d.index;
   Kv kv0(300), kv1(301);
   const int32_t ids[kPerChunk] = {1, 5, 2, 8};
   ASSERT_TRUE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());
@@ -398,25 +420,15 @@ TEST(DelegateTest, SoftwareModeFillersNeverWriteWhereADamagedIndexPoints) {
   ScratchRegion sr("parted-sw");
   auto r = MustOpen(sr.path(), test::SoftwareOptions(8 << 20, kLayout.PayloadLen(), 2, 0));
   ASSERT_EQ(r->info().config.coherence, CoherenceMode::kSoftware);
-  const NamespaceId ns = Ns(r.get());
-  auto* impl = static_cast<internal::RegionImpl*>(r.get());
   const BlockKey other = BlockKey::FromId(30), key = BlockKey::FromId(31);
-  std::vector<uint8_t> ob(kLayout.PayloadLen());
-  FillPattern(78, ob.data(), ob.size());
-  ASSERT_TRUE(r->Store(ns, other, ob.data(), ob.size()).ok());
-  const int64_t oe = impl->FindReadySlot(ns, other);
-  ASSERT_GE(oe, 0);
-  const uint32_t od = impl->Meta(static_cast<uint64_t>(oe)).data.load();
-  WriteLease lease;
-  ASSERT_TRUE(r->BeginWrite(ns, key, kLayout.PayloadLen(), &lease).ok());
-  WriteToken token;
-  ASSERT_TRUE(ExportWriteToken(*r, lease, &token).ok());
-  EXPECT_EQ(TokenPayloadLen(token), kLayout.PayloadLen());
-  std::atomic<uint32_t>& index = impl->Meta(token.slot).data;
-  const uint32_t own = index.load();
-  ASSERT_NE(own, od);
-  EXPECT_EQ(TokenDataSlot(token), own);
-  index.store(od);  // damage: the reservation's index names the other block's data slot
+  DamagedIndex d;
+  ASSERT_NO_FATAL_FAILURE(ReserveOverADamagedIndex(r.get(), other, key, 78, &d));
+  const NamespaceId ns = d.ns;
+  const std::vector<uint8_t>& ob = d.ob;
+  const uint32_t od = d.od, own = d.own;
+  WriteLease& lease = d.lease;
+  const WriteToken& token = d.token;
+  std::atomic<uint32_t>& index = *d.index;
   Kv kv0(310), kv1(311);
   const int32_t ids[kPerChunk] = {3, 0, 7, 9};
   EXPECT_FALSE(FillPart(r.get(), token, kLayout, 0, kv0.pages(ids)).ok());

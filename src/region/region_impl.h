@@ -158,6 +158,15 @@ class RegionImpl final : public Region {
   int64_t EntryDataSlot(uint64_t entry) const;
   // SlotData(EntryDataSlot(entry)), or null for an out-of-range index.
   uint8_t* EntryData(uint64_t entry) const;
+  // coherence=software (layout 6): the write partition of entry `slot`,
+  // and whether data slot `d` lies in partition q's data slots (an entry of
+  // q naming another is damage). Also for delegate.cc's fills.
+  uint32_t SwPartitionOf(uint64_t slot) const {
+    return static_cast<uint32_t>(slot / geo_.ways / part_sets_);
+  }
+  bool SwDataInPartition(uint64_t d, uint32_t q) const {
+    return d < geo_.num_slots && d / part_datas_ == q;
+  }
   // The data slot whose bytes start at `p` (a lease's data()).
   uint64_t DataIndexOf(const void* p) const {
     return static_cast<uint64_t>(static_cast<const uint8_t*>(p) - data_) / geo_.slot_stride;
@@ -329,19 +338,11 @@ class RegionImpl final : public Region {
   // newer incarnation of our partition exists; an older one (a zombie's
   // late line) is overwritten with ours again.
   bool SwStillOwner();
-  uint32_t SwPartitionOf(uint64_t slot) const {
-    return static_cast<uint32_t>(slot / geo_.ways / part_sets_);
-  }
   // True for a slot of the partition we hold (not once fenced: its lines
   // are then the new holder's, and are invalidated like anyone's).
   bool SwOwnSlot(uint64_t slot) const {
     return self_ >= 0 && !fenced_.load(std::memory_order_acquire) &&
            slot / geo_.ways / part_sets_ == self_index();
-  }
-  // Data slot `d` lies in partition q's data slots (an entry of q naming
-  // another is damage).
-  bool SwDataInPartition(uint64_t d, uint32_t q) const {
-    return d < geo_.num_slots && d / part_datas_ == q;
   }
   // Records a use of entry `entry`'s block (READY word `w`, in data slot
   // `data`) for SW2's least-recently-used order: ours directly, another

@@ -70,13 +70,13 @@ def test_a_slope_from_decode_steps_alone_never_prices_a_recompute():
     assert "steps: 21 at 1-8192" in p.describe()
 
 
-def test_manager_recomputes_when_measured_loads_cost_more(region_path, caplog):  # noqa: F811
-    import logging
-
+def _four_stored_chunks(region_path):
+    """A spec's manager and worker over a small region, and four chunks of 32
+    tokens stored through them: (manager, worker, kv tensors, keys)."""
     import torch
     from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
                                          CanonicalKVCacheTensor, GPULoadStoreSpec,
-                                         LookupResult, ReqContext, make_offload_key)
+                                         ReqContext, make_offload_key)
 
     from cxlkv.vllm import CxlkvOffloadingSpec
 
@@ -86,7 +86,7 @@ def test_manager_recomputes_when_measured_loads_cost_more(region_path, caplog): 
     w = spec.get_worker(CanonicalKVCaches(
         [CanonicalKVCacheTensor(t, 2048) for t in kv],
         [[CanonicalKVCacheRef(0, 2048), CanonicalKVCacheRef(1, 2048)]]))
-    keys = [make_offload_key(os.urandom(32), 0) for _ in range(4)]  # 4 chunks of 32 tokens
+    keys = [make_offload_key(os.urandom(32), 0) for _ in range(4)]
     ctx = ReqContext(req_id="writer")
     out = m.prepare_store(keys, ctx)
     assert w.submit_store(1, GPULoadStoreSpec([0, 1, 2, 3], group_sizes=[4], block_indices=[0]),
@@ -94,6 +94,16 @@ def test_manager_recomputes_when_measured_loads_cost_more(region_path, caplog): 
     w.wait({1})
     assert [r.success for r in w.get_finished()] == [True]
     m.complete_store(keys, ctx)
+    return m, w, kv, keys
+
+
+def test_manager_recomputes_when_measured_loads_cost_more(region_path, caplog):  # noqa: F811
+    import logging
+
+    import torch
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec, LookupResult, ReqContext
+
+    m, w, kv, keys = _four_stored_chunks(region_path)  # 4 chunks of 32 tokens
 
     def lookups(req):
         c = ReqContext(req_id=req)
@@ -153,12 +163,8 @@ def test_a_loads_cost_leaves_out_its_wait_for_gpu_blocks(region_path, monkeypatc
     predicted a 127-chunk load dearer than its prefill and recomputed it."""
     import time as real_time
 
-    import torch
-    from vllm.v1.kv_offload.base import (CanonicalKVCacheRef, CanonicalKVCaches,
-                                         CanonicalKVCacheTensor, GPULoadStoreSpec,
-                                         LookupResult, ReqContext, make_offload_key)
+    from vllm.v1.kv_offload.base import LookupResult, ReqContext
 
-    from cxlkv.vllm import CxlkvOffloadingSpec
     from cxlkv.vllm import manager as manager_mod
 
     now = [1000.0]
@@ -171,20 +177,7 @@ def test_a_loads_cost_leaves_out_its_wait_for_gpu_blocks(region_path, monkeypatc
             return now[0]
 
     monkeypatch.setattr(manager_mod, "time", Clock)
-    spec = CxlkvOffloadingSpec(_config(_extra(region_path), bytes_per_block=2 * 2048))
-    m = spec.get_manager()
-    kv = [torch.randint(-128, 127, (16, 2048), dtype=torch.int8) for _ in range(2)]
-    w = spec.get_worker(CanonicalKVCaches(
-        [CanonicalKVCacheTensor(t, 2048) for t in kv],
-        [[CanonicalKVCacheRef(0, 2048), CanonicalKVCacheRef(1, 2048)]]))
-    keys = [make_offload_key(os.urandom(32), 0) for _ in range(4)]
-    ctx = ReqContext(req_id="writer")
-    out = m.prepare_store(keys, ctx)
-    assert w.submit_store(1, GPULoadStoreSpec([0, 1, 2, 3], group_sizes=[4], block_indices=[0]),
-                          out.store_spec)
-    w.wait({1})
-    assert [r.success for r in w.get_finished()] == [True]
-    m.complete_store(keys, ctx)
+    m, w, _, keys = _four_stored_chunks(region_path)
 
     def load(req, waited_s, copy_s):
         c = ReqContext(req_id=req)

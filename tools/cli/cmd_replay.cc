@@ -207,13 +207,18 @@ RegionOptions ReplicaTiming(const Flags& f) {
 // attached counts. Three such judgements and a second cover both with room
 // for a loaded machine; longer means the key is stuck, which the old
 // unbounded loop turned into an hour per key.
+// The liveness judgement of a participant that declared heartbeats every
+// `declared_ns`, as the registry's judge makes it: our timeout or 4 of its
+// intervals, whichever is longer, the interval capped (it is region bytes).
+uint64_t LivenessJudgeNs(const RegionOptions& o, uint64_t declared_ns) {
+  return std::max(o.liveness_timeout_ns, 4 * std::min(declared_ns, kMaxHeartbeatIntervalNs));
+}
+
 std::chrono::nanoseconds StuckKeyBound(const Flags& f, const Region& r) {
   const RegionOptions o = ReplicaTiming(f);
   uint64_t judge = o.liveness_timeout_ns;
   for (const ParticipantInfo& p : r.Participants()) {
-    // Capped as the judge caps it: the declared interval is region bytes.
-    if (!p.self)
-      judge = std::max(judge, 4 * std::min(p.heartbeat_interval_ns, kMaxHeartbeatIntervalNs));
+    if (!p.self) judge = std::max(judge, LivenessJudgeNs(o, p.heartbeat_interval_ns));
   }
   return std::chrono::nanoseconds(3 * judge + 4 * o.heartbeat_interval_ns + 1'000'000'000);
 }
@@ -248,10 +253,7 @@ bool WorkerStopped(const Flags& f, const Region& r, const Control* ctl, uint32_t
       watch->since = now;
       return false;
     }
-    // Capped as the judge caps it: the declared interval is region bytes.
-    const RegionOptions o = ReplicaTiming(f);
-    const uint64_t judge = std::max(
-        o.liveness_timeout_ns, 4 * std::min(info.heartbeat_interval_ns, kMaxHeartbeatIntervalNs));
+    const uint64_t judge = LivenessJudgeNs(ReplicaTiming(f), info.heartbeat_interval_ns);
     const auto still = std::chrono::nanoseconds(3 * judge + 1'000'000'000);
     if (now - watch->since < still) return false;
     *why = "its heartbeat (pid " + std::to_string(info.pid) + " on " + info.host +
