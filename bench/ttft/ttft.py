@@ -48,6 +48,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -1211,7 +1212,7 @@ class Harness:
         print("\n tier  arm    prefix   n   p50 ms")
         for (t, arm, p), v in sorted(cells.items()):
             v = sorted(v)
-            print(f" {t:4s}  {arm:5s} {p:7d} {len(v):3d} {v[len(v) // 2]:8.1f}")
+            print(f" {t:4s}  {arm:5s} {p:7d} {len(v):3d} {statistics.median(v):8.1f}")
         load = {}
         for r in self.log.records:
             if r.get("kind") == "load_req" and r.get("req") == 2:
@@ -1221,7 +1222,7 @@ class Harness:
             print("\n load  prefix  sessions/replica   n   p50 ms")
             for (t, p, c), v in sorted(load.items()):
                 v = sorted(v)
-                print(f" {t:4s} {p:7d} {c:9d} {len(v):9d} {v[len(v) // 2]:8.1f}")
+                print(f" {t:4s} {p:7d} {c:9d} {len(v):9d} {statistics.median(v):8.1f}")
         oracle = [r for r in self.log.records if r.get("kind") == "req" and
                   r.get("phase") == "oracle" and r.get("arm") == "cross-poisoned"]
         if oracle:
